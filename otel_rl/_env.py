@@ -1,0 +1,111 @@
+"""Every environment variable otel-rl reads, in one place.
+
+Variables are read once, when a :class:`~otel_rl.TelemetryConfig` is constructed; an explicit argument always
+wins over the environment. Invalid values raise ``ValueError`` naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from urllib.parse import unquote
+
+#: OTLP collector endpoint, e.g. ``http://collector:4317`` (gRPC) or ``http://collector:4318`` (HTTP).
+OTEL_EXPORTER_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
+#: ``grpc`` (default) or ``http/protobuf``.
+OTEL_EXPORTER_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
+#: Comma-separated ``key=value`` pairs (URL-encoded values), e.g. ``authorization=Bearer%20abc``.
+OTEL_EXPORTER_OTLP_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
+#: Path to a PEM file of trusted CA certificates; turns on TLS.
+OTEL_EXPORTER_OTLP_CERTIFICATE = "OTEL_EXPORTER_OTLP_CERTIFICATE"
+#: ``true`` to use a plaintext gRPC channel for an ``https``-less endpoint without a scheme.
+OTEL_EXPORTER_OTLP_INSECURE = "OTEL_EXPORTER_OTLP_INSECURE"
+#: Export timeout in milliseconds.
+OTEL_EXPORTER_OTLP_TIMEOUT = "OTEL_EXPORTER_OTLP_TIMEOUT"
+#: Interval between metric exports in milliseconds.
+OTEL_METRIC_EXPORT_INTERVAL = "OTEL_METRIC_EXPORT_INTERVAL"
+#: ``service.name`` of the resource.
+OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
+#: Extra resource attributes, ``key=value`` pairs (read by the OpenTelemetry SDK itself).
+OTEL_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
+#: Where telemetry goes: ``otlp`` (default), ``console``, ``file`` or ``none``.
+OTEL_RL_EXPORTER = "OTEL_RL_EXPORTER"
+#: The JSON-lines file written when ``OTEL_RL_EXPORTER=file``.
+OTEL_RL_OUTPUT_FILE = "OTEL_RL_OUTPUT_FILE"
+#: The run id shared by every rank of one run (wins over the launcher's ids below).
+OTEL_RL_RUN_ID = "OTEL_RL_RUN_ID"
+#: The process's role: ``trainer``, ``rollout``, ...
+OTEL_RL_ROLE = "OTEL_RL_ROLE"
+
+#: Launcher variables, torchrun first, then SLURM.
+RANK_VARS = ("RANK", "SLURM_PROCID")
+WORLD_SIZE_VARS = ("WORLD_SIZE", "SLURM_NTASKS")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID")
+RUN_ID_VARS = (OTEL_RL_RUN_ID, "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
+
+#: torchrun's default rendezvous id, shared by unrelated runs, so it is no run id.
+_TORCHRUN_DEFAULT_RUN_ID = "none"
+
+
+def read(name: str) -> str | None:
+    """The variable's value, or None when unset or empty."""
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def read_first(names: tuple[str, ...]) -> tuple[str, str] | None:
+    """The first of ``names`` that is set, as ``(name, value)``."""
+    for name in names:
+        value = read(name)
+        if value is not None and not (name == "TORCHELASTIC_RUN_ID" and value == _TORCHRUN_DEFAULT_RUN_ID):
+            return name, value
+    return None
+
+
+def read_int(names: tuple[str, ...]) -> int | None:
+    """The first of ``names`` that is set, as an int; raises ``ValueError`` naming the variable otherwise."""
+    found = read_first(names)
+    if found is None:
+        return None
+    name, value = found
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be an integer, got {value!r}") from None
+
+
+def read_float(name: str, *, scale: float = 1.0) -> float | None:
+    """The variable as a float times ``scale``; raises ``ValueError`` naming the variable otherwise."""
+    value = read(name)
+    if value is None:
+        return None
+    try:
+        return float(value) * scale
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be a number, got {value!r}") from None
+
+
+def read_bool(name: str) -> bool | None:
+    """The variable as a bool (``true``/``false``, any case)."""
+    value = read(name)
+    if value is None:
+        return None
+    lowered = value.lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(f"environment variable {name} must be 'true' or 'false', got {value!r}")
+    return lowered == "true"
+
+
+def parse_headers(text: str, *, setting: str) -> Mapping[str, str]:
+    """Parse ``k=v,k2=v2`` (values URL-encoded). Errors name the key, never a value: headers carry secrets.
+
+    >>> dict(parse_headers("authorization=Bearer%20abc,x-tenant=a", setting="headers"))
+    {'authorization': 'Bearer abc', 'x-tenant': 'a'}
+    """
+    headers: dict[str, str] = {}
+    for position, item in enumerate(part for part in text.split(",") if part.strip()):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{setting} entry {position} must be 'key=value' (value not shown: it may be secret)")
+        headers[unquote(key.strip()).lower()] = unquote(value.strip())
+    return headers

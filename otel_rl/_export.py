@@ -1,0 +1,253 @@
+"""The export worker and the exporters it drives.
+
+One daemon thread does all exporting, off the training thread: every interval (or when a flush is requested) it
+sends the pending sample records and a cumulative snapshot of the metrics. The training thread only ever appends to
+a bounded queue and updates small in-memory totals, so a slow, hung or absent collector cannot block it; queue
+overflow drops the oldest records and counts them.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+import grpc
+from opentelemetry.sdk._logs import ReadableLogRecord
+from opentelemetry.sdk._logs.export import ConsoleLogExporter, LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, MetricExportResult
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
+
+from otel_rl import _names
+from otel_rl._config import TelemetryConfig
+from otel_rl._console import ConsoleLogFormatter, ConsoleMetricFormatter
+from otel_rl._store import MetricStore, attributes
+
+_logger = logging.getLogger(__name__)
+_BATCH = 512
+_SIGNAL_METRICS = attributes(**{_names.SELF_SIGNAL: "metrics"})
+_SIGNAL_LOGS = attributes(**{_names.SELF_SIGNAL: "logs"})
+_DROPPED_QUEUE_FULL = attributes(**{_names.SELF_REASON: "queue_full"})
+_DROPPED_SHUTDOWN = attributes(**{_names.SELF_REASON: "shutdown"})
+
+
+@dataclass(frozen=True)
+class Exporters:
+    """The exporters of one process, and the file they write to (closed on shutdown)."""
+
+    metrics: MetricExporter | None
+    logs: LogRecordExporter | None
+    spans: SpanExporter | None = None
+    output: IO[str] | None = None
+
+
+def build_exporters(config: TelemetryConfig) -> Exporters:
+    """The exporters ``config`` asks for."""
+    if config.exporter == "none":
+        return Exporters(None, None)
+    if config.exporter == "console":
+        return Exporters(
+            ConsoleMetricExporter(formatter=ConsoleMetricFormatter()),
+            ConsoleLogExporter(formatter=ConsoleLogFormatter()),
+            ConsoleSpanExporter(),
+        )
+    if config.exporter == "file":
+        assert config.output_file is not None
+        out = open(config.output_file, "a", encoding="utf-8")  # noqa: SIM115 - closed by Telemetry.shutdown
+        return Exporters(
+            ConsoleMetricExporter(out=out, formatter=lambda data: data.to_json(indent=None) + "\n"),
+            ConsoleLogExporter(out=out, formatter=lambda record: record.to_json(indent=None) + "\n"),
+            ConsoleSpanExporter(out=out, formatter=lambda span: span.to_json(indent=None) + "\n"),
+            out,
+        )
+    return _otlp_exporters(config)
+
+
+def _otlp_exporters(config: TelemetryConfig) -> Exporters:
+    endpoint = config.endpoint
+    assert endpoint is not None and config.headers is not None
+    timeout = config.export_timeout_s
+    assert timeout is not None
+    if config.protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+
+        base = endpoint.rstrip("/")
+        common: dict[str, Any] = {
+            "certificate_file": config.certificate_file,
+            "headers": dict(config.headers),
+            "timeout": timeout,
+        }
+        return Exporters(
+            HttpMetricExporter(endpoint=f"{base}/v1/metrics", **common),
+            HttpLogExporter(endpoint=f"{base}/v1/logs", **common),
+            HttpSpanExporter(endpoint=f"{base}/v1/traces", **common),
+        )
+    from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetricExporter
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+
+    secure = endpoint.startswith("https://") or config.certificate_file is not None
+    credentials = None
+    if secure:
+        root = None
+        if config.certificate_file is not None:
+            with open(config.certificate_file, "rb") as pem:
+                root = pem.read()
+        credentials = grpc.ssl_channel_credentials(root_certificates=root)
+    grpc_common: dict[str, Any] = {
+        "endpoint": endpoint.split("://", 1)[1],
+        "insecure": not secure,
+        "credentials": credentials,
+        "headers": dict(config.headers),
+        "timeout": timeout,
+    }
+    return Exporters(
+        GrpcMetricExporter(**grpc_common), GrpcLogExporter(**grpc_common), GrpcSpanExporter(**grpc_common)
+    )
+
+
+class ExportWorker:
+    """Exports metrics and queued log records from one daemon thread, every ``interval_s`` or on request."""
+
+    def __init__(
+        self,
+        store: MetricStore,
+        *,
+        metric_exporter: MetricExporter | None,
+        log_exporter: LogRecordExporter | None,
+        interval_s: float,
+        timeout_s: float,
+        queue_size: int,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self._store = store
+        self._metric_exporter = metric_exporter
+        self._log_exporter = log_exporter
+        self._interval_s = interval_s
+        self._timeout_s = timeout_s
+        self._clock = clock
+        self._queue: collections.deque[ReadableLogRecord] = collections.deque()
+        self._queue_size = queue_size
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._done = threading.Condition()
+        self._requested = 0
+        self._completed = 0
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="otel-rl-export", daemon=True)
+        self._thread.start()
+
+    def submit(self, records: Sequence[ReadableLogRecord]) -> None:
+        """Queue records for export; when the queue is full the oldest are dropped and counted."""
+        if self._log_exporter is None or not records:
+            return
+        with self._lock:
+            self._queue.extend(records)
+            overflow = len(self._queue) - self._queue_size
+            for _ in range(max(overflow, 0)):
+                self._queue.popleft()
+        if overflow > 0:
+            self._store.add(_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL, overflow)
+
+    def request(self) -> int:
+        """Ask for an export cycle now, without waiting; returns a ticket for :meth:`wait`."""
+        with self._done:
+            self._requested += 1
+            ticket = self._requested
+        self._wake.set()
+        return ticket
+
+    def wait(self, ticket: int, timeout_s: float) -> bool:
+        """Wait until the cycle of ``ticket`` has finished; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._done:
+            while self._completed < ticket:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._thread.is_alive():
+                    return False
+                self._done.wait(remaining)
+        return True
+
+    def shutdown(self, timeout_s: float) -> bool:
+        """Run a last export cycle and stop, within ``timeout_s``; False if the exporters did not finish."""
+        ticket = self.request()
+        self._stopping = True
+        self._wake.set()
+        finished = self.wait(ticket, timeout_s)
+        self._thread.join(max(0.0, timeout_s / 10))
+        if not finished:
+            with self._lock:
+                lost = len(self._queue)
+                self._queue.clear()
+            self._store.add(_names.SAMPLES_DROPPED, _DROPPED_SHUTDOWN, lost)
+            _logger.warning("otel-rl: exporters did not finish within %.1fs; giving up on them", timeout_s)
+            return False
+        for exporter in (self._metric_exporter, self._log_exporter):
+            if exporter is not None:
+                try:
+                    exporter.shutdown()
+                except Exception:  # noqa: BLE001 - an exporter's shutdown must not break the trainer's exit
+                    _logger.warning("otel-rl: exporter shutdown failed", exc_info=True)
+        return True
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+            with self._done:
+                target = self._requested
+            self._export_logs()
+            self._export_metrics()
+            with self._done:
+                self._completed = max(self._completed, target)
+                self._done.notify_all()
+            if self._stopping:
+                return
+
+    def _export_logs(self) -> None:
+        exporter = self._log_exporter
+        if exporter is None:
+            return
+        while True:
+            with self._lock:
+                batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
+            if not batch:
+                return
+            if _call(lambda: exporter.export(batch)) == LogRecordExportResult.SUCCESS:
+                self._store.add(_names.SAMPLES_EXPORTED, (), len(batch))
+                continue
+            self._store.add(_names.EXPORT_FAILURES, _SIGNAL_LOGS, 1)
+            with self._lock:
+                self._queue.extendleft(reversed(batch))
+                overflow = len(self._queue) - self._queue_size
+                for _ in range(max(overflow, 0)):
+                    self._queue.popleft()
+            if overflow > 0:
+                self._store.add(_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL, overflow)
+            return
+
+    def _export_metrics(self) -> None:
+        exporter = self._metric_exporter
+        if exporter is None:
+            return
+        data, window = self._store.collect(self._clock())
+        if data is None:
+            return
+        timeout_ms = self._timeout_s * 1000
+        if _call(lambda: exporter.export(data, timeout_millis=timeout_ms)) != MetricExportResult.SUCCESS:
+            self._store.restore(window)
+            self._store.add(_names.EXPORT_FAILURES, _SIGNAL_METRICS, 1)
+
+
+def _call(export: Callable[[], object]) -> object:
+    try:
+        return export()
+    except Exception:  # noqa: BLE001 - exporters may raise; the worker must survive and count it
+        _logger.warning("otel-rl: export raised", exc_info=True)
+        return None

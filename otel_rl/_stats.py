@@ -1,0 +1,242 @@
+"""Vectorized statistics of one record call, on the tensor's own device, with one device-to-host transfer.
+
+Each ``summarize_*`` function computes every statistic of a call (count, sum, extremes, bucket counts, what was
+rejected) with tensor operations only, packs them into one small tensor and copies it to the host once. No Python
+loop ever touches the values. Bad parts of the input (NaN, inf, masked-out, negative staleness) are excluded and
+counted, never folded in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+#: Integer bucket bounds up to this value are histogrammed by ``bincount`` plus a lookup table, which is far
+#: faster than ``bucketize``; larger bounds fall back to ``bucketize``.
+_BINCOUNT_LIMIT = 1 << 16
+_INT64_MAX = torch.iinfo(torch.int64).max
+
+
+class BadInput(ValueError):
+    """A whole record call is unusable (wrong type, shape or dtype); ``reason`` names the rule."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Host-side statistics of the accepted values of one call. Extremes are None when nothing was accepted."""
+
+    count: int
+    total: float
+    """Sum of accepted values; an exact int for staleness."""
+    squares: float
+    positive: float
+    negative: float
+    minimum: float | None
+    maximum: float | None
+    bucket_counts: tuple[int, ...]
+    rejected: dict[str, int] = field(default_factory=dict)
+
+
+def as_tensor(values: Any, *, setting: str) -> torch.Tensor:
+    """A tensor view of a torch tensor, numpy array, sequence or scalar (no copy for tensors and arrays)."""
+    if isinstance(values, torch.Tensor):
+        return values.detach()
+    if isinstance(values, np.ndarray):
+        if values.dtype == object or values.dtype.kind in "USV":
+            raise BadInput("dtype", f'"{setting}" must be numeric, got an array of dtype {values.dtype}')
+        return torch.from_numpy(np.ascontiguousarray(values))
+    if isinstance(values, (bool, int, float)) or isinstance(values, Sequence) and not isinstance(values, (str, bytes)):
+        try:
+            return torch.as_tensor(values)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise BadInput("type", f'"{setting}" must be numbers, got {type(values).__name__}: {error}') from None
+    raise BadInput("type", f'"{setting}" must be a tensor, array, sequence or number, got {type(values).__name__}')
+
+
+def _selection(values: torch.Tensor, mask: Any, *, setting: str) -> torch.Tensor | None:
+    if mask is None:
+        return None
+    selected = as_tensor(mask, setting="mask")
+    if selected.shape != values.shape:
+        raise BadInput(
+            "shape", f'"mask" must have the shape of "{setting}" {tuple(values.shape)}, got {tuple(selected.shape)}'
+        )
+    return selected.to(device=values.device) != 0
+
+
+def _histogram(index: torch.Tensor, accepted: torch.Tensor, buckets: int) -> torch.Tensor:
+    """Counts of ``index`` values in ``range(buckets)`` over the accepted elements."""
+    parked = torch.where(accepted, index, torch.full_like(index, buckets))
+    return torch.bincount(parked, minlength=buckets + 1)[:buckets]
+
+
+class RewardSummarizer:
+    """Summarizes rewards into the explicit buckets ``bounds`` (upper-inclusive, as OpenTelemetry defines them).
+
+    Shapes: ``(n,)`` or a scalar is one reward per rollout; ``(rollouts, tokens)`` is the per-token form in which
+    each rollout's reward is broadcast over its tokens (as Fast-LLM carries it): each rollout counts once, with the
+    value at its first unmasked token, and rollouts with no unmasked token are skipped.
+
+    >>> s = RewardSummarizer((0.0, 1.0)).summarize(torch.tensor([-1.0, 0.5, float("nan"), 2.0]), None)
+    >>> (s.count, s.total, s.minimum, s.maximum, s.bucket_counts, s.rejected)
+    (3, 1.5, -1.0, 2.0, (1, 1, 1), {'nonfinite': 1})
+    """
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self._bounds = torch.tensor(bounds, dtype=torch.float64)
+        self._on_device: dict[torch.device, torch.Tensor] = {}
+
+    def _bounds_on(self, device: torch.device) -> torch.Tensor:
+        if device not in self._on_device:
+            self._on_device[device] = self._bounds.to(device)
+        return self._on_device[device]
+
+    def summarize(self, values: Any, mask: Any, *, setting: str = "rewards") -> Summary:
+        rewards = as_tensor(values, setting=setting)
+        if rewards.dtype == torch.bool or rewards.is_complex():
+            raise BadInput("dtype", f'"{setting}" must be real numbers, got dtype {rewards.dtype}')
+        selected = _selection(rewards, mask, setting=setting)
+        if rewards.dim() > 2:
+            raise BadInput("shape", f'"{setting}" must have 0, 1 or 2 dimensions, got shape {tuple(rewards.shape)}')
+        if rewards.dim() == 2:
+            rewards, selected = _first_unmasked(rewards, selected)
+        rewards = rewards.reshape(-1)
+        buckets = len(self._bounds) + 1
+        if rewards.numel() == 0:
+            return Summary(0, 0.0, 0.0, 0.0, 0.0, None, None, (0,) * buckets)
+        x = rewards.to(torch.float64)
+        selected = selected.reshape(-1) if selected is not None else torch.ones_like(x, dtype=torch.bool)
+        finite = torch.isfinite(x)
+        accepted = finite & selected
+        kept = torch.where(accepted, x, torch.zeros_like(x))
+        positive = kept.clamp(min=0).sum()
+        negative = (-kept).clamp(min=0).sum()
+        packed = torch.cat(
+            (
+                torch.stack(
+                    (
+                        accepted.sum().to(torch.float64),
+                        positive,
+                        negative,
+                        (kept * kept).sum(),
+                        torch.where(accepted, x, torch.full_like(x, math.inf)).min(),
+                        torch.where(accepted, x, torch.full_like(x, -math.inf)).max(),
+                        (selected & ~finite).sum().to(torch.float64),
+                    )
+                ),
+                _histogram(torch.bucketize(kept, self._bounds_on(x.device)), accepted, buckets).to(torch.float64),
+            )
+        ).cpu()
+        head = packed[:7].tolist()
+        count, pos, neg, squares, minimum, maximum, nonfinite = head
+        rejected = {"nonfinite": int(nonfinite)} if nonfinite else {}
+        return Summary(
+            count=int(count),
+            total=pos - neg,
+            squares=squares,
+            positive=pos,
+            negative=neg,
+            minimum=minimum if count else None,
+            maximum=maximum if count else None,
+            bucket_counts=tuple(int(c) for c in packed[7:].tolist()),
+            rejected=rejected,
+        )
+
+
+def _first_unmasked(rewards: torch.Tensor, selected: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One reward per row of a per-token ``(rollouts, tokens)`` tensor, and whether the row had any token."""
+    if rewards.shape[1] == 0:
+        return rewards.new_empty((0,)), None
+    if selected is None:
+        return rewards[:, 0], None
+    first = selected.to(torch.uint8).argmax(dim=1, keepdim=True)
+    return rewards.gather(1, first).squeeze(1), selected.any(dim=1)
+
+
+class StalenessSummarizer:
+    """Summarizes staleness = ``current_version - versions`` in exact int64 arithmetic on the tensor's device.
+
+    Negative staleness (a version from the future) and non-integral float versions are rejected and counted.
+
+    >>> s = StalenessSummarizer((0, 1, 4)).summarize(torch.tensor([10, 9, 3, 11]), 10, None)
+    >>> (s.count, s.total, s.minimum, s.maximum, s.bucket_counts, s.rejected)
+    (3, 8, 0, 7, (1, 1, 0, 1), {'negative': 1})
+    """
+
+    def __init__(self, bounds: Sequence[int]) -> None:
+        self._bounds = torch.tensor(bounds, dtype=torch.int64)
+        self._cap = int(bounds[-1]) + 1
+        self._use_bincount = self._cap <= _BINCOUNT_LIMIT
+        # lookup[s] is the bucket of integer staleness s, for 0 <= s <= cap (cap means "above every bound").
+        self._lookup = torch.bucketize(torch.arange(self._cap + 1, dtype=torch.int64), self._bounds)
+        self._on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _tables_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if device not in self._on_device:
+            self._on_device[device] = (self._bounds.to(device), self._lookup.to(device))
+        return self._on_device[device]
+
+    def summarize(self, versions: Any, current_version: int, mask: Any, *, setting: str = "versions") -> Summary:
+        generated = as_tensor(versions, setting=setting)
+        if generated.dtype == torch.bool or generated.is_complex():
+            raise BadInput("dtype", f'"{setting}" must be integer versions, got dtype {generated.dtype}')
+        selected = _selection(generated, mask, setting=setting)
+        buckets = len(self._bounds) + 1
+        generated = generated.reshape(-1)
+        if generated.numel() == 0:
+            return Summary(0, 0.0, 0.0, 0.0, 0.0, None, None, (0,) * buckets)
+        selected = selected.reshape(-1) if selected is not None else torch.ones_like(generated, dtype=torch.bool)
+        if generated.is_floating_point():
+            integral = torch.isfinite(generated) & (generated == torch.trunc(generated))
+            nonintegral = selected & ~integral
+            selected = selected & integral
+            generated = torch.where(integral, generated, torch.zeros_like(generated))
+        else:
+            nonintegral = torch.zeros_like(selected)
+        staleness = current_version - generated.to(torch.int64)
+        future = selected & (staleness < 0)
+        accepted = selected & (staleness >= 0)
+        kept = torch.where(accepted, staleness, torch.zeros_like(staleness))
+        bounds, lookup = self._tables_on(staleness.device)
+        if self._use_bincount:
+            fine = _histogram(kept.clamp(max=self._cap), accepted, self._cap + 1)
+            counts = torch.zeros(buckets, dtype=torch.int64, device=staleness.device).index_add_(0, lookup, fine)
+        else:
+            counts = _histogram(torch.bucketize(kept, bounds), accepted, buckets)
+        packed = torch.cat(
+            (
+                torch.stack(
+                    (
+                        accepted.sum(),
+                        kept.sum(),
+                        torch.where(accepted, staleness, torch.full_like(staleness, _INT64_MAX)).min(),
+                        torch.where(accepted, staleness, torch.full_like(staleness, -1)).max(),
+                        future.sum(),
+                        nonintegral.sum(),
+                    )
+                ),
+                counts,
+            )
+        ).cpu()
+        count, total, minimum, maximum, negative, nonint = packed[:6].tolist()
+        rejected = {reason: n for reason, n in (("negative", negative), ("nonintegral", nonint)) if n}
+        return Summary(
+            count=count,
+            total=total,
+            squares=0.0,
+            positive=total,
+            negative=0.0,
+            minimum=minimum if count else None,
+            maximum=maximum if count else None,
+            bucket_counts=tuple(packed[6:].tolist()),
+            rejected=rejected,
+        )

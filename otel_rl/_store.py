@@ -1,0 +1,204 @@
+"""MetricStore: the running cumulative state of one process, turned into OTLP points on each export.
+
+otel-rl builds its points itself instead of going through the SDK's instruments, which cannot record negative
+values into a histogram and would cost a Python call per value. That makes this module own temporality: histograms
+and counters are cumulative since ``start_time_ns`` (stable for the life of the process, so a restarted rank is a
+new stream), and the ``*.max``/``*.min`` gauges hold the extremes seen since the last *successful* export, so a
+failed export folds its window into the next one instead of losing it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from otel_rl._names import SCOPE_NAME, MetricName
+from otel_rl._stats import Summary
+
+Attributes = tuple[tuple[str, str], ...]
+_Key = tuple[MetricName, Attributes]
+
+
+def attributes(**values: str) -> Attributes:
+    """A hashable, ordered attribute set."""
+    return tuple(sorted(values.items()))
+
+
+@dataclass
+class _HistogramState:
+    bounds: tuple[float, ...]
+    bucket_counts: list[int]
+    count: int = 0
+    total: float = 0
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def merge(self, summary: Summary) -> None:
+        self.bucket_counts = [a + b for a, b in zip(self.bucket_counts, summary.bucket_counts)]
+        self.count += summary.count
+        self.total += summary.total
+        self.minimum = _extreme(min, self.minimum, summary.minimum)
+        self.maximum = _extreme(max, self.maximum, summary.maximum)
+
+
+@dataclass
+class Window:
+    """Extremes since the last successful export, keyed like the gauges they become."""
+
+    values: dict[_Key, float] = field(default_factory=dict)
+
+    def fold(self, key: _Key, value: float, pick: Callable[[float, float], float]) -> None:
+        old = self.values.get(key)
+        self.values[key] = value if old is None else pick(old, value)
+
+    def merge(self, other: Window) -> None:
+        for key, value in other.values.items():
+            self.fold(key, value, max if key[0].name.endswith(".max") else min)
+
+
+def _extreme(pick: Callable[[float, float], float], old: float | None, new: float | None) -> float | None:
+    if new is None:
+        return old
+    return new if old is None else pick(old, new)
+
+
+class MetricStore:
+    """Thread-safe cumulative state; ``collect`` snapshots it as OTLP ``MetricsData``."""
+
+    def __init__(self, resource: Resource, *, start_time_ns: int, version: str) -> None:
+        self._resource = resource
+        self._scope = InstrumentationScope(SCOPE_NAME, version)
+        self._start_time_ns = start_time_ns
+        self._lock = threading.Lock()
+        self._histograms: dict[_Key, _HistogramState] = {}
+        self._counters: dict[_Key, float] = {}
+        self._gauges: dict[_Key, float] = {}
+        self._window = Window()
+
+    def record(
+        self,
+        histogram: MetricName,
+        attrs: Attributes,
+        summary: Summary,
+        *,
+        extremes: tuple[MetricName, MetricName],
+        bounds: tuple[float, ...],
+    ) -> None:
+        """Fold one call's summary into ``histogram`` and the window gauges ``extremes`` (max, min)."""
+        if summary.count == 0:
+            return
+        key = (histogram, attrs)
+        maximum_metric, minimum_metric = extremes
+        with self._lock:
+            state = self._histograms.get(key)
+            if state is None:
+                state = self._histograms[key] = _HistogramState(bounds, [0] * (len(bounds) + 1))
+            state.merge(summary)
+            assert summary.maximum is not None and summary.minimum is not None
+            self._window.fold((maximum_metric, attrs), summary.maximum, max)
+            self._window.fold((minimum_metric, attrs), summary.minimum, min)
+
+    def add(self, counter: MetricName, attrs: Attributes, amount: float) -> None:
+        """Add ``amount`` (>= 0) to a monotonic counter."""
+        if amount <= 0:
+            return
+        with self._lock:
+            self._counters[(counter, attrs)] = self._counters.get((counter, attrs), 0) + amount
+
+    def add_many(self, amounts: Mapping[_Key, float]) -> None:
+        """Add several counter amounts under one lock acquisition."""
+        with self._lock:
+            for key, amount in amounts.items():
+                if amount > 0:
+                    self._counters[key] = self._counters.get(key, 0) + amount
+
+    def set(self, gauge: MetricName, attrs: Attributes, value: float) -> None:
+        """Set a last-value gauge."""
+        with self._lock:
+            self._gauges[(gauge, attrs)] = value
+
+    def counter_value(self, counter: MetricName, attrs: Attributes) -> float:
+        """The current cumulative value of a counter (0 when never added to)."""
+        with self._lock:
+            return self._counters.get((counter, attrs), 0)
+
+    def collect(self, now_ns: int) -> tuple[MetricsData | None, Window]:
+        """Snapshot everything as cumulative points at ``now_ns``, and hand over the current window.
+
+        The caller passes the window back to :meth:`restore` when the export fails.
+        """
+        with self._lock:
+            window, self._window = self._window, Window()
+            histograms = {key: _HistogramState(**vars(state)) for key, state in self._histograms.items()}
+            counters = dict(self._counters)
+            gauges = dict(self._gauges)
+        gauges.update(window.values)
+        metrics: dict[MetricName, list[object]] = {}
+        start = self._start_time_ns
+        for (metric, attrs), state in histograms.items():
+            metrics.setdefault(metric, []).append(
+                HistogramDataPoint(
+                    attributes=dict(attrs),
+                    start_time_unix_nano=start,
+                    time_unix_nano=now_ns,
+                    count=state.count,
+                    sum=float(state.total),
+                    bucket_counts=tuple(state.bucket_counts),
+                    explicit_bounds=tuple(float(b) for b in state.bounds),
+                    min=float(state.minimum) if state.minimum is not None else 0.0,
+                    max=float(state.maximum) if state.maximum is not None else 0.0,
+                )
+            )
+        for source in (counters, gauges):
+            for (metric, attrs), value in source.items():
+                metrics.setdefault(metric, []).append(
+                    NumberDataPoint(
+                        attributes=dict(attrs), start_time_unix_nano=start, time_unix_nano=now_ns, value=value
+                    )
+                )
+        if not metrics:
+            return None, window
+        scope_metrics = ScopeMetrics(
+            scope=self._scope,
+            metrics=[_metric(metric, points) for metric, points in metrics.items()],
+            schema_url="",
+        )
+        data = MetricsData([ResourceMetrics(resource=self._resource, scope_metrics=[scope_metrics], schema_url="")])
+        return data, window
+
+    def restore(self, window: Window) -> None:
+        """Fold a window whose export failed back in, so its extremes go out with the next export."""
+        with self._lock:
+            window.merge(self._window)
+            self._window = window
+
+
+def _metric(metric: MetricName, points: list[object]) -> Metric:
+    data: Histogram | Sum | Gauge
+    if metric.kind == "histogram":
+        data = Histogram(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE)  # type: ignore[arg-type]
+    elif metric.kind == "counter":
+        data = Sum(
+            data_points=points,  # type: ignore[arg-type]
+            aggregation_temporality=AggregationTemporality.CUMULATIVE,
+            is_monotonic=True,
+        )
+    else:
+        data = Gauge(data_points=points)  # type: ignore[arg-type]
+    return Metric(name=metric.name, description=metric.description, unit=metric.unit, data=data)

@@ -1,0 +1,174 @@
+"""The ``otel-rl`` command line: a subcommand dispatcher; ``otel-rl stack install|up|down|status`` lives here.
+
+Other subcommands (``demo``, ``report``) register themselves by adding a function to :data:`SUBCOMMANDS` that
+adds a subparser and sets its ``handler`` default; :func:`main` parses and calls ``args.handler(args)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from pathlib import Path
+
+from otel_rl.stack import install, layout
+from otel_rl.stack.config import StackConfig, StackPorts
+from otel_rl.stack.env import otel_rl_home
+from otel_rl.stack.services import COMPONENTS, Stack, StackError
+
+_logger = logging.getLogger(__name__)
+
+Handler = Callable[[argparse.Namespace], int]
+"""A subcommand: takes the parsed arguments, returns the process exit status."""
+
+
+def _add_stack_options(parser: argparse.ArgumentParser) -> None:
+    """Add the options shared by every ``stack`` action: state directory, host and one flag per port."""
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="pid files, logs and data of the stack (default: $OTEL_RL_HOME/stack)",
+    )
+    parser.add_argument("--host", default=None, help="address the components listen on (default: 127.0.0.1)")
+    for item in fields(StackPorts):
+        flag = "--" + item.name.replace("_", "-") + "-port"
+        parser.add_argument(flag, dest=f"port_{item.name}", type=int, default=None, help=f"default: {item.default}")
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="seconds to wait for each component to be healthy (default: 60)"
+    )
+
+
+def _config_from(args: argparse.Namespace) -> StackConfig:
+    """Build the stack configuration from the ``stack`` options; unset options keep their defaults.
+
+    ``status`` and ``down`` act on an existing stack: when none of its ports were given, the ones recorded in its
+    state directory are used (see :meth:`Stack.attach`).
+    """
+    home = otel_rl_home()
+    defaults = StackPorts()
+    ports = StackPorts(
+        **{
+            item.name: getattr(args, f"port_{item.name}") or getattr(defaults, item.name)
+            for item in fields(StackPorts)
+        }
+    )
+    return StackConfig(
+        ports=ports,
+        host=args.host or "127.0.0.1",
+        home=home,
+        state_dir=args.state_dir,
+        ready_timeout_s=args.timeout or 60.0,
+    )
+
+
+def _ports_given(args: argparse.Namespace) -> bool:
+    """Return whether any port or host option was given on the command line."""
+    return args.host is not None or any(getattr(args, f"port_{item.name}") is not None for item in fields(StackPorts))
+
+
+def _stack_for(args: argparse.Namespace) -> Stack:
+    """Return the stack the arguments name: the recorded one for status/down unless ports were given."""
+    config = _config_from(args)
+    if args.action in ("status", "down") and not _ports_given(args):
+        return Stack.attach(config.resolved_state_dir(), config=config)
+    return Stack(config)
+
+
+def _stack_install(args: argparse.Namespace) -> int:
+    """``otel-rl stack install``: install or build whatever binary is missing."""
+    config = _config_from(args)
+    started = time.monotonic()
+    binaries = install.install_all(root=config.resolved_root(), home=config.home)
+    for item in fields(binaries):
+        print(f"{item.name:<13} {getattr(binaries, item.name)}")
+    print(f"ready in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+def _stack_up(args: argparse.Namespace) -> int:
+    """``otel-rl stack up``: install what is missing, start, wait until healthy, print the endpoints."""
+    stack = _stack_for(args)
+    stack.up()
+    print(f"OTLP gRPC     {stack.otlp_grpc_endpoint}")
+    print(f"OTLP HTTP     {stack.otlp_http_endpoint}")
+    print(f"Prometheus    {stack.prometheus_url}")
+    print(f"VictoriaLogs  {stack.victorialogs_url}")
+    print(f"state         {stack.state_dir}")
+    print(f"export OTEL_EXPORTER_OTLP_ENDPOINT={stack.otlp_grpc_endpoint}")
+    return 0
+
+
+def _stack_down(args: argparse.Namespace) -> int:
+    """``otel-rl stack down``: stop every component."""
+    stack = _stack_for(args)
+    stack.down()
+    print(f"stopped the stack in {stack.state_dir}")
+    return 0
+
+
+def _stack_status(args: argparse.Namespace) -> int:
+    """``otel-rl stack status``: one line per component; exit status 0 only when all are healthy."""
+    stack = _stack_for(args)
+    statuses = stack.status()
+    print(f"{'component':<13} {'pid':>8}  {'state':<8} {'health':<9} url")
+    for name in COMPONENTS:
+        status = statuses[name]
+        pid = "-" if status.pid is None else str(status.pid)
+        health = "healthy" if status.healthy else "unhealthy"
+        print(f"{name:<13} {pid:>8}  {status.state:<8} {health:<9} {status.health_url}")
+    print(f"state         {stack.state_dir}")
+    return 0 if all(status.healthy for status in statuses.values()) else 1
+
+
+_STACK_ACTIONS: dict[str, tuple[Handler, str]] = {
+    "install": (_stack_install, "install the collector, VictoriaLogs and Prometheus if missing"),
+    "up": (_stack_up, "install what is missing, start the stack and wait until it is healthy"),
+    "down": (_stack_down, "stop the stack (SIGTERM, then SIGKILL)"),
+    "status": (_stack_status, "print each component's pid, state and health"),
+}
+
+
+def _add_stack_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``otel-rl stack ...``."""
+    stack = subparsers.add_parser("stack", help="install and run the local collector, Prometheus and VictoriaLogs")
+    actions = stack.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for action, (handler, help_text) in _STACK_ACTIONS.items():
+        parser = actions.add_parser(action, help=help_text, description=help_text)
+        _add_stack_options(parser)
+        parser.set_defaults(handler=handler)
+
+
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [_add_stack_command]
+"""Functions that each register one top-level subcommand (a subparser with a ``handler`` default)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the ``otel-rl`` argument parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(prog="otel-rl", description="otel-rl tooling")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for register in SUBCOMMANDS:
+        register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``otel-rl`` command line; return the exit status (also the console script's entry point)."""
+    args = build_parser().parse_args(argv)
+    if args.verbose or getattr(args, "command", None) == "stack":
+        # The CLI owns this process, so configuring logging output here touches no library user's handlers.
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except (StackError, install.InstallError, FileNotFoundError, ValueError) as error:
+        print(f"otel-rl: error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

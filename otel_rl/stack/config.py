@@ -1,0 +1,159 @@
+"""Configuration of one local stack: its ports, folders and timeouts, and the Prometheus file rendered from them.
+
+Several stacks can run side by side as long as their ports and state directories differ; tests start private
+ones on :func:`find_free_ports`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from otel_rl.stack import layout
+from otel_rl.stack.env import otel_rl_home
+
+
+def find_free_ports(n: int, *, host: str = "127.0.0.1") -> tuple[int, ...]:
+    """Return ``n`` distinct TCP ports that were free on ``host`` a moment ago.
+
+    All ``n`` sockets are bound at once (so the ports differ) and closed before returning; another process may
+    still take one in between, which a caller detects when its server fails to bind.
+
+    Raises:
+        ValueError: when ``n`` is negative.
+    """
+    if n < 0:
+        raise ValueError(f'"n" must be >= 0, got {n!r}')
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind((host, 0))
+        return tuple(sock.getsockname()[1] for sock in sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackPorts:
+    """TCP ports of one stack; all must be distinct and in 1..65535."""
+
+    otlp_grpc: int = 4317
+    """The collector's OTLP/gRPC receiver."""
+    otlp_http: int = 4318
+    """The collector's OTLP/HTTP receiver."""
+    prometheus: int = 9090
+    """Prometheus's web UI, API and remote-write receiver."""
+    victorialogs: int = 9428
+    """VictoriaLogs's HTTP API (ingestion and LogsQL queries)."""
+    collector_health: int = 13133
+    """The collector's ``health_check`` extension."""
+    collector_metrics: int = 8888
+    """The collector's own metrics (Prometheus text format), scraped by the stack's Prometheus."""
+
+    def __post_init__(self) -> None:
+        seen: dict[int, str] = {}
+        for item in dataclasses.fields(self):
+            port = getattr(self, item.name)
+            if isinstance(port, bool) or not isinstance(port, int):
+                raise TypeError(f'"{item.name}" must be an int, got {port!r}')
+            if not 1 <= port <= 65535:
+                raise ValueError(f'"{item.name}" must be in 1..65535, got {port!r}')
+            if port in seen:
+                raise ValueError(f'"{item.name}" must differ from "{seen[port]}", both are {port!r}')
+            seen[port] = item.name
+
+    @classmethod
+    def free(cls, *, host: str = "127.0.0.1") -> StackPorts:
+        """Return ports chosen by :func:`find_free_ports`, for a private stack (tests)."""
+        names = [item.name for item in dataclasses.fields(cls)]
+        return cls(**dict(zip(names, find_free_ports(len(names), host=host), strict=True)))
+
+    def as_dict(self) -> dict[str, int]:
+        """Return the ports by field name (the ``stack.json`` form)."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackConfig:
+    """Everything that distinguishes one local stack from another."""
+
+    ports: StackPorts = field(default_factory=StackPorts)
+    """The stack's TCP ports."""
+    host: str = "127.0.0.1"
+    """Address every component listens on and is reached at."""
+    home: Path = field(default_factory=otel_rl_home)
+    """Install root (``$OTEL_RL_HOME``): where binaries are found or built."""
+    state_dir: Path | None = None
+    """Pid files, logs, rendered configs and data of this stack; ``None`` means ``<home>/stack``."""
+    root: Path | None = None
+    """Repository checkout with ``collector_config/`` and ``prometheus/``; ``None`` means the one of this package."""
+    collector_configs: tuple[Path, ...] = ()
+    """Collector ``--config`` files in merge order; empty means ``collector_config/collector.yaml`` of ``root``."""
+    prometheus_retention: str = "15d"
+    """Prometheus ``--storage.tsdb.retention.time``."""
+    victorialogs_retention: str = "7d"
+    """VictoriaLogs ``-retentionPeriod``."""
+    ready_timeout_s: float = 60.0
+    """Seconds to wait for each component to report healthy after starting it."""
+    stop_timeout_s: float = 10.0
+    """Seconds to wait after SIGTERM before SIGKILL."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ports, StackPorts):
+            raise TypeError(f'"ports" must be a StackPorts, got {self.ports!r}')
+        if not self.host:
+            raise ValueError(f'"host" must be a non-empty address, got {self.host!r}')
+        for name in ("ready_timeout_s", "stop_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f'"{name}" must be a number > 0, got {value!r}')
+        for name in ("prometheus_retention", "victorialogs_retention"):
+            if not getattr(self, name):
+                raise ValueError(f'"{name}" must be a non-empty duration such as "7d", got {getattr(self, name)!r}')
+
+    def resolved_root(self) -> Path:
+        """Return :attr:`root`, or the repository this package was imported from."""
+        return layout.repository_root() if self.root is None else self.root
+
+    def resolved_state_dir(self) -> Path:
+        """Return :attr:`state_dir`, or ``<home>/stack``; always absolute."""
+        state = layout.default_state_dir(self.home) if self.state_dir is None else self.state_dir
+        return state.expanduser().resolve()
+
+    def resolved_collector_configs(self) -> tuple[Path, ...]:
+        """Return :attr:`collector_configs`, or the repository's default collector configuration; absolute."""
+        configs = self.collector_configs or layout.collector_configs(self.resolved_root())
+        return tuple(path.expanduser().resolve() for path in configs)
+
+
+def render_prometheus_config(template: Path, *, ports: StackPorts, host: str, rules_dir: Path) -> str:
+    """Return the Prometheus configuration of one stack, rendered from the repository's ``template``.
+
+    Relative ``rule_files`` entries are resolved against the template's folder; when the template has none, every
+    ``*.yml`` in ``rules_dir`` is loaded. The ``prometheus`` and ``otelcol`` scrape jobs are pointed at this stack's
+    Prometheus and collector-metrics ports.
+
+    Raises:
+        ValueError: when the template is not a YAML mapping.
+    """
+    data: Any = yaml.safe_load(template.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"Prometheus config template {str(template)!r} must be a YAML mapping, got {data!r}")
+    rule_files = data.get("rule_files") or [str(rules_dir / "*.yml")]
+    data["rule_files"] = [str((template.parent / str(entry)).resolve()) for entry in rule_files]
+    targets = {"prometheus": ports.prometheus, "otelcol": ports.collector_metrics}
+    for job in data.get("scrape_configs") or ():
+        port = targets.get(job.get("job_name"))
+        if port is not None:
+            job["static_configs"] = [{"targets": [f"{host}:{port}"]}]
+    return "# Rendered by otel_rl.stack from " + str(template) + "; do not edit.\n" + yaml.safe_dump(
+        data, sort_keys=False
+    )

@@ -1,0 +1,65 @@
+"""Environment variables of the local stack tooling, declared in one place.
+
+Two directions:
+
+* Read by this package (at construction, never at import): :data:`OTEL_RL_HOME`.
+* Exported by :class:`~otel_rl.stack.services.Stack` to the collector process, whose configuration files in
+  ``collector_config/`` read them with ``${env:NAME}``: the ``COLLECTOR_*`` names below. They are the contract
+  between the Python side and the collector configuration; changing one means changing both.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+OTEL_RL_HOME: Final = "OTEL_RL_HOME"
+"""Root of everything the stack tooling installs and runs: ``bin/`` (Go-installed tools), ``collector/<digest>/``
+(built collectors) and ``stack/`` (the default state directory). Defaults to ``~/.cache/otel-rl``."""
+
+COLLECTOR_OTLP_GRPC_PORT: Final = "OTEL_RL_OTLP_GRPC_PORT"
+"""Port of the collector's OTLP/gRPC receiver (an integer as text, e.g. ``"4317"``)."""
+
+COLLECTOR_OTLP_HTTP_PORT: Final = "OTEL_RL_OTLP_HTTP_PORT"
+"""Port of the collector's OTLP/HTTP receiver (e.g. ``"4318"``)."""
+
+COLLECTOR_HEALTH_PORT: Final = "OTEL_RL_HEALTH_PORT"
+"""Port of the collector's ``health_check`` extension (e.g. ``"13133"``); ``GET /`` answers 200 when ready."""
+
+COLLECTOR_METRICS_PORT: Final = "OTEL_RL_COLLECTOR_METRICS_PORT"
+"""Port on which the collector serves its own metrics in Prometheus format (e.g. ``"8888"``)."""
+
+COLLECTOR_PROMETHEUS_URL: Final = "OTEL_RL_PROMETHEUS_URL"
+"""Base URL of Prometheus without a trailing slash (e.g. ``"http://127.0.0.1:9090"``); the remote-write
+endpoint is ``${env:OTEL_RL_PROMETHEUS_URL}/api/v1/write``."""
+
+COLLECTOR_VICTORIALOGS_URL: Final = "OTEL_RL_VICTORIALOGS_URL"
+"""Base URL of VictoriaLogs without a trailing slash (e.g. ``"http://127.0.0.1:9428"``); OTLP/HTTP logs go to
+``${env:OTEL_RL_VICTORIALOGS_URL}/insert/opentelemetry/v1/logs``."""
+
+COLLECTOR_ENV_NAMES: Final = (
+    COLLECTOR_OTLP_GRPC_PORT,
+    COLLECTOR_OTLP_HTTP_PORT,
+    COLLECTOR_HEALTH_PORT,
+    COLLECTOR_METRICS_PORT,
+    COLLECTOR_PROMETHEUS_URL,
+    COLLECTOR_VICTORIALOGS_URL,
+)
+"""Every variable the stack exports to the collector process."""
+
+
+def otel_rl_home(environ: Mapping[str, str] | None = None) -> Path:
+    """Return the tooling's home directory: ``$OTEL_RL_HOME`` if set and non-empty, else ``~/.cache/otel-rl``.
+
+    ``environ`` defaults to :data:`os.environ`; tests pass their own mapping. The directory is not created.
+
+    >>> otel_rl_home({"OTEL_RL_HOME": "/opt/otel-rl"})
+    PosixPath('/opt/otel-rl')
+    """
+    env = os.environ if environ is None else environ
+    value = env.get(OTEL_RL_HOME, "")
+    if value:
+        return Path(value).expanduser()
+    return Path("~/.cache/otel-rl").expanduser()

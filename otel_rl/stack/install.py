@@ -1,0 +1,320 @@
+"""Install the stack's binaries, reusing whatever is already there.
+
+* The collector: ``go install`` the OpenTelemetry Collector Builder at the core version the manifest pins, then
+  build the manifest into ``$OTEL_RL_HOME/collector/<digest>/otelcol-rl`` where ``<digest>`` is the first 16 hex
+  digits of the SHA-256 of the manifest bytes. A changed manifest is a new digest, hence a new build; an
+  unchanged one is never rebuilt.
+* VictoriaLogs: ``go install`` at :data:`VICTORIALOGS_VERSION` into ``$OTEL_RL_HOME/bin``, with a version stamp.
+* Prometheus and promtool: taken from ``PATH``, else from Debian's ``prometheus`` package (needs root). The
+  package's own service is stopped: the stack runs its own Prometheus process.
+
+All installs hold an exclusive lock on ``$OTEL_RL_HOME/install.lock`` so that concurrent ``up`` calls (a test
+session and a shell) do not build the same thing twice or read a half-written binary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import yaml
+
+from otel_rl.stack import layout
+from otel_rl.stack.env import otel_rl_home
+
+_logger = logging.getLogger(__name__)
+
+BUILDER_PACKAGE: Final = "go.opentelemetry.io/collector/cmd/builder"
+"""Go package of the OpenTelemetry Collector Builder (``ocb``)."""
+
+CORE_MODULE_PREFIX: Final = "go.opentelemetry.io/collector/"
+"""Module path prefix of the collector core; its v0.x modules carry the release version the builder must match."""
+
+COLLECTOR_BINARY_NAME: Final = "otelcol-rl"
+"""File name of the built collector."""
+
+VICTORIALOGS_PACKAGE: Final = "github.com/VictoriaMetrics/VictoriaLogs/app/victoria-logs"
+"""Go package of the VictoriaLogs single-node server."""
+
+VICTORIALOGS_VERSION: Final = "v1.52.1"
+"""Pinned VictoriaLogs release."""
+
+_MANIFEST_COMPONENT_KEYS: Final = ("receivers", "processors", "exporters", "connectors", "extensions", "providers")
+
+
+class InstallError(RuntimeError):
+    """An external install step (``go``, the builder, ``apt-get``) failed; the message carries its output."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Binaries:
+    """Paths of the installed executables of one stack."""
+
+    collector: Path
+    """The custom collector built from the repository manifest."""
+    victorialogs: Path
+    """The VictoriaLogs single-node server."""
+    prometheus: Path
+    """The Prometheus server."""
+    promtool: Path
+    """Prometheus's companion tool (config and rule checks)."""
+
+
+def manifest_digest(manifest: Path) -> str:
+    """Return the first 16 hex digits of the SHA-256 of the manifest's bytes: the collector build's identity."""
+    return hashlib.sha256(manifest.read_bytes()).hexdigest()[:16]
+
+
+def collector_core_version(manifest: Path) -> str:
+    """Return the collector release (``v0.N.M``) that the manifest's core ``gomod`` lines pin.
+
+    Core modules are those under ``go.opentelemetry.io/collector/`` with a ``v0.`` version (the stable ``v1.x``
+    modules of the same release are ignored). The builder is installed at this version.
+
+    Raises:
+        ValueError: when the manifest pins no core v0 module, or several different core v0 versions.
+    """
+    data = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"collector manifest {str(manifest)!r} must be a YAML mapping, got {type(data).__name__}")
+    versions: set[str] = set()
+    for key in _MANIFEST_COMPONENT_KEYS:
+        for entry in data.get(key) or ():
+            gomod = entry.get("gomod", "") if isinstance(entry, dict) else ""
+            parts = str(gomod).split()
+            if len(parts) == 2 and parts[0].startswith(CORE_MODULE_PREFIX) and parts[1].startswith("v0."):
+                versions.add(parts[1])
+    if len(versions) != 1:
+        raise ValueError(
+            f"collector manifest {str(manifest)!r} must pin exactly one core version "
+            f"({CORE_MODULE_PREFIX}... v0.x gomod lines), got {sorted(versions)!r}"
+        )
+    return versions.pop()
+
+
+def collector_binary_path(manifest: Path, *, home: Path) -> Path:
+    """Return where the collector built from ``manifest`` lives (whether or not it was built yet)."""
+    return layout.collector_dir(home) / manifest_digest(manifest) / COLLECTOR_BINARY_NAME
+
+
+@contextlib.contextmanager
+def install_lock(home: Path) -> Iterator[None]:
+    """Hold the exclusive install lock of ``home`` (blocking) for the duration of the ``with`` block."""
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / "install.lock", "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def go_executable() -> Path:
+    """Return the ``go`` tool: from ``PATH``, else ``/usr/local/go/bin/go``.
+
+    Raises:
+        InstallError: when neither exists.
+    """
+    found = shutil.which("go")
+    if found:
+        return Path(found)
+    fallback = Path("/usr/local/go/bin/go")
+    if fallback.is_file():
+        return fallback
+    raise InstallError("the 'go' tool is not on PATH nor at '/usr/local/go/bin/go'; install Go >= 1.25")
+
+
+def _run(argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
+    """Run ``argv`` to completion; on failure raise :class:`InstallError` with the command and its output tail."""
+    command = [str(arg) for arg in argv]
+    _logger.info("running %s", " ".join(command))
+    try:
+        subprocess.run(
+            command,
+            check=True,
+            env=None if env is None else dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    except FileNotFoundError as error:
+        raise InstallError(f"cannot run {command[0]!r}: {error}") from error
+    except subprocess.CalledProcessError as error:
+        tail = "\n".join((error.stdout or "").splitlines()[-40:])
+        raise InstallError(f"command {' '.join(command)!r} failed with exit status {error.returncode}:\n{tail}") from error
+
+
+def _go_env(gobin: Path) -> dict[str, str]:
+    """Return the environment for ``go install`` into ``gobin``."""
+    env = dict(os.environ)
+    env["GOBIN"] = str(gobin)
+    return env
+
+
+def ensure_builder(version: str, *, home: Path) -> Path:
+    """Return the collector builder at ``version`` in ``$OTEL_RL_HOME/bin``, installing it if missing or different.
+
+    The call must hold :func:`install_lock`.
+    """
+    builder = layout.bin_dir(home) / "builder"
+    stamp = builder.with_name("builder.version")
+    if builder.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == version:
+        return builder
+    _logger.info("installing the collector builder %s into %s", version, builder.parent)
+    started = time.monotonic()
+    _go_install(f"{BUILDER_PACKAGE}@{version}", "builder", home=home)
+    stamp.write_text(version + "\n", encoding="utf-8")
+    _logger.info("installed the collector builder %s in %.1f s", version, time.monotonic() - started)
+    return builder
+
+
+def _go_install(target: str, binary_name: str, *, home: Path) -> None:
+    """``go install target`` into a temporary GOBIN, then move ``binary_name`` into ``$OTEL_RL_HOME/bin``."""
+    bin_dir = layout.bin_dir(home)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".go-install-", dir=bin_dir) as scratch:
+        _run([go_executable(), "install", target], env=_go_env(Path(scratch)))
+        built = Path(scratch) / binary_name
+        if not built.is_file():
+            raise InstallError(f"'go install {target}' succeeded but produced no {binary_name!r} in GOBIN")
+        os.replace(built, bin_dir / binary_name)
+
+
+def ensure_collector(manifest: Path, *, home: Path) -> Path:
+    """Return the collector built from ``manifest``, building it first if this manifest was never built.
+
+    The builder writes into a temporary folder next to the destination (its ``dist.output_path`` is overridden
+    through the environment variable ``dist.output_path``, which the builder reads on top of the manifest); the
+    binary is then renamed into place, so a crashed build never leaves a half-written collector behind.
+
+    Raises:
+        FileNotFoundError: when ``manifest`` does not exist.
+        ValueError: when the manifest's core version cannot be determined.
+        InstallError: when installing the builder or building fails.
+    """
+    if not manifest.is_file():
+        raise FileNotFoundError(f"collector manifest {str(manifest)!r} does not exist")
+    target = collector_binary_path(manifest, home=home)
+    if target.is_file():
+        return target
+    with install_lock(home):
+        if target.is_file():
+            return target
+        version = collector_core_version(manifest)
+        builder = ensure_builder(version, home=home)
+        name = _manifest_binary_name(manifest)
+        target.parent.parent.mkdir(parents=True, exist_ok=True)
+        _logger.info("building the collector from %s (core %s) into %s; this takes minutes", manifest, version, target)
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent.parent) as scratch:
+            env = dict(os.environ)
+            env["dist.output_path"] = scratch
+            go = go_executable()
+            env["PATH"] = f"{go.parent}{os.pathsep}{env.get('PATH', '')}"
+            _run([builder, f"--config={manifest}"], env=env, cwd=manifest.parent)
+            built = Path(scratch) / name
+            if not built.is_file():
+                raise InstallError(f"the builder succeeded but produced no {name!r} in {scratch!r}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(built, target)
+        _logger.info("built the collector in %.1f s: %s", time.monotonic() - started, target)
+    return target
+
+
+def _manifest_binary_name(manifest: Path) -> str:
+    """Return the binary name the builder gives the collector: ``dist.name``, default ``otelcol-custom``."""
+    data = yaml.safe_load(manifest.read_text(encoding="utf-8")) or {}
+    dist = data.get("dist") or {}
+    return str(dist.get("name") or "otelcol-custom")
+
+
+def ensure_victorialogs(*, home: Path, version: str = VICTORIALOGS_VERSION) -> Path:
+    """Return VictoriaLogs at ``version`` in ``$OTEL_RL_HOME/bin``, installing it if missing or at another version.
+
+    The installed version is recorded in ``victoria-logs.version`` beside the binary.
+
+    Raises:
+        InstallError: when ``go install`` fails.
+    """
+    binary = layout.bin_dir(home) / "victoria-logs"
+    stamp = binary.with_name("victoria-logs.version")
+
+    def current() -> bool:
+        return binary.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == version
+
+    if current():
+        return binary
+    with install_lock(home):
+        if current():
+            return binary
+        _logger.info("installing VictoriaLogs %s into %s", version, binary.parent)
+        started = time.monotonic()
+        _go_install(f"{VICTORIALOGS_PACKAGE}@{version}", "victoria-logs", home=home)
+        stamp.write_text(version + "\n", encoding="utf-8")
+        _logger.info("installed VictoriaLogs %s in %.1f s", version, time.monotonic() - started)
+    return binary
+
+
+def ensure_prometheus() -> tuple[Path, Path]:
+    """Return ``(prometheus, promtool)`` from ``PATH``, installing Debian's ``prometheus`` package if missing.
+
+    The package may start its own service on :9090; it is stopped, since the stack runs its own process with its
+    own flags and state directory.
+
+    Raises:
+        InstallError: when ``apt-get`` fails or the package does not provide both executables.
+    """
+    prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
+    if prometheus and promtool:
+        return Path(prometheus), Path(promtool)
+    _logger.info("installing Prometheus from the Debian package")
+    started = time.monotonic()
+    env = dict(os.environ)
+    env["DEBIAN_FRONTEND"] = "noninteractive"
+    _run(["apt-get", "update"], env=env)
+    _run(["apt-get", "install", "-y", "--no-install-recommends", "prometheus"], env=env)
+    _logger.info("installed Prometheus in %.1f s", time.monotonic() - started)
+    stop_packaged_prometheus()
+    prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
+    if not (prometheus and promtool):
+        raise InstallError("the Debian package 'prometheus' did not put both 'prometheus' and 'promtool' on PATH")
+    return Path(prometheus), Path(promtool)
+
+
+def stop_packaged_prometheus() -> None:
+    """Stop the Debian package's own Prometheus service if it runs; a missing service manager is not an error."""
+    service = shutil.which("service")
+    if service is None:
+        return
+    status = subprocess.run(
+        [service, "prometheus", "status"], stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False
+    )
+    if status.returncode == 0:
+        _logger.info("stopping the Debian package's prometheus service (the stack runs its own)")
+        subprocess.run([service, "prometheus", "stop"], stdin=subprocess.DEVNULL, capture_output=True, check=False)
+
+
+def install_all(*, root: Path | None = None, home: Path | None = None) -> Binaries:
+    """Ensure every binary of the stack and return their paths.
+
+    ``root`` defaults to :func:`layout.repository_root`, ``home`` to ``$OTEL_RL_HOME``.
+    """
+    root = layout.repository_root() if root is None else root
+    home = otel_rl_home() if home is None else home
+    prometheus, promtool = ensure_prometheus()
+    victorialogs = ensure_victorialogs(home=home)
+    collector = ensure_collector(layout.collector_manifest(root), home=home)
+    return Binaries(collector=collector, victorialogs=victorialogs, prometheus=prometheus, promtool=promtool)

@@ -1,0 +1,433 @@
+"""Run the local stack: the OpenTelemetry Collector, Prometheus and VictoriaLogs as background processes.
+
+A :class:`Stack` keeps everything in its state directory::
+
+    <state_dir>/stack.json          ports and host of the stack (read by ``otel-rl stack status|down``)
+    <state_dir>/run/<name>.pid      pid and start time of each component
+    <state_dir>/logs/<name>.log     stdout and stderr of each component (appended)
+    <state_dir>/prometheus.yml      Prometheus config rendered from ``prometheus/prometheus.yml``
+    <state_dir>/data/<name>/        Prometheus TSDB and VictoriaLogs storage
+
+so that another process (the CLI) can report on it and stop it. Start order is VictoriaLogs, Prometheus, then the
+collector (which writes to both); stop order is the reverse, so the collector can flush on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Literal, get_args
+
+from otel_rl.stack import env as stack_env
+from otel_rl.stack import install, layout
+from otel_rl.stack.config import StackConfig, StackPorts, find_free_ports, render_prometheus_config
+from otel_rl.stack.process import ManagedProcess, ProcessState, tail
+
+__all__ = [
+    "COMPONENTS",
+    "ComponentName",
+    "ComponentStatus",
+    "Stack",
+    "StackConfig",
+    "StackError",
+    "StackPorts",
+    "find_free_ports",
+]
+
+_logger = logging.getLogger(__name__)
+
+ComponentName = Literal["victorialogs", "prometheus", "collector"]
+"""The components of a stack."""
+
+COMPONENTS: Final[tuple[ComponentName, ...]] = get_args(ComponentName)
+"""All components, in start order."""
+
+_STATE_FILE: Final = "stack.json"
+_LOG_TAIL_LINES: Final = 30
+
+
+class StackError(RuntimeError):
+    """A component failed to start, died, or did not become healthy; the message names it and tails its log."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComponentStatus:
+    """What ``status`` reports about one component."""
+
+    name: ComponentName
+    """The component."""
+    pid: int | None
+    """Its pid, or ``None`` when not running."""
+    state: ProcessState
+    """``running``, ``paused`` (SIGSTOP) or ``stopped``."""
+    healthy: bool
+    """Whether its health endpoint answered 200 just now."""
+    health_url: str
+    """The endpoint that was asked."""
+    log_file: Path
+    """Where its output goes."""
+
+
+def _check_name(name: str) -> ComponentName:
+    """Return ``name`` as a component name.
+
+    Raises:
+        ValueError: when it is not one of :data:`COMPONENTS`.
+    """
+    for component in COMPONENTS:
+        if name == component:
+            return component
+    raise ValueError(f'"name" must be one of {COMPONENTS!r}, got {name!r}')
+
+
+def _http_ok(url: str, *, timeout_s: float = 1.0) -> tuple[bool, str]:
+    """GET ``url``; return ``(True, "")`` on HTTP 200, else ``(False, reason)``."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - local http URL we built
+            return response.status == 200, f"HTTP {response.status}"
+    except urllib.error.HTTPError as error:
+        return False, f"HTTP {error.code}"
+    except (urllib.error.URLError, OSError) as error:
+        return False, str(getattr(error, "reason", error))
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    """Return whether something already listens on ``host:port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+class Stack:
+    """One local stack: start, check, signal and stop its three components.
+
+    Usable as a context manager: ``with Stack(config) as stack:`` runs :meth:`up` and, on exit, :meth:`down`.
+    Binaries are installed (or found) on first need by :func:`otel_rl.stack.install.install_all`, unless given.
+    """
+
+    def __init__(self, config: StackConfig | None = None, *, binaries: install.Binaries | None = None) -> None:
+        """Prepare a stack; nothing starts until :meth:`up` or :meth:`start_component`."""
+        self.config = StackConfig() if config is None else config
+        self.state_dir = self.config.resolved_state_dir()
+        self._binaries = binaries
+        self._processes: dict[ComponentName, ManagedProcess] = {
+            name: ManagedProcess(
+                name,
+                pid_file=self.state_dir / "run" / f"{name}.pid",
+                log_file=self.state_dir / "logs" / f"{name}.log",
+            )
+            for name in COMPONENTS
+        }
+
+    @classmethod
+    def attach(cls, state_dir: Path, *, config: StackConfig | None = None) -> Stack:
+        """Return the stack whose state lives in ``state_dir``, with the ports and host it was started with.
+
+        Falls back to ``config`` (or the defaults) when ``state_dir`` has no ``stack.json`` yet. Used by the CLI's
+        ``status`` and ``down`` to act on a stack started by another process.
+        """
+        base = StackConfig(state_dir=state_dir) if config is None else config
+        path = state_dir / _STATE_FILE
+        if path.is_file():
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            base = StackConfig(
+                ports=StackPorts(**saved["ports"]),
+                host=saved["host"],
+                home=base.home,
+                state_dir=state_dir,
+                root=base.root,
+                collector_configs=base.collector_configs,
+                prometheus_retention=base.prometheus_retention,
+                victorialogs_retention=base.victorialogs_retention,
+                ready_timeout_s=base.ready_timeout_s,
+                stop_timeout_s=base.stop_timeout_s,
+            )
+        return cls(base)
+
+    # Endpoints ---------------------------------------------------------------------------------------------------
+
+    @property
+    def otlp_grpc_endpoint(self) -> str:
+        """OTLP/gRPC endpoint for ``OTLPMetricExporter(endpoint=..., insecure=True)``: ``http://host:port``."""
+        return f"http://{self.config.host}:{self.config.ports.otlp_grpc}"
+
+    @property
+    def otlp_http_endpoint(self) -> str:
+        """OTLP/HTTP base URL (``OTEL_EXPORTER_OTLP_ENDPOINT`` form); signal paths are ``/v1/metrics``, ``/v1/logs``."""
+        return f"http://{self.config.host}:{self.config.ports.otlp_http}"
+
+    @property
+    def prometheus_url(self) -> str:
+        """Prometheus base URL, e.g. ``http://127.0.0.1:9090`` (API under ``/api/v1/``)."""
+        return f"http://{self.config.host}:{self.config.ports.prometheus}"
+
+    @property
+    def victorialogs_url(self) -> str:
+        """VictoriaLogs base URL, e.g. ``http://127.0.0.1:9428`` (LogsQL under ``/select/logsql/query``)."""
+        return f"http://{self.config.host}:{self.config.ports.victorialogs}"
+
+    @property
+    def collector_health_url(self) -> str:
+        """The collector's ``health_check`` URL."""
+        return f"http://{self.config.host}:{self.config.ports.collector_health}/"
+
+    def health_url(self, name: ComponentName) -> str:
+        """Return the URL that answers 200 when component ``name`` is ready."""
+        name = _check_name(name)
+        if name == "prometheus":
+            return f"{self.prometheus_url}/-/ready"
+        if name == "victorialogs":
+            return f"{self.victorialogs_url}/health"
+        return self.collector_health_url
+
+    def log_file(self, name: ComponentName) -> Path:
+        """Return the log file of component ``name``."""
+        return self._processes[_check_name(name)].log_file
+
+    def collector_environment(self) -> dict[str, str]:
+        """Return the variables (see :mod:`otel_rl.stack.env`) the collector configuration reads."""
+        ports = self.config.ports
+        return {
+            stack_env.COLLECTOR_OTLP_GRPC_PORT: str(ports.otlp_grpc),
+            stack_env.COLLECTOR_OTLP_HTTP_PORT: str(ports.otlp_http),
+            stack_env.COLLECTOR_HEALTH_PORT: str(ports.collector_health),
+            stack_env.COLLECTOR_METRICS_PORT: str(ports.collector_metrics),
+            stack_env.COLLECTOR_PROMETHEUS_URL: self.prometheus_url,
+            stack_env.COLLECTOR_VICTORIALOGS_URL: self.victorialogs_url,
+        }
+
+    # Lifecycle ---------------------------------------------------------------------------------------------------
+
+    def binaries(self) -> install.Binaries:
+        """Return the stack's executables, installing (or building) whatever is missing on first call."""
+        if self._binaries is None:
+            self._binaries = install.install_all(root=self.config.resolved_root(), home=self.config.home)
+        return self._binaries
+
+    def up(self) -> None:
+        """Start every component that is not running and wait until all are healthy.
+
+        Raises:
+            StackError: when a component fails; the components this call started are stopped again.
+        """
+        self.binaries()
+        started: list[ComponentName] = []
+        try:
+            for name in COMPONENTS:
+                if self._processes[name].pid() is None:
+                    self.start_component(name)
+                    started.append(name)
+                else:
+                    self.wait_healthy(name)
+        except BaseException:
+            for name in reversed(started):
+                self.stop_component(name)
+            raise
+
+    def down(self) -> None:
+        """Stop every component (collector first): SIGTERM, wait ``stop_timeout_s``, then SIGKILL."""
+        for name in reversed(COMPONENTS):
+            self.stop_component(name)
+
+    def __enter__(self) -> Stack:
+        self.up()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.down()
+
+    def start_component(self, name: ComponentName, *, wait: bool = True) -> None:
+        """Start component ``name`` if it is not running and, when ``wait``, wait until it is healthy.
+
+        Raises:
+            ValueError: for an unknown name.
+            StackError: when its port is taken, or it dies or stays unhealthy for ``ready_timeout_s``.
+        """
+        name = _check_name(name)
+        process = self._processes[name]
+        if process.pid() is not None:
+            if wait:
+                self.wait_healthy(name)
+            return
+        for port_name, port in self._listen_ports(name):
+            if _port_in_use(self.config.host, port):
+                raise StackError(
+                    f"cannot start {name}: port {port_name}={port!r} on {self.config.host!r} is already in use "
+                    "(another stack, or the Debian prometheus service?); choose other ports"
+                )
+        argv, environment = self._command(name)
+        self._write_state()
+        process.start(argv, env=environment, cwd=self.state_dir)
+        if wait:
+            self.wait_healthy(name)
+
+    def stop_component(self, name: ComponentName) -> None:
+        """Stop component ``name`` (SIGTERM, then SIGKILL after ``stop_timeout_s``); a stopped one is left alone."""
+        self._processes[_check_name(name)].stop(timeout_s=self.config.stop_timeout_s)
+
+    def kill_component(self, name: ComponentName) -> None:
+        """SIGKILL component ``name`` (a crash, for tests) and wait until it is gone."""
+        self._processes[_check_name(name)].kill()
+
+    def pause_component(self, name: ComponentName) -> None:
+        """SIGSTOP component ``name``: it keeps its sockets but answers nothing (a hung process, for tests).
+
+        Raises:
+            StackError: when it is not running.
+        """
+        if not self._processes[_check_name(name)].signal(signal.SIGSTOP):
+            raise StackError(f"cannot pause {name}: it is not running")
+
+    def resume_component(self, name: ComponentName) -> None:
+        """SIGCONT component ``name`` after :meth:`pause_component`.
+
+        Raises:
+            StackError: when it is not running.
+        """
+        if not self._processes[_check_name(name)].signal(signal.SIGCONT):
+            raise StackError(f"cannot resume {name}: it is not running")
+
+    # Inspection --------------------------------------------------------------------------------------------------
+
+    def pid(self, name: ComponentName) -> int | None:
+        """Return the pid of component ``name``, or ``None`` when it is not running."""
+        return self._processes[_check_name(name)].pid()
+
+    def is_healthy(self, name: ComponentName) -> bool:
+        """Return whether component ``name`` runs and its health endpoint answers 200."""
+        if self._processes[_check_name(name)].state() != "running":
+            return False
+        return _http_ok(self.health_url(name))[0]
+
+    def status(self) -> dict[ComponentName, ComponentStatus]:
+        """Return the status of every component, in start order."""
+        result: dict[ComponentName, ComponentStatus] = {}
+        for name in COMPONENTS:
+            process = self._processes[name]
+            result[name] = ComponentStatus(
+                name=name,
+                pid=process.pid(),
+                state=process.state(),
+                healthy=self.is_healthy(name),
+                health_url=self.health_url(name),
+                log_file=process.log_file,
+            )
+        return result
+
+    def wait_healthy(self, name: ComponentName, *, timeout_s: float | None = None) -> None:
+        """Wait until component ``name`` is healthy.
+
+        Raises:
+            StackError: when it exits first, or is not healthy after ``timeout_s`` (default ``ready_timeout_s``);
+                the message ends with the tail of its log.
+        """
+        name = _check_name(name)
+        process = self._processes[name]
+        limit = self.config.ready_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + limit
+        url = self.health_url(name)
+        reason = "not checked"
+        while True:
+            if process.pid() is None:
+                status = process.exit_status()
+                how = "is not running" if status is None else f"exited with status {status!r}"
+                raise StackError(self._failure(name, f"{name} {how} before becoming healthy at {url}"))
+            healthy, reason = _http_ok(url)
+            if healthy:
+                return
+            if time.monotonic() >= deadline:
+                raise StackError(
+                    self._failure(name, f"{name} was not healthy at {url} within {limit!r} s (last: {reason})")
+                )
+            time.sleep(0.2)
+
+    # Internals ---------------------------------------------------------------------------------------------------
+
+    def _failure(self, name: ComponentName, message: str) -> str:
+        """Return ``message`` followed by the tail of ``name``'s log."""
+        log_file = self._processes[name].log_file
+        return f"{message}; last {_LOG_TAIL_LINES} lines of {log_file}:\n{tail(log_file, _LOG_TAIL_LINES)}"
+
+    def _listen_ports(self, name: ComponentName) -> list[tuple[str, int]]:
+        """Return the ``(field, port)`` pairs component ``name`` listens on."""
+        ports = self.config.ports
+        if name == "prometheus":
+            return [("prometheus", ports.prometheus)]
+        if name == "victorialogs":
+            return [("victorialogs", ports.victorialogs)]
+        return [
+            ("otlp_grpc", ports.otlp_grpc),
+            ("otlp_http", ports.otlp_http),
+            ("collector_health", ports.collector_health),
+            ("collector_metrics", ports.collector_metrics),
+        ]
+
+    def _command(self, name: ComponentName) -> tuple[list[str], dict[str, str]]:
+        """Return the argv and environment that start component ``name``; writes its rendered config if any."""
+        binaries = self.binaries()
+        environment = dict(os.environ)
+        data_dir = self.state_dir / "data" / name
+        data_dir.mkdir(parents=True, exist_ok=True)
+        listen = f"{self.config.host}:"
+        if name == "victorialogs":
+            argv = [
+                str(binaries.victorialogs),
+                f"-storageDataPath={data_dir}",
+                f"-httpListenAddr={listen}{self.config.ports.victorialogs}",
+                f"-retentionPeriod={self.config.victorialogs_retention}",
+            ]
+        elif name == "prometheus":
+            root = self.config.resolved_root()
+            rendered = self.state_dir / "prometheus.yml"
+            rendered.write_text(
+                render_prometheus_config(
+                    layout.prometheus_config(root),
+                    ports=self.config.ports,
+                    host=self.config.host,
+                    rules_dir=layout.prometheus_rules_dir(root),
+                ),
+                encoding="utf-8",
+            )
+            argv = [
+                str(binaries.prometheus),
+                f"--config.file={rendered}",
+                f"--storage.tsdb.path={data_dir}",
+                f"--storage.tsdb.retention.time={self.config.prometheus_retention}",
+                f"--web.listen-address={listen}{self.config.ports.prometheus}",
+                "--web.enable-remote-write-receiver",
+                "--web.enable-lifecycle",
+                "--enable-feature=native-histograms,exemplar-storage",
+            ]
+        else:
+            configs = self.config.resolved_collector_configs()
+            for path in configs:
+                if not path.is_file():
+                    raise StackError(f"cannot start collector: config file {str(path)!r} does not exist")
+            argv = [str(binaries.collector), *(f"--config={path}" for path in configs)]
+            environment.update(self.collector_environment())
+        return argv, environment
+
+    def _write_state(self) -> None:
+        """Write ``stack.json`` (ports and host) so that other processes can :meth:`attach`."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        path = self.state_dir / _STATE_FILE
+        temporary = path.with_suffix(".json.tmp")
+        temporary.write_text(
+            json.dumps({"host": self.config.host, "ports": self.config.ports.as_dict()}, indent=2) + "\n",
+            encoding="utf-8",
+        )
+        os.replace(temporary, path)
