@@ -9,6 +9,7 @@ overflow drops the oldest records and counts them.
 from __future__ import annotations
 
 import collections
+import sys
 import logging
 import threading
 import time
@@ -18,7 +19,7 @@ from typing import IO, Any
 
 import grpc
 from opentelemetry.sdk._logs import ReadableLogRecord
-from opentelemetry.sdk._logs.export import ConsoleLogExporter, LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter, LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, MetricExportResult
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
@@ -51,16 +52,16 @@ def build_exporters(config: TelemetryConfig) -> Exporters:
         return Exporters(None, None)
     if config.exporter == "console":
         return Exporters(
-            ConsoleMetricExporter(formatter=ConsoleMetricFormatter()),
-            ConsoleLogExporter(formatter=ConsoleLogFormatter()),
-            ConsoleSpanExporter(),
+            ConsoleMetricExporter(out=sys.stdout, formatter=ConsoleMetricFormatter()),
+            ConsoleLogRecordExporter(out=sys.stdout, formatter=ConsoleLogFormatter()),
+            ConsoleSpanExporter(out=sys.stdout),
         )
     if config.exporter == "file":
         assert config.output_file is not None
         out = open(config.output_file, "a", encoding="utf-8")  # noqa: SIM115 - closed by Telemetry.shutdown
         return Exporters(
             ConsoleMetricExporter(out=out, formatter=lambda data: data.to_json(indent=None) + "\n"),
-            ConsoleLogExporter(out=out, formatter=lambda record: record.to_json(indent=None) + "\n"),
+            ConsoleLogRecordExporter(out=out, formatter=lambda record: record.to_json(indent=None) + "\n"),
             ConsoleSpanExporter(out=out, formatter=lambda span: span.to_json(indent=None) + "\n"),
             out,
         )

@@ -1,0 +1,129 @@
+"""Configuration: precedence argument > environment > default, and errors that name the setting."""
+
+from __future__ import annotations
+
+import pytest
+
+from otel_rl import TelemetryConfig
+from otel_rl._env import parse_headers
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (
+        "RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+        "SLURM_JOB_ID", "OTEL_RL_RUN_ID", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_RL_EXPORTER",
+    ):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_torchrun_variables_are_detected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RANK, WORLD_SIZE, LOCAL_RANK and TORCHELASTIC_RUN_ID fill the rank attributes."""
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-42")
+    config = TelemetryConfig()
+    assert (config.rank, config.world_size, config.local_rank, config.run_id) == (3, 8, 1, "job-42")
+
+
+def test_slurm_variables_are_detected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and SLURM_JOB_ID are the fallback."""
+    monkeypatch.setenv("SLURM_PROCID", "5")
+    monkeypatch.setenv("SLURM_NTASKS", "6")
+    monkeypatch.setenv("SLURM_LOCALID", "2")
+    monkeypatch.setenv("SLURM_JOB_ID", "777")
+    config = TelemetryConfig()
+    assert (config.rank, config.world_size, config.local_rank, config.run_id) == (5, 6, 2, "777")
+
+
+def test_arguments_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Explicit arguments beat launcher and OTEL_* variables."""
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4317")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "2500")
+    config = TelemetryConfig(rank=1, world_size=2, run_id="r", endpoint="http://arg:4317")
+    assert (config.rank, config.world_size, config.endpoint) == (1, 2, "http://arg:4317")
+    assert config.export_interval_s == pytest.approx(2.5)
+
+
+def test_headers_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OTEL_EXPORTER_OTLP_HEADERS is parsed with URL-decoding."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20s3cret")
+    assert TelemetryConfig(run_id="r").headers == {"authorization": "Bearer s3cret"}
+
+
+def test_malformed_header_error_hides_the_value() -> None:
+    """A malformed header names its position, never its content (it may be a token)."""
+    with pytest.raises(ValueError, match="entry 1 must be 'key=value'") as error:
+        parse_headers("a=b,s3cret-token", setting="OTEL_EXPORTER_OTLP_HEADERS")
+    assert "s3cret" not in str(error.value)
+
+
+def test_multi_rank_needs_a_run_id() -> None:
+    """Several ranks with no shared run id would split one run into many: refused."""
+    with pytest.raises(ValueError, match='"run_id" is required when "world_size" > 1'):
+        TelemetryConfig(rank=0, world_size=2)
+
+
+def test_torchrun_default_rendezvous_id_is_not_a_run_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun's default TORCHELASTIC_RUN_ID 'none' is shared by unrelated runs, so it does not count."""
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="run_id"):
+        TelemetryConfig()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"exporter": "kafka"}, r'"exporter" must be one of otlp, console, file, none, got \'kafka\''),
+        ({"protocol": "udp"}, r'"protocol" must be one of grpc, http/protobuf, got \'udp\''),
+        ({"rank": -1}, r'"rank" must be an integer >= 0, got -1'),
+        ({"rank": 2, "world_size": 2}, r'"rank" must be < "world_size" \(2\), got 2'),
+        ({"export_interval_s": 0}, r'"export_interval_s" must be a positive number of seconds, got 0'),
+        ({"top_k": -1}, r'"top_k" must be an integer >= 0, got -1'),
+        ({"reward_bounds": (1.0, 0.0)}, r'"reward_bounds" must be strictly increasing'),
+        ({"reward_bounds": ()}, r'"reward_bounds" must be a non-empty tuple'),
+        ({"reward_bounds": (0.0, float("nan"))}, r'"reward_bounds" must hold finite numbers, got nan'),
+        ({"staleness_bounds": (0, 1.5)}, r'"staleness_bounds" must hold integers >= 0, got 1.5'),
+        ({"endpoint": "collector:4317"}, r'"endpoint" must start with http:// or https://'),
+        ({"role": ""}, r'"role" must be a non-empty string'),
+        ({"max_reward_fns": 0}, r'"max_reward_fns" must be an integer >= 1, got 0'),
+        ({"sample_queue_size": 0}, r'"sample_queue_size" must be an integer >= 1, got 0'),
+    ],
+)
+def test_bad_settings_raise_naming_setting_and_value(kwargs: dict[str, object], message: str) -> None:
+    """Each invalid setting raises ValueError naming the setting and showing the value."""
+    with pytest.raises(ValueError, match=message):
+        TelemetryConfig(run_id="r", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("RANK", "zero", "environment variable RANK must be an integer, got 'zero'"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "soon", "OTEL_METRIC_EXPORT_INTERVAL must be a number, got 'soon'"),
+        ("OTEL_RL_EXPORTER", "kafka", '"exporter" must be one of'),
+    ],
+)
+def test_bad_environment_raises_naming_variable(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, message: str
+) -> None:
+    """Invalid environment variables raise at construction, naming the variable."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=message):
+        TelemetryConfig(run_id="r")
+
+
+def test_unknown_setting_is_an_error() -> None:
+    """A misspelled setting is a TypeError, not silently ignored."""
+    with pytest.raises(TypeError, match="top_kk"):
+        TelemetryConfig(top_kk=3)  # type: ignore[call-arg]
+
+
+def test_instance_ids_are_unique_per_process_config() -> None:
+    """service.instance.id differs between two configurations (a restarted rank is a new stream)."""
+    assert TelemetryConfig(run_id="r").instance_id != TelemetryConfig(run_id="r").instance_id

@@ -1,0 +1,135 @@
+"""The vectorized statistics equal a float64 numpy reference on random inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from otel_rl._stats import BadInput, RewardSummarizer, StalenessSummarizer
+
+REWARD_BOUNDS = (-2.0, -0.5, 0.0, 0.5, 1.0, 3.0)
+STALENESS_BOUNDS = (0, 1, 2, 4, 8, 100)
+
+
+def reference_buckets(values: np.ndarray, bounds: tuple[float, ...]) -> list[int]:
+    """Upper-inclusive buckets: bucket i counts bounds[i-1] < v <= bounds[i]."""
+    index = np.searchsorted(np.asarray(bounds, dtype=np.float64), values, side="left")
+    return np.bincount(index, minlength=len(bounds) + 1).tolist()
+
+
+floats = st.floats(allow_nan=True, allow_infinity=True, width=32)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=arrays(np.float32, st.integers(0, 300), elements=floats), data=st.data())
+def test_rewards_match_numpy_reference(values: np.ndarray, data: st.DataObject) -> None:
+    """Count, sum, squares, extremes and buckets of masked rewards equal numpy in float64; non-finite counted."""
+    mask = data.draw(arrays(np.bool_, values.shape)) if data.draw(st.booleans()) else None
+    summary = RewardSummarizer(REWARD_BOUNDS).summarize(torch.from_numpy(values), mask)
+    selected = values.astype(np.float64)[mask] if mask is not None else values.astype(np.float64)
+    finite = selected[np.isfinite(selected)]
+    assert summary.count == finite.size
+    assert summary.total == pytest.approx(finite.sum(), rel=1e-9, abs=1e-6)
+    assert summary.squares == pytest.approx((finite**2).sum(), rel=1e-9, abs=1e-6)
+    assert summary.positive == pytest.approx(finite[finite > 0].sum(), rel=1e-9, abs=1e-6)
+    assert summary.negative == pytest.approx(-finite[finite < 0].sum(), rel=1e-9, abs=1e-6)
+    assert list(summary.bucket_counts) == reference_buckets(finite, REWARD_BOUNDS)
+    assert summary.rejected.get("nonfinite", 0) == selected.size - finite.size
+    if finite.size:
+        assert summary.minimum == finite.min() and summary.maximum == finite.max()
+    else:
+        assert summary.minimum is None and summary.maximum is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    offsets=arrays(np.int64, st.integers(0, 300), elements=st.integers(-5, 300)),
+    current=st.sampled_from([10, 2**24 + 1, 2**53 - 7, 2**62]),
+    data=st.data(),
+)
+def test_staleness_matches_numpy_reference(offsets: np.ndarray, current: int, data: st.DataObject) -> None:
+    """Staleness is exact in int64 (near 2**53 too), negatives are counted and not folded in."""
+    versions = current - offsets
+    mask = data.draw(arrays(np.bool_, versions.shape)) if data.draw(st.booleans()) else None
+    summary = StalenessSummarizer(STALENESS_BOUNDS).summarize(torch.from_numpy(versions), current, mask)
+    staleness = (current - versions)[mask] if mask is not None else current - versions
+    valid = staleness[staleness >= 0]
+    assert summary.count == valid.size
+    assert summary.total == int(valid.sum())
+    assert list(summary.bucket_counts) == reference_buckets(valid.astype(np.float64), STALENESS_BOUNDS)
+    assert summary.rejected.get("negative", 0) == int((staleness < 0).sum())
+    if valid.size:
+        assert (summary.minimum, summary.maximum) == (int(valid.min()), int(valid.max()))
+
+
+def test_staleness_is_exact_above_float32_precision() -> None:
+    """Versions beyond 2**24 (where float32 rounds) give exact staleness."""
+    current = 2**24 + 3
+    summary = StalenessSummarizer(STALENESS_BOUNDS).summarize(torch.tensor([2**24 + 2, 2**24 + 3]), current, None)
+    assert (summary.total, summary.minimum, summary.maximum) == (1, 0, 1)
+
+
+def test_large_staleness_bounds_use_bucketize_path() -> None:
+    """Bounds above the bincount limit (documents-seen units) give the same buckets as the reference."""
+    bounds = (0, 1_000, 100_000, 10_000_000)
+    versions = np.array([10_000_000, 9_999_000, 9_000_000, 0, 5], dtype=np.int64)
+    summary = StalenessSummarizer(bounds).summarize(versions, 10_000_000, None)
+    assert list(summary.bucket_counts) == reference_buckets((10_000_000 - versions).astype(np.float64), bounds)
+
+
+def test_float_versions_must_be_integral() -> None:
+    """Float versions are accepted when integral; fractional ones are rejected and counted."""
+    summary = StalenessSummarizer(STALENESS_BOUNDS).summarize(torch.tensor([3.0, 2.5, 1.0]), 4, None)
+    assert (summary.count, summary.total, summary.rejected) == (2, 4, {"nonintegral": 1})
+
+
+def test_per_token_rewards_count_once_per_rollout() -> None:
+    """A (rollouts, tokens) broadcast reward counts each rollout once, at its first unmasked token."""
+    rewards = torch.tensor([[-1.0] * 4, [2.0] * 4, [9.0] * 4])
+    mask = torch.tensor([[0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+    summary = RewardSummarizer(REWARD_BOUNDS).summarize(rewards, mask)
+    assert (summary.count, summary.total, summary.minimum, summary.maximum) == (2, 1.0, -1.0, 2.0)
+
+
+def test_all_negative_rewards_keep_their_sum() -> None:
+    """Negative rewards are recorded (the SDK's Histogram.record would drop them)."""
+    summary = RewardSummarizer(REWARD_BOUNDS).summarize(np.array([-1.0, -3.0]), None)
+    assert (summary.count, summary.total, summary.negative, summary.positive) == (2, -4.0, 4.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("values", "mask", "reason"),
+    [
+        (torch.zeros(3), torch.ones(4), "shape"),
+        (torch.zeros(2, 2, 2), None, "shape"),
+        (torch.tensor([True]), None, "dtype"),
+        (np.array(["a"]), None, "dtype"),
+        ("text", None, "type"),
+        ([1.0, "x"], None, "type"),
+    ],
+)
+def test_unusable_calls_raise_bad_input(values: object, mask: object, reason: str) -> None:
+    """Type, dtype and shape errors are reported with a reason (the facade counts them)."""
+    with pytest.raises(BadInput, match=r'"(rewards|mask)"') as error:
+        RewardSummarizer(REWARD_BOUNDS).summarize(values, mask)
+    assert error.value.reason == reason
+
+
+def test_empty_inputs_give_empty_summaries() -> None:
+    """Empty tensors (and fully masked ones) give count 0 and no extremes."""
+    for values, mask in ((torch.empty(0), None), (torch.ones(3), torch.zeros(3)), (torch.ones(2, 0), None)):
+        summary = RewardSummarizer(REWARD_BOUNDS).summarize(values, mask)
+        assert summary.count == 0 and summary.minimum is None and sum(summary.bucket_counts) == 0
+    assert StalenessSummarizer(STALENESS_BOUNDS).summarize(torch.empty(0, dtype=torch.int64), 3, None).count == 0
+
+
+def test_scalar_reward() -> None:
+    """A Python scalar is one observation."""
+    summary = RewardSummarizer(REWARD_BOUNDS).summarize(0.25, None)
+    assert (summary.count, summary.total) == (1, 0.25) and not math.isnan(summary.squares)

@@ -1,0 +1,306 @@
+"""The Telemetry facade with the real SDK: exported points, samples, bad input, and a failing collector."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_rl import EpisodeSample, Telemetry, TelemetryConfig
+from tests.conftest import RecordingMetricExporter
+
+BOUNDS = (-1.0, 0.0, 1.0)
+
+
+def make(exporter: RecordingMetricExporter, logs: LogRecordExporter | None = None, **settings: object) -> Telemetry:
+    config = TelemetryConfig(run_id="run-t", rank=0, world_size=1, reward_bounds=BOUNDS, export_interval_s=60,
+                             **settings)  # type: ignore[arg-type]  # fmt: skip
+    return Telemetry(config, metric_exporter=exporter, log_exporter=logs or InMemoryLogRecordExporter())
+
+
+def rejected(exporter: RecordingMetricExporter) -> dict[tuple[str, str], float]:
+    out = {}
+    for (name, attrs), point in exporter.latest().items():
+        if name == "otel_rl.values.rejected":
+            labels = dict(attrs)
+            out[(labels["otel_rl.metric"], labels["otel_rl.reason"])] = point.value  # type: ignore[attr-defined]
+    return out
+
+
+def test_negative_rewards_are_exported_with_exact_totals(metric_exporter: RecordingMetricExporter) -> None:
+    """All-negative rewards give a negative histogram sum, exact buckets, and monotone positive/negative parts."""
+    telemetry = make(metric_exporter)
+    telemetry.record_rewards(torch.tensor([-3.0, -0.5, -0.25]), fn="format")
+    telemetry.record_rewards(np.array([-1.0]), fn="format")
+    assert telemetry.flush(5)
+    points = metric_exporter.latest()
+    key = (("rl.reward.fn", "format"),)
+    histogram = points[("rl.reward", key)]
+    assert (histogram.count, histogram.sum) == (4, -4.75)  # type: ignore[attr-defined]
+    assert list(histogram.bucket_counts) == [2, 2, 0, 0]  # type: ignore[attr-defined]
+    assert (histogram.min, histogram.max) == (-3.0, -0.25)  # type: ignore[attr-defined]
+    assert points[("rl.reward.negative", key)].value == 4.75  # type: ignore[attr-defined]
+    assert ("rl.reward.positive", key) not in points  # nothing positive was added yet
+    assert points[("rl.reward.squares", key)].value == pytest.approx(9 + 0.25 + 0.0625 + 1)  # type: ignore[attr-defined]
+    assert points[("rl.reward.max", key)].value == -0.25  # type: ignore[attr-defined]
+    assert points[("rl.reward.min", key)].value == -3.0  # type: ignore[attr-defined]
+    telemetry.shutdown()
+
+
+def test_points_are_cumulative_with_a_stable_start(metric_exporter: RecordingMetricExporter) -> None:
+    """Two exports: the second carries running totals and the same start time; extremes are per window."""
+    telemetry = make(metric_exporter)
+    telemetry.record_rewards([0.5])
+    telemetry.flush(5)
+    telemetry.record_rewards([-0.5])
+    telemetry.flush(5)
+    first, second = (
+        next(m for m in data.resource_metrics[0].scope_metrics[0].metrics if m.name == "rl.reward").data.data_points[0]
+        for data in metric_exporter.exports[:2]
+    )
+    assert (first.count, second.count, second.sum) == (1, 2, 0.0)
+    assert first.start_time_unix_nano == second.start_time_unix_nano < second.time_unix_nano
+    assert metric_exporter.latest()[("rl.reward.max", (("rl.reward.fn", "total"),))].value == -0.5  # type: ignore[attr-defined]
+    telemetry.shutdown()
+
+
+def test_failed_export_keeps_the_window_extremes(metric_exporter: RecordingMetricExporter) -> None:
+    """A max seen during a failed export still goes out with the next successful one."""
+    telemetry = make(metric_exporter)
+    metric_exporter.fail = True
+    telemetry.record_rewards([9.0])
+    telemetry.flush(5)
+    metric_exporter.fail = False
+    telemetry.record_rewards([0.1])
+    telemetry.flush(5)
+    points = metric_exporter.latest()
+    assert points[("rl.reward.max", (("rl.reward.fn", "total"),))].value == 9.0  # type: ignore[attr-defined]
+    assert points[("otel_rl.export.failures", (("otel_rl.signal", "metrics"),))].value == 1  # type: ignore[attr-defined]
+    telemetry.shutdown()
+
+
+def test_staleness_and_policy_version(metric_exporter: RecordingMetricExporter) -> None:
+    """Per-token versions with a mask give the staleness histogram, its extremes, and rl.policy.version."""
+    telemetry = make(metric_exporter, staleness_bounds=(0, 1, 2))
+    versions = torch.tensor([[10, 9, 7], [8, 8, 12]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 1]])
+    telemetry.record_staleness(versions, 10, mask=mask)
+    telemetry.flush(5)
+    points = metric_exporter.latest()
+    histogram = points[("rl.staleness", ())]
+    assert (histogram.count, histogram.sum, list(histogram.bucket_counts)) == (4, 6, [1, 1, 1, 1])  # type: ignore[attr-defined]
+    assert (points[("rl.staleness.max", ())].value, points[("rl.staleness.min", ())].value) == (3, 0)  # type: ignore[attr-defined]
+    assert points[("rl.policy.version", ())].value == 10  # type: ignore[attr-defined]
+    assert rejected(metric_exporter) == {("rl.staleness", "negative"): 1}
+    telemetry.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("call", "metric", "reason", "count"),
+    [
+        (lambda t: t.record_rewards(torch.ones(3), mask=torch.ones(2)), "rl.reward", "shape", 3),
+        (lambda t: t.record_rewards("abc"), "rl.reward", "type", 1),
+        (lambda t: t.record_rewards(torch.ones(2, dtype=torch.bool)), "rl.reward", "dtype", 2),
+        (lambda t: t.record_rewards([1.0, float("inf"), float("nan")]), "rl.reward", "nonfinite", 2),
+        (lambda t: t.record_staleness(torch.tensor([1, 2]), "ten"), "rl.staleness", "invalid", 2),
+        (lambda t: t.record_staleness(torch.tensor([1, 20]), 10), "rl.staleness", "negative", 1),
+        (lambda t: t.record_sample({"reward": 1.0, "scroe": 2}), "rl.sample", "unknown_key", 1),
+    ],
+)
+def test_bad_input_never_raises_and_is_counted(
+    metric_exporter: RecordingMetricExporter, call: object, metric: str, reason: str, count: int
+) -> None:
+    """Bad input on the hot path is dropped, counted by metric and reason, and does not raise."""
+    telemetry = make(metric_exporter)
+    call(telemetry)  # type: ignore[operator]
+    telemetry.flush(5)
+    assert rejected(metric_exporter)[(metric, reason)] == count
+    telemetry.shutdown()
+
+
+def test_valid_part_of_a_call_is_kept(metric_exporter: RecordingMetricExporter) -> None:
+    """NaN among valid rewards: the valid ones are recorded, the NaN counted."""
+    telemetry = make(metric_exporter)
+    telemetry.record_rewards([1.0, float("nan"), -1.0])
+    telemetry.flush(5)
+    assert metric_exporter.latest()[("rl.reward", (("rl.reward.fn", "total"),))].count == 2  # type: ignore[attr-defined]
+    telemetry.shutdown()
+
+
+def test_reward_fn_cardinality_is_capped(metric_exporter: RecordingMetricExporter) -> None:
+    """Beyond max_reward_fns distinct names, rewards go to rl.reward.fn=_overflow and are counted."""
+    telemetry = make(metric_exporter, max_reward_fns=3)
+    for index in range(200):
+        telemetry.record_rewards([1.0], fn=f"fn{index}")
+    telemetry.record_rewards([1.0], fn=123)  # type: ignore[arg-type]
+    telemetry.flush(5)
+    fns = {dict(a)["rl.reward.fn"] for (name, a) in metric_exporter.latest() if name == "rl.reward"}
+    assert fns == {"fn0", "fn1", "fn2", "_overflow"}
+    assert metric_exporter.latest()[("rl.reward", (("rl.reward.fn", "_overflow"),))].count == 198  # type: ignore[attr-defined]
+    assert rejected(metric_exporter) == {("rl.reward", "name_overflow"): 197, ("rl.reward", "name_invalid"): 1}
+    telemetry.shutdown()
+
+
+def test_samples_become_log_records_at_the_step_boundary(metric_exporter: RecordingMetricExporter) -> None:
+    """Top and bottom samples of step 1 are emitted as rl.sample records when step 2 begins."""
+    logs = InMemoryLogRecordExporter()
+    telemetry = make(metric_exporter, logs, top_k=1, bottom_k=1)
+    telemetry.step(1)
+    for index, reward in enumerate([0.2, 0.9, -0.7, 0.1]):
+        telemetry.record_sample(EpisodeSample(reward=reward, episode_id=f"e{index}", prompt="2+2?", response="4"))
+    telemetry.step(2)
+    telemetry.flush(5)
+    records = [r.log_record for r in logs.get_finished_logs()]
+    assert [(r.event_name, r.attributes["rl.sample.selection"], r.attributes["rl.episode.id"]) for r in records] == [
+        ("rl.sample", "top", "e1"),
+        ("rl.sample", "bottom", "e2"),
+    ]
+    assert records[0].attributes["rl.step"] == 1 and records[0].body == {"prompt": "2+2?", "response": "4"}
+    points = metric_exporter.latest()
+    assert points[("otel_rl.samples.exported", ())].value == 2  # type: ignore[attr-defined]
+    assert points[("rl.step", ())].value == 2  # type: ignore[attr-defined]
+    telemetry.shutdown()
+
+
+class _FailingLogs(LogRecordExporter):
+    def export(self, batch: object) -> LogRecordExportResult:
+        return LogRecordExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
+def test_sample_queue_is_bounded_and_drops_are_counted(metric_exporter: RecordingMetricExporter) -> None:
+    """With the log store unreachable, at most sample_queue_size records wait; older ones are dropped and counted."""
+    telemetry = make(metric_exporter, _FailingLogs(), top_k=5, bottom_k=5, sample_queue_size=8)
+    for step in range(5):
+        telemetry.step(step)
+        for index in range(10):
+            telemetry.record_sample(EpisodeSample(reward=float(index)))
+    telemetry.step(5)
+    telemetry.flush(5)
+    points = metric_exporter.latest()
+    dropped = points[("otel_rl.samples.dropped", (("otel_rl.reason", "queue_full"),))].value  # type: ignore[attr-defined]
+    assert dropped == 50 - 8
+    assert points[("otel_rl.export.failures", (("otel_rl.signal", "logs"),))].value >= 1  # type: ignore[attr-defined]
+    telemetry.shutdown(1)
+
+
+class _HangingMetrics(RecordingMetricExporter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def export(self, metrics_data: object, timeout_millis: float = 10_000, **kwargs: object) -> object:  # type: ignore[override]
+        self.release.wait(30)
+        return super().export(metrics_data, timeout_millis)  # type: ignore[arg-type]
+
+
+def test_shutdown_cannot_hang_on_a_hung_collector() -> None:
+    """An exporter that hangs forever does not hold shutdown past its timeout, nor block recording."""
+    exporter = _HangingMetrics()
+    telemetry = make(exporter)
+    telemetry.record_rewards([1.0])
+    telemetry.flush(0.1)
+    started = time.monotonic()
+    telemetry.record_rewards(torch.ones(1000))
+    assert telemetry.shutdown(0.5) is False
+    assert time.monotonic() - started < 5
+    exporter.release.set()
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_unreachable_collector_neither_blocks_nor_raises(protocol: str) -> None:
+    """Real OTLP exporters against a closed port: recording stays fast, failures are counted, shutdown is bounded."""
+    config = TelemetryConfig(
+        run_id="r", endpoint=f"http://127.0.0.1:{_closed_port()}", protocol=protocol,  # type: ignore[arg-type]
+        export_interval_s=0.2, export_timeout_s=0.5, shutdown_timeout_s=2,
+    )  # fmt: skip
+    telemetry = Telemetry(config)
+    started = time.monotonic()
+    for step in range(20):
+        telemetry.step(step)
+        telemetry.record_rewards(torch.randn(512))
+        telemetry.record_staleness(torch.randint(0, 5, (4096,)), 5)
+        telemetry.record_sample(EpisodeSample(reward=0.0, response="r"))
+    recording = time.monotonic() - started
+    time.sleep(1.5)
+    failures = telemetry._store.counter_value(  # the count exists only in memory: nothing could send it
+        __import__("otel_rl._names", fromlist=["x"]).EXPORT_FAILURES, (("otel_rl.signal", "metrics"),)
+    )
+    started = time.monotonic()
+    telemetry.shutdown()
+    assert failures >= 1
+    assert recording < 5 and time.monotonic() - started < 6
+
+
+def test_span_events_carry_the_samples(metric_exporter: RecordingMetricExporter) -> None:
+    """With samples_as_span_events, each step gets an rl.step span with one rl.sample event per kept sample."""
+    spans = InMemorySpanExporter()
+    config = TelemetryConfig(run_id="r", samples_as_span_events=True, top_k=1, bottom_k=1, export_interval_s=60)
+    logs = InMemoryLogRecordExporter()
+    telemetry = Telemetry(config, metric_exporter=metric_exporter, log_exporter=logs, span_exporter=spans)
+    telemetry.step(7)
+    telemetry.record_sample(EpisodeSample(reward=1.0, response="a"))
+    telemetry.record_sample(EpisodeSample(reward=0.0, response="b"))
+    telemetry.step(8)
+    telemetry.shutdown()
+    (span,) = spans.get_finished_spans()
+    assert span.name == "rl.step" and span.attributes["rl.step"] == 7
+    assert [e.attributes["response"] for e in span.events] == ["a", "b"]
+    record = logs.get_finished_logs()[0].log_record
+    assert record.trace_id == span.context.trace_id and record.span_id == span.context.span_id
+
+
+def test_console_mode_prints_a_readable_block_per_step(capsys: pytest.CaptureFixture[str]) -> None:
+    """exporter="console" prints reward statistics and samples, readable, without a collector."""
+    telemetry = Telemetry(TelemetryConfig(run_id="console-run", exporter="console", export_interval_s=60))
+    telemetry.step(1)
+    telemetry.record_rewards([1.0, 0.0], fn="correctness")
+    telemetry.record_sample(EpisodeSample(reward=1.0, response="forty-two"))
+    telemetry.step(2)
+    telemetry.flush(5)
+    telemetry.shutdown()
+    out = capsys.readouterr().out
+    assert "run=console-run" in out and "rl.reward{fn=correctness}" in out and "n=2 mean=0.5" in out
+    assert "[otel-rl sample] top step=1 reward=1.0" in out and "forty-two" in out
+
+
+def test_file_mode_writes_json_lines(tmp_path: Path) -> None:
+    """exporter="file" appends metrics and samples as JSON lines."""
+    path = tmp_path / "telemetry.jsonl"
+    telemetry = Telemetry(TelemetryConfig(run_id="file-run", exporter="file", output_file=str(path)))
+    telemetry.step(1)
+    telemetry.record_rewards([0.5])
+    telemetry.record_sample(EpisodeSample(reward=0.5, response="r"))
+    telemetry.shutdown()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert any(line.get("event_name") == "rl.sample" for line in lines)
+    assert any("resource_metrics" in line for line in lines)
+
+
+def test_resource_carries_run_and_rank() -> None:
+    """The resource has service, instance, run and rank attributes."""
+    telemetry = Telemetry(TelemetryConfig(run_id="r9", rank=2, world_size=4, local_rank=0, role="rollout",
+                                          service_name="svc", exporter="none"))  # fmt: skip
+    attrs = telemetry.resource.attributes
+    assert (attrs["rl.run.id"], attrs["rl.rank"], attrs["rl.world_size"], attrs["rl.local_rank"]) == ("r9", 2, 4, 0)
+    assert (attrs["rl.role"], attrs["service.name"]) == ("rollout", "svc") and attrs["service.instance.id"]
+    telemetry.shutdown()
