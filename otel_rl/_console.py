@@ -22,7 +22,7 @@ def bucket_quantile(q: float, bounds: Sequence[float], counts: Sequence[int]) ->
     0.5
     """
     total = sum(counts)
-    if total == 0:
+    if total == 0 or not bounds:
         return math.nan
     rank = q * total
     seen = 0
@@ -53,7 +53,7 @@ class ConsoleMetricFormatter:
             for scope in resource_metrics.scope_metrics:
                 for metric in scope.metrics:
                     for point in metric.data.data_points:
-                        label = ",".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(point.attributes.items()))
+                        label = ",".join(f"{k.split('.')[-1]}={v!s}" for k, v in sorted((point.attributes or {}).items()))
                         name = f"{metric.name}{{{label}}}" if label else metric.name
                         if isinstance(metric.data, Histogram):
                             line = self._histogram(name, point)
@@ -90,8 +90,11 @@ class ConsoleMetricFormatter:
         count, total, bucket_deltas = delta[0], delta[1], [int(c) for c in delta[2:]]
         if not count:
             return None
+        line = f"  {name:<44} n={count:g} mean={total / count:.4g}"
+        if not bounds:
+            return line
         p50, p90, p99 = (bucket_quantile(q, bounds, bucket_deltas) for q in (0.5, 0.9, 0.99))
-        return f"  {name:<44} n={count:g} mean={total / count:.4g} p50~{p50:.3g} p90~{p90:.3g} p99~{p99:.3g}"
+        return f"{line} p50~{p50:.3g} p90~{p90:.3g} p99~{p99:.3g}"
 
 
 class ConsoleLogFormatter:

@@ -276,7 +276,7 @@ class Telemetry:
                 continue
             self._logger.emit(
                 event_name=_names.SAMPLE_EVENT,
-                body=record.body,  # type: ignore[arg-type]
+                body=record.body,
                 attributes=record.attributes,
                 severity_number=SeverityNumber.INFO,
                 context=context,
@@ -306,9 +306,9 @@ class Telemetry:
         if isinstance(name, str) and name in known:
             return known[name]
         valid = isinstance(name, str) and 0 < len(name) <= _MAX_FN_LENGTH and name.isprintable()
-        if valid and len(known) < cap:
-            known[name] = name  # type: ignore[index]
-            return name  # type: ignore[return-value]
+        if isinstance(name, str) and valid and len(known) < cap:
+            known[name] = name
+            return name
         reason = "name_overflow" if valid else "name_invalid"
         self._warn_once(
             metric,

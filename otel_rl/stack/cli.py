@@ -36,7 +36,9 @@ def _add_stack_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=None, help="address the components listen on (default: 127.0.0.1)")
     for item in fields(StackPorts):
         flag = "--" + item.name.replace("_", "-") + "-port"
-        parser.add_argument(flag, dest=f"port_{item.name}", type=int, default=None, help=f"default: {item.default}")
+        parser.add_argument(
+            flag, dest=f"port_{item.name}", type=int, default=None, metavar="PORT", help=f"default: {item.default}"
+        )
     parser.add_argument(
         "--timeout", type=float, default=None, help="seconds to wait for each component to be healthy (default: 60)"
     )

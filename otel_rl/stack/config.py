@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import yaml
 
 from otel_rl.stack import layout
-from otel_rl.stack.env import otel_rl_home
+from otel_rl.stack.env import COLLECTOR_ENV_NAMES, otel_rl_home
 
 
 def find_free_ports(n: int, *, host: str = "127.0.0.1") -> tuple[int, ...]:
@@ -97,6 +98,9 @@ class StackConfig:
     """Repository checkout with ``collector_config/`` and ``prometheus/``; ``None`` means the one of this package."""
     collector_configs: tuple[Path, ...] = ()
     """Collector ``--config`` files in merge order; empty means ``collector_config/collector.yaml`` of ``root``."""
+    collector_environment: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment for the collector, e.g. ``{"OTEL_RL_AGGREGATION_INTERVAL": "1s"}``; the stack's own
+    variables (:data:`otel_rl.stack.env.COLLECTOR_ENV_NAMES`) cannot be overridden here."""
     prometheus_retention: str = "15d"
     """Prometheus ``--storage.tsdb.retention.time``."""
     victorialogs_retention: str = "7d"
@@ -111,6 +115,9 @@ class StackConfig:
             raise TypeError(f'"ports" must be a StackPorts, got {self.ports!r}')
         if not self.host:
             raise ValueError(f'"host" must be a non-empty address, got {self.host!r}')
+        clashes = sorted(set(self.collector_environment) & set(COLLECTOR_ENV_NAMES))
+        if clashes:
+            raise ValueError(f'"collector_environment" must not set the stack\'s own variables, got {clashes!r}')
         for name in ("ready_timeout_s", "stop_timeout_s"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0:
@@ -154,6 +161,5 @@ def render_prometheus_config(template: Path, *, ports: StackPorts, host: str, ru
         port = targets.get(job.get("job_name"))
         if port is not None:
             job["static_configs"] = [{"targets": [f"{host}:{port}"]}]
-    return "# Rendered by otel_rl.stack from " + str(template) + "; do not edit.\n" + yaml.safe_dump(
-        data, sort_keys=False
-    )
+    body: str = yaml.safe_dump(data, sort_keys=False)
+    return f"# Rendered by otel_rl.stack from {template}; do not edit.\n{body}"

@@ -19,17 +19,21 @@ OTEL_RL_HOME: Final = "OTEL_RL_HOME"
 """Root of everything the stack tooling installs and runs: ``bin/`` (Go-installed tools), ``collector/<digest>/``
 (built collectors) and ``stack/`` (the default state directory). Defaults to ``~/.cache/otel-rl``."""
 
-COLLECTOR_OTLP_GRPC_PORT: Final = "OTEL_RL_OTLP_GRPC_PORT"
-"""Port of the collector's OTLP/gRPC receiver (an integer as text, e.g. ``"4317"``)."""
+COLLECTOR_OTLP_GRPC_ENDPOINT: Final = "OTEL_RL_OTLP_GRPC_ENDPOINT"
+"""``host:port`` of the collector's OTLP/gRPC receiver (e.g. ``"127.0.0.1:4317"``)."""
 
-COLLECTOR_OTLP_HTTP_PORT: Final = "OTEL_RL_OTLP_HTTP_PORT"
-"""Port of the collector's OTLP/HTTP receiver (e.g. ``"4318"``)."""
+COLLECTOR_OTLP_HTTP_ENDPOINT: Final = "OTEL_RL_OTLP_HTTP_ENDPOINT"
+"""``host:port`` of the collector's OTLP/HTTP receiver (e.g. ``"127.0.0.1:4318"``)."""
 
-COLLECTOR_HEALTH_PORT: Final = "OTEL_RL_HEALTH_PORT"
-"""Port of the collector's ``health_check`` extension (e.g. ``"13133"``); ``GET /`` answers 200 when ready."""
+COLLECTOR_HEALTH_ENDPOINT: Final = "OTEL_RL_HEALTH_ENDPOINT"
+"""``host:port`` of the collector's ``health_check`` extension (e.g. ``"127.0.0.1:13133"``); ``GET /`` answers
+200 when ready."""
+
+COLLECTOR_METRICS_HOST: Final = "OTEL_RL_COLLECTOR_METRICS_HOST"
+"""Address on which the collector serves its own metrics in Prometheus format (e.g. ``"127.0.0.1"``)."""
 
 COLLECTOR_METRICS_PORT: Final = "OTEL_RL_COLLECTOR_METRICS_PORT"
-"""Port on which the collector serves its own metrics in Prometheus format (e.g. ``"8888"``)."""
+"""Port of the collector's own metrics (e.g. ``"8888"``)."""
 
 COLLECTOR_PROMETHEUS_URL: Final = "OTEL_RL_PROMETHEUS_URL"
 """Base URL of Prometheus without a trailing slash (e.g. ``"http://127.0.0.1:9090"``); the remote-write
@@ -40,14 +44,17 @@ COLLECTOR_VICTORIALOGS_URL: Final = "OTEL_RL_VICTORIALOGS_URL"
 ``${env:OTEL_RL_VICTORIALOGS_URL}/insert/opentelemetry/v1/logs``."""
 
 COLLECTOR_ENV_NAMES: Final = (
-    COLLECTOR_OTLP_GRPC_PORT,
-    COLLECTOR_OTLP_HTTP_PORT,
-    COLLECTOR_HEALTH_PORT,
+    COLLECTOR_OTLP_GRPC_ENDPOINT,
+    COLLECTOR_OTLP_HTTP_ENDPOINT,
+    COLLECTOR_HEALTH_ENDPOINT,
+    COLLECTOR_METRICS_HOST,
     COLLECTOR_METRICS_PORT,
     COLLECTOR_PROMETHEUS_URL,
     COLLECTOR_VICTORIALOGS_URL,
 )
-"""Every variable the stack exports to the collector process."""
+"""Every variable the stack sets for the collector process (``collector_config/collector.yaml`` reads them as
+``${env:NAME:-default}``; its other knobs, such as ``OTEL_RL_AGGREGATION_INTERVAL``, can be passed through
+``StackConfig.collector_environment``)."""
 
 
 def otel_rl_home(environ: Mapping[str, str] | None = None) -> Path:

@@ -154,7 +154,9 @@ def _run(argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, cw
         raise InstallError(f"cannot run {command[0]!r}: {error}") from error
     except subprocess.CalledProcessError as error:
         tail = "\n".join((error.stdout or "").splitlines()[-40:])
-        raise InstallError(f"command {' '.join(command)!r} failed with exit status {error.returncode}:\n{tail}") from error
+        raise InstallError(
+            f"command {' '.join(command)!r} failed with exit status {error.returncode}:\n{tail}"
+        ) from error
 
 
 def _go_env(gobin: Path) -> dict[str, str]:

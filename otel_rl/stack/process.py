@@ -33,6 +33,12 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[19])
 
 
+def process_alive(pid: int) -> bool:
+    """Return whether ``pid`` is a live process (a zombie is not)."""
+    stat = _proc_stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
 def tail(path: Path, lines: int = 30) -> str:
     """Return the last ``lines`` lines of a text file, or ``""`` when it does not exist."""
     try:
@@ -155,11 +161,20 @@ class ManagedProcess:
         while True:
             if self._child is not None and self._child.poll() is not None:
                 return True
+            self._reap_foreign_child()
             if self.pid() is None:
                 return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
+
+    def _reap_foreign_child(self) -> None:
+        """Reap the process if it is a child of this Python process started by another ``ManagedProcess``."""
+        try:
+            pid = int(self.pid_file.read_text(encoding="utf-8").split()[0])
+            os.waitpid(pid, os.WNOHANG)
+        except (FileNotFoundError, ValueError, IndexError, ChildProcessError):
+            pass
 
     def _forget(self) -> None:
         """Remove the pid file and reap our child, if any."""

@@ -14,6 +14,7 @@ collector (which writes to both); stop order is the reverse, so the collector ca
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -139,17 +140,8 @@ class Stack:
         path = state_dir / _STATE_FILE
         if path.is_file():
             saved = json.loads(path.read_text(encoding="utf-8"))
-            base = StackConfig(
-                ports=StackPorts(**saved["ports"]),
-                host=saved["host"],
-                home=base.home,
-                state_dir=state_dir,
-                root=base.root,
-                collector_configs=base.collector_configs,
-                prometheus_retention=base.prometheus_retention,
-                victorialogs_retention=base.victorialogs_retention,
-                ready_timeout_s=base.ready_timeout_s,
-                stop_timeout_s=base.stop_timeout_s,
+            base = dataclasses.replace(
+                base, ports=StackPorts(**saved["ports"]), host=saved["host"], state_dir=state_dir
             )
         return cls(base)
 
@@ -194,12 +186,13 @@ class Stack:
         return self._processes[_check_name(name)].log_file
 
     def collector_environment(self) -> dict[str, str]:
-        """Return the variables (see :mod:`otel_rl.stack.env`) the collector configuration reads."""
-        ports = self.config.ports
+        """Return the variables (see :mod:`otel_rl.stack.env`) the collector configuration reads for this stack."""
+        ports, host = self.config.ports, self.config.host
         return {
-            stack_env.COLLECTOR_OTLP_GRPC_PORT: str(ports.otlp_grpc),
-            stack_env.COLLECTOR_OTLP_HTTP_PORT: str(ports.otlp_http),
-            stack_env.COLLECTOR_HEALTH_PORT: str(ports.collector_health),
+            stack_env.COLLECTOR_OTLP_GRPC_ENDPOINT: f"{host}:{ports.otlp_grpc}",
+            stack_env.COLLECTOR_OTLP_HTTP_ENDPOINT: f"{host}:{ports.otlp_http}",
+            stack_env.COLLECTOR_HEALTH_ENDPOINT: f"{host}:{ports.collector_health}",
+            stack_env.COLLECTOR_METRICS_HOST: host,
             stack_env.COLLECTOR_METRICS_PORT: str(ports.collector_metrics),
             stack_env.COLLECTOR_PROMETHEUS_URL: self.prometheus_url,
             stack_env.COLLECTOR_VICTORIALOGS_URL: self.victorialogs_url,
@@ -418,6 +411,7 @@ class Stack:
                 if not path.is_file():
                     raise StackError(f"cannot start collector: config file {str(path)!r} does not exist")
             argv = [str(binaries.collector), *(f"--config={path}" for path in configs)]
+            environment.update(self.config.collector_environment)
             environment.update(self.collector_environment())
         return argv, environment
 

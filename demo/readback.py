@@ -1,0 +1,131 @@
+"""Read a finished run back from Prometheus and VictoriaLogs: what an operator would see, as numbers.
+
+Window statistics subtract cumulative values at two instants (exact; ``increase()`` would extrapolate), so the
+summary can be checked against what the ranks recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True)
+class Sources:
+    prometheus_url: str
+    victorialogs_url: str
+    run_id: str
+
+    def selector(self, **labels: str) -> str:
+        pairs = {"rl_run_id": self.run_id, **labels}
+        return "{" + ",".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
+
+
+def instant(sources: Sources, query: str, at: float) -> float | None:
+    """The single value of an instant PromQL query at ``at`` (unix seconds), or None when it has no result."""
+    response = requests.get(
+        f"{sources.prometheus_url}/api/v1/query", params={"query": query, "time": f"{at:.3f}"}, timeout=_TIMEOUT_S
+    )
+    response.raise_for_status()
+    result = response.json()["data"]["result"]
+    if not result:
+        return None
+    return float(result[0]["value"][1])
+
+
+def wait_until_settled(sources: Sources, *, expected_count: int | None, timeout_s: float = 60) -> float:
+    """Wait until the run's reward count stops changing (or reaches ``expected_count``); returns that time."""
+    query = f"sum(rl_reward_count{sources.selector(rl_reward_fn='total')})"
+    deadline = time.time() + timeout_s
+    previous, stable = None, 0
+    while time.time() < deadline:
+        now = time.time()
+        value = instant(sources, query, now)
+        if value is not None and expected_count is not None and value >= expected_count:
+            return now
+        stable = stable + 1 if value is not None and value == previous else 0
+        if expected_count is None and stable >= 3:
+            return now
+        previous = value
+        time.sleep(1)
+    raise TimeoutError(f"run {sources.run_id!r}: reward count still {previous} after {timeout_s}s")
+
+
+def first_sample_time(sources: Sources, end: float, lookback_s: float) -> float:
+    """When the run's first reward point reached Prometheus."""
+    query = f"sum(rl_reward_count{sources.selector(rl_reward_fn='total')})"
+    response = requests.get(
+        f"{sources.prometheus_url}/api/v1/query_range",
+        params={"query": query, "start": f"{end - lookback_s:.3f}", "end": f"{end:.3f}", "step": "0.5"},
+        timeout=_TIMEOUT_S,
+    )
+    response.raise_for_status()
+    values = response.json()["data"]["result"][0]["values"]
+    return float(values[0][0])
+
+
+def window_stats(sources: Sources, fn: str, start: float | None, end: float) -> dict[str, float | None]:
+    """Mean, p50 and p90 of ``rl.reward{fn}`` recorded between ``start`` (None: the beginning) and ``end``."""
+    sel = sources.selector(rl_reward_fn=fn)
+
+    def delta(metric: str, by_le: bool = False) -> str:
+        agg = f"sum by (le) ({metric}{sel})" if by_le else f"sum({metric}{sel})"
+        if start is None:
+            return agg
+        return f"({agg} - {agg.replace(sel, sel + f' offset {end - start:.3f}s')})"
+
+    mean = instant(
+        sources,
+        f"({delta('rl_reward_positive_total')} - {delta('rl_reward_negative_total')}) / {delta('rl_reward_count')}",
+        end,
+    )
+    p50 = instant(sources, f"histogram_quantile(0.5, {delta('rl_reward_bucket', True)})", end)
+    p90 = instant(sources, f"histogram_quantile(0.9, {delta('rl_reward_bucket', True)})", end)
+    count = instant(sources, delta("rl_reward_count"), end)
+    return {"count": count, "mean": mean, "p50": p50, "p90": p90}
+
+
+def samples(sources: Sources, selection: str, limit: int) -> list[dict[str, Any]]:
+    """The run's highest (``top``) or lowest (``bottom``) reward samples across all ranks and steps."""
+    order = "desc" if selection == "top" else "asc"
+    query = (
+        f'rl.run.id:="{sources.run_id}" rl.sample.selection:="{selection}" '
+        f"| sort by (rl.reward {order}) | limit {limit}"
+    )
+    response = requests.post(
+        f"{sources.victorialogs_url}/select/logsql/query", data={"query": query}, timeout=_TIMEOUT_S
+    )
+    response.raise_for_status()
+    return [json.loads(line) for line in response.text.splitlines() if line.strip()]
+
+
+def summarize(sources: Sources, *, expected_count: int | None) -> dict[str, Any]:
+    """Everything the demo prints: reward early vs late, staleness p99 and max, and the extreme samples."""
+    end = wait_until_settled(sources, expected_count=expected_count)
+    begin = first_sample_time(sources, end, lookback_s=3600)
+    quarter = max((end - begin) / 4, 1.0)
+    sel = sources.selector()
+    return {
+        "run_id": sources.run_id,
+        "window_s": round(end - begin, 3),
+        "reward": {
+            "overall": window_stats(sources, "total", None, end),
+            "early": window_stats(sources, "total", None, begin + quarter),
+            "late": window_stats(sources, "total", end - quarter, end),
+            "by_fn": {fn: window_stats(sources, fn, None, end) for fn in ("correctness", "format")},
+        },
+        "staleness": {
+            "count": instant(sources, f"sum(rl_staleness_count{sel})", end),
+            "sum": instant(sources, f"sum(rl_staleness_sum{sel})", end),
+            "p50": instant(sources, f"histogram_quantile(0.5, sum by (le) (rl_staleness_bucket{sel}))", end),
+            "p99": instant(sources, f"histogram_quantile(0.99, sum by (le) (rl_staleness_bucket{sel}))", end),
+            "max": instant(sources, f"max(max_over_time(rl_staleness_max{sel}[{int(end - begin) + 60}s]))", end),
+        },
+        "samples": {"top": samples(sources, "top", 3), "bottom": samples(sources, "bottom", 3)},
+    }

@@ -1,0 +1,50 @@
+"""The demo's printed summary: plain text tables of what Prometheus and VictoriaLogs hold for the run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _number(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """Markdown: reward early vs late, per reward function, staleness, and the top and bottom samples."""
+    reward = summary["reward"]
+    lines = [
+        f"# otel-rl demo run {summary['run_id']}",
+        "",
+        "## Reward (from Prometheus, ranks merged by the collector)",
+        "",
+        "| window | rollouts | mean | p50 | p90 |",
+        "|---|---|---|---|---|",
+    ]
+    for name in ("early", "late", "overall"):
+        stats = reward[name]
+        lines.append(
+            f"| {name} | {_number(stats['count'])} | {_number(stats['mean'])} | {_number(stats['p50'])} "
+            f"| {_number(stats['p90'])} |"
+        )
+    lines += ["", "| reward fn | mean |", "|---|---|"]
+    lines += [f"| {fn} | {_number(stats['mean'])} |" for fn, stats in reward["by_fn"].items()]
+    staleness = summary["staleness"]
+    lines += [
+        "",
+        "## Staleness (policy lag, per token, in versions)",
+        "",
+        f"tokens {_number(staleness['count'])}, p50 {_number(staleness['p50'])}, p99 {_number(staleness['p99'])}, "
+        f"max {_number(staleness['max'])}",
+        "",
+        "## Samples (from VictoriaLogs)",
+        "",
+        "| selection | reward | step | prompt | response | target |",
+        "|---|---|---|---|---|---|",
+    ]
+    for selection in ("top", "bottom"):
+        for sample in summary["samples"][selection]:
+            lines.append(
+                f"| {selection} | {sample.get('rl.reward')} | {sample.get('rl.step')} | {sample.get('prompt', '')} "
+                f"| {sample.get('response', '')} | {sample.get('target', '')} |"
+            )
+    return "\n".join(lines) + "\n"
