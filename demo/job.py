@@ -137,7 +137,7 @@ def train_step(
             dist.all_reduce(parameter.grad)
             parameter.grad /= settings.ranks
     optimizer.step()
-    telemetry.record_metric("loss.policy", float(loss))
+    telemetry.record_metric("loss.policy", loss.item())
     rollout_generator.publish(step + 1)
     return {
         "step": step,

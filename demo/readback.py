@@ -78,7 +78,7 @@ def window_stats(sources: Sources, fn: str, start: float | None, end: float) -> 
         agg = f"sum by (le) ({metric}{sel})" if by_le else f"sum({metric}{sel})"
         if start is None:
             return agg
-        return f"({agg} - {agg.replace(sel, sel + f' offset {end - start:.3f}s')})"
+        return f"({agg} - {agg.replace(sel, sel + f' offset {round((end - start) * 1000)}ms')})"
 
     mean = instant(
         sources,

@@ -141,6 +141,9 @@ class ExportWorker:
         self._requested = 0
         self._completed = 0
         self._stopping = False
+        for key in ((_names.SAMPLES_EXPORTED, ()), (_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL),
+                    (_names.EXPORT_FAILURES, _SIGNAL_METRICS), (_names.EXPORT_FAILURES, _SIGNAL_LOGS)):  # fmt: skip
+            store.add(*key, 0)
         self._thread = threading.Thread(target=self._run, name="otel-rl-export", daemon=True)
         self._thread.start()
 
@@ -177,9 +180,9 @@ class ExportWorker:
 
     def shutdown(self, timeout_s: float) -> bool:
         """Run a last export cycle and stop, within ``timeout_s``; False if the exporters did not finish."""
+        with self._done:
+            self._stopping = True
         ticket = self.request()
-        self._stopping = True
-        self._wake.set()
         finished = self.wait(ticket, timeout_s)
         self._thread.join(max(0.0, timeout_s / 10))
         if not finished:
@@ -202,13 +205,13 @@ class ExportWorker:
             self._wake.wait(self._interval_s)
             self._wake.clear()
             with self._done:
-                target = self._requested
+                target, stopping = self._requested, self._stopping
             self._export_logs()
             self._export_metrics()
             with self._done:
                 self._completed = max(self._completed, target)
                 self._done.notify_all()
-            if self._stopping:
+            if stopping:
                 return
 
     def _export_logs(self) -> None:

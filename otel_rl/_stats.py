@@ -8,6 +8,7 @@ counted, never folded in.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,9 @@ import torch
 #: faster than ``bucketize``; larger bounds fall back to ``bucketize``.
 _BINCOUNT_LIMIT = 1 << 16
 _INT64_MAX = torch.iinfo(torch.int64).max
+#: Float dtypes computed in natively (exactly: sums accumulate in float64); others are widened first, exactly.
+_NATIVE_FLOATS = (torch.float32, torch.float64)
+_WORKING_FLOAT = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
 class BadInput(ValueError):
@@ -70,7 +74,8 @@ def _selection(values: torch.Tensor, mask: Any, *, setting: str) -> torch.Tensor
         raise BadInput(
             "shape", f'"mask" must have the shape of "{setting}" {tuple(values.shape)}, got {tuple(selected.shape)}'
         )
-    return selected.to(device=values.device) != 0
+    selected = selected.to(device=values.device)
+    return selected if selected.dtype == torch.bool else selected != 0
 
 
 def _histogram(index: torch.Tensor, accepted: torch.Tensor, buckets: int) -> torch.Tensor:
@@ -92,13 +97,26 @@ class RewardSummarizer:
     """
 
     def __init__(self, bounds: Sequence[float]) -> None:
-        self._bounds = torch.tensor(bounds, dtype=torch.float64)
-        self._on_device: dict[torch.device, torch.Tensor] = {}
+        self._bound_values = tuple(float(b) for b in bounds)
+        self._bounds = torch.tensor(self._bound_values, dtype=torch.float64)
+        self._on_device: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
 
-    def _bounds_on(self, device: torch.device) -> torch.Tensor:
-        if device not in self._on_device:
-            self._on_device[device] = self._bounds.to(device)
-        return self._on_device[device]
+    def _bounds_on(self, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """The bounds in ``dtype``, rounded down, so that ``x <= bound`` gives the float64 answer for every x."""
+        key = (device, dtype)
+        if key not in self._on_device:
+            exact = self._bounds.numpy()
+            if dtype == torch.float32:
+                rounded = exact.astype(np.float32)
+                rounded = np.where(rounded > exact, np.nextafter(rounded, np.float32(-np.inf)), rounded)
+                self._on_device[key] = torch.from_numpy(rounded.astype(np.float32)).to(device)
+            else:
+                self._on_device[key] = self._bounds.to(device)
+        return self._on_device[key]
+
+    def _bucket_of_largest(self, dtype: torch.dtype) -> int:
+        """The bucket of the largest finite value of ``dtype``, where rejected elements are parked."""
+        return bisect.bisect_left(self._bound_values, float(torch.finfo(dtype).max))
 
     def summarize(self, values: Any, mask: Any, *, setting: str = "rewards") -> Summary:
         rewards = as_tensor(values, setting=setting)
@@ -113,27 +131,41 @@ class RewardSummarizer:
         buckets = len(self._bounds) + 1
         if rewards.numel() == 0:
             return Summary(0, 0.0, 0.0, 0.0, 0.0, None, None, (0,) * buckets)
-        x = rewards.to(torch.float64)
-        selected = selected.reshape(-1) if selected is not None else torch.ones_like(x, dtype=torch.bool)
-        finite = torch.isfinite(x)
-        accepted = finite & selected
-        kept = torch.where(accepted, x, torch.zeros_like(x))
-        positive = kept.clamp(min=0).sum()
-        negative = (-kept).clamp(min=0).sum()
+        x = rewards if rewards.dtype in _NATIVE_FLOATS else rewards.to(_WORKING_FLOAT.get(rewards.dtype, torch.float64))
+        # Float arithmetic only: comparisons and ``where`` on bool tensors are several times slower on CPU.
+        # ``bad`` is 1 where x is NaN or +-inf (x - x is NaN exactly there), ``weight`` 1 where the value is kept.
+        bad = torch.nan_to_num(x - x, nan=1.0)
+        if selected is not None:
+            bad.mul_(selected.reshape(-1).view(torch.uint8).to(x.dtype))
+            weight = selected.reshape(-1).view(torch.uint8).to(x.dtype).sub_(bad)
+        else:
+            weight = torch.ones_like(x).sub_(bad)
+        kept = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).mul_(weight)
+        wide = kept.to(torch.float64)
+        largest = torch.finfo(x.dtype).max
+        # Rejected elements become +largest (for the min) and -largest (for the max): neutral, never selected
+        # over an accepted value, and no bool tensor is materialized. In ``high`` they all land in one known
+        # bucket, whose count is corrected by the number rejected.
+        rejected_weight = 1.0 - weight
+        high = torch.add(kept, rejected_weight, alpha=largest)
+        low = torch.add(kept, rejected_weight, alpha=-largest)
+        counts = torch.bincount(torch.bucketize(high, self._bounds_on(x.device, x.dtype)), minlength=buckets)
+        count = weight.sum(dtype=torch.float64)
+        counts[self._bucket_of_largest(x.dtype)] -= x.numel() - count.to(torch.int64)
         packed = torch.cat(
             (
                 torch.stack(
                     (
-                        accepted.sum().to(torch.float64),
-                        positive,
-                        negative,
-                        (kept * kept).sum(),
-                        torch.where(accepted, x, torch.full_like(x, math.inf)).min(),
-                        torch.where(accepted, x, torch.full_like(x, -math.inf)).max(),
-                        (selected & ~finite).sum().to(torch.float64),
+                        count,
+                        wide.clamp(min=0).sum(),
+                        -wide.clamp(max=0).sum(),
+                        torch.dot(wide, wide),
+                        high.min().to(torch.float64),
+                        low.max().to(torch.float64),
+                        bad.sum(dtype=torch.float64),
                     )
                 ),
-                _histogram(torch.bucketize(kept, self._bounds_on(x.device)), accepted, buckets).to(torch.float64),
+                counts.to(torch.float64),
             )
         ).cpu()
         head = packed[:7].tolist()
@@ -158,8 +190,9 @@ def _first_unmasked(rewards: torch.Tensor, selected: torch.Tensor | None) -> tup
         return rewards.new_empty((0,)), None
     if selected is None:
         return rewards[:, 0], None
-    first = selected.to(torch.uint8).argmax(dim=1, keepdim=True)
-    return rewards.gather(1, first).squeeze(1), selected.any(dim=1)
+    # max along a row returns the index of its first maximum, and the maximum itself says whether there was one.
+    present, first = selected.view(torch.uint8).max(dim=1, keepdim=True)
+    return rewards.gather(1, first).squeeze(1), present.squeeze(1).view(torch.bool)
 
 
 class StalenessSummarizer:
@@ -194,34 +227,40 @@ class StalenessSummarizer:
         generated = generated.reshape(-1)
         if generated.numel() == 0:
             return Summary(0, 0.0, 0.0, 0.0, 0.0, None, None, (0,) * buckets)
-        selected = selected.reshape(-1) if selected is not None else torch.ones_like(generated, dtype=torch.bool)
+        keep = selected.reshape(-1) if selected is not None else None
+        nonintegral: torch.Tensor | int = 0
         if generated.is_floating_point():
             integral = torch.isfinite(generated) & (generated == torch.trunc(generated))
-            nonintegral = selected & ~integral
-            selected = selected & integral
+            nonintegral = (~integral if keep is None else keep & ~integral).sum()
+            keep = integral if keep is None else keep & integral
             generated = torch.where(integral, generated, torch.zeros_like(generated))
-        else:
-            nonintegral = torch.zeros_like(selected)
-        staleness = current_version - generated.to(torch.int64)
-        future = selected & (staleness < 0)
-        accepted = selected & (staleness >= 0)
-        kept = torch.where(accepted, staleness, torch.zeros_like(staleness))
-        bounds, lookup = self._tables_on(staleness.device)
+        generated = generated.to(torch.int64)
+        # One int64 code per element, by arithmetic only (no bool tensors, no where): 0 masked out, 1 from the
+        # future (negative staleness), staleness + 2 when accepted.
+        code = torch.rsub(generated, current_version + 2).clamp_(min=1)
+        if keep is not None:
+            code.mul_(keep.view(torch.uint8).to(torch.int64))
+        bounds, lookup = self._tables_on(code.device)
+        top = self._cap + 2 if self._use_bincount else 2
+        fine = torch.bincount(code.clamp(max=top).to(torch.int32), minlength=top + 1)
+        count = fine[2:].sum()
         if self._use_bincount:
-            fine = _histogram(kept.clamp(max=self._cap), accepted, self._cap + 1)
-            counts = torch.zeros(buckets, dtype=torch.int64, device=staleness.device).index_add_(0, lookup, fine)
+            counts = torch.zeros(buckets, dtype=torch.int64, device=code.device).index_add_(0, lookup, fine[2:])
         else:
-            counts = _histogram(torch.bucketize(kept, bounds), accepted, buckets)
+            counts = torch.bincount(torch.bucketize((code - 2).clamp_(min=0), bounds), minlength=buckets)
+            counts[0] -= fine[0] + fine[1]
         packed = torch.cat(
             (
                 torch.stack(
                     (
-                        accepted.sum(),
-                        kept.sum(),
-                        torch.where(accepted, staleness, torch.full_like(staleness, _INT64_MAX)).min(),
-                        torch.where(accepted, staleness, torch.full_like(staleness, -1)).max(),
-                        future.sum(),
-                        nonintegral.sum(),
+                        count,
+                        code.sum() - 2 * count - fine[1],
+                        # code - 2 is -2 (masked), -1 (future) or the staleness; & INT64_MAX sends -2 and -1 to
+                        # the top of the range, where they never win the minimum.
+                        (code - 2).bitwise_and_(_INT64_MAX).min(),
+                        code.max() - 2,
+                        fine[1],
+                        torch.as_tensor(nonintegral, device=code.device),
                     )
                 ),
                 counts,

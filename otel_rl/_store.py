@@ -115,8 +115,8 @@ class MetricStore:
             self._window.fold((minimum_metric, attrs), summary.minimum, min)
 
     def add(self, counter: MetricName, attrs: Attributes, amount: float) -> None:
-        """Add ``amount`` (>= 0) to a monotonic counter."""
-        if amount <= 0:
+        """Add ``amount`` (>= 0) to a monotonic counter; adding 0 creates it, so its series exists from the start."""
+        if amount < 0:
             return
         with self._lock:
             self._counters[(counter, attrs)] = self._counters.get((counter, attrs), 0) + amount
@@ -125,7 +125,7 @@ class MetricStore:
         """Add several counter amounts under one lock acquisition."""
         with self._lock:
             for key, amount in amounts.items():
-                if amount > 0:
+                if amount >= 0:
                     self._counters[key] = self._counters.get(key, 0) + amount
 
     def set(self, gauge: MetricName, attrs: Attributes, value: float) -> None:

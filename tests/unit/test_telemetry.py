@@ -48,7 +48,7 @@ def test_negative_rewards_are_exported_with_exact_totals(metric_exporter: Record
     assert list(histogram.bucket_counts) == [2, 2, 0, 0]  # type: ignore[attr-defined]
     assert (histogram.min, histogram.max) == (-3.0, -0.25)  # type: ignore[attr-defined]
     assert points[("rl.reward.negative", key)].value == 4.75  # type: ignore[attr-defined]
-    assert ("rl.reward.positive", key) not in points  # nothing positive was added yet
+    assert points[("rl.reward.positive", key)].value == 0  # type: ignore[attr-defined]
     assert points[("rl.reward.squares", key)].value == pytest.approx(9 + 0.25 + 0.0625 + 1)  # type: ignore[attr-defined]
     assert points[("rl.reward.max", key)].value == -0.25  # type: ignore[attr-defined]
     assert points[("rl.reward.min", key)].value == -3.0  # type: ignore[attr-defined]
