@@ -57,17 +57,19 @@ def wait_until_settled(sources: Sources, *, expected_count: int | None, timeout_
     raise TimeoutError(f"run {sources.run_id!r}: reward count still {previous} after {timeout_s}s")
 
 
-def first_sample_time(sources: Sources, end: float, lookback_s: float) -> float:
-    """When the run's first reward point reached Prometheus."""
+def reporting_span(sources: Sources, now: float, lookback_s: float) -> tuple[float, float]:
+    """When the run's reward count first appeared in Prometheus, and when it reached its final value."""
     query = f"sum(rl_reward_count{sources.selector(rl_reward_fn='total')})"
     response = requests.get(
         f"{sources.prometheus_url}/api/v1/query_range",
-        params={"query": query, "start": f"{end - lookback_s:.3f}", "end": f"{end:.3f}", "step": "0.5"},
+        params={"query": query, "start": f"{now - lookback_s:.3f}", "end": f"{now:.3f}", "step": "0.5"},
         timeout=_TIMEOUT_S,
     )
     response.raise_for_status()
-    values = response.json()["data"]["result"][0]["values"]
-    return float(values[0][0])
+    values = [(float(t), float(v)) for t, v in response.json()["data"]["result"][0]["values"]]
+    final = values[-1][1]
+    settled = next(t for t, v in values if v == final)
+    return values[0][0], settled
 
 
 def window_stats(sources: Sources, fn: str, start: float | None, end: float) -> dict[str, float | None]:
@@ -107,8 +109,7 @@ def samples(sources: Sources, selection: str, limit: int) -> list[dict[str, Any]
 
 def summarize(sources: Sources, *, expected_count: int | None) -> dict[str, Any]:
     """Everything the demo prints: reward early vs late, staleness p99 and max, and the extreme samples."""
-    end = wait_until_settled(sources, expected_count=expected_count)
-    begin = first_sample_time(sources, end, lookback_s=3600)
+    begin, end = reporting_span(sources, wait_until_settled(sources, expected_count=expected_count), 3600)
     quarter = max((end - begin) / 4, 1.0)
     sel = sources.selector()
     return {

@@ -1,0 +1,94 @@
+"""The demo end to end: a short run through the real stack, its summary checked against what the ranks recorded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_rl import DEFAULT_STALENESS_BOUNDS
+
+STEPS, RANKS = 60, 4
+
+
+def prometheus_quantile(q: float, bounds: tuple[float, ...], values: list[float]) -> float:
+    """Prometheus's histogram_quantile over upper-inclusive buckets, computed from raw values."""
+    counts = [sum(1 for v in values if (i == 0 or v > bounds[i - 1]) and (i == len(bounds) or v <= bounds[i]))
+              for i in range(len(bounds) + 1)]  # fmt: skip
+    rank, seen = q * len(values), 0
+    for index, count in enumerate(counts):
+        if seen + count >= rank and count:
+            if index == len(bounds):
+                return bounds[-1]
+            if index == 0 and bounds[0] <= 0:
+                return bounds[0]
+            start = 0.0 if index == 0 else bounds[index - 1]
+            return start + (bounds[index] - start) * (rank - seen) / count
+        seen += count
+    return bounds[-1]
+
+
+@pytest.fixture(scope="module")
+def demo_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    out = tmp_path_factory.mktemp("demo")
+    run_id = "demo-test"
+    subprocess.run(
+        [
+            sys.executable, "-m", "demo", "--steps", str(STEPS), "--ranks", str(RANKS), "--step-seconds", "0.1",
+            "--endpoint", shared_stack.otlp_grpc_endpoint, "--prometheus-url", shared_stack.prometheus_url,
+            "--victorialogs-url", shared_stack.victorialogs_url, "--run-id", run_id, "--out", str(out),
+        ],  # fmt: skip
+        check=True,
+        timeout=600,
+        cwd=Path(__file__).parents[2],
+    )
+    summary = json.loads((out / run_id / "summary.json").read_text())
+    records = [
+        json.loads(line) for path in sorted((out / run_id / "records").glob("rank-*.jsonl")) for line in path.open()
+    ]
+    return summary, records
+
+
+def test_summary_reward_matches_what_ranks_recorded(demo_run: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
+    """Rollout count and mean reward (overall and per function) in the summary equal the ranks' own records."""
+    summary, records = demo_run
+    assert len(records) == STEPS * RANKS
+    totals = [r for record in records for r in record["rewards"]["total"]]
+    assert summary["reward"]["overall"]["count"] == len(totals)
+    assert summary["reward"]["overall"]["mean"] == pytest.approx(sum(totals) / len(totals), rel=1e-9)
+    for fn in ("correctness", "format"):
+        values = [r for record in records for r in record["rewards"][fn]]
+        assert summary["reward"]["by_fn"][fn]["mean"] == pytest.approx(sum(values) / len(values), rel=1e-9)
+
+
+def test_summary_staleness_matches_what_ranks_recorded(demo_run: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
+    """Per-token staleness count and sum are exact, the max is exact, p99 equals the bucket estimate."""
+    summary, records = demo_run
+    staleness = [s for record in records for s in record["staleness"]]
+    assert summary["staleness"]["count"] == len(staleness)
+    assert summary["staleness"]["sum"] == sum(staleness)
+    assert summary["staleness"]["max"] == max(staleness)
+    bounds = tuple(float(b) for b in DEFAULT_STALENESS_BOUNDS)
+    assert summary["staleness"]["p99"] == pytest.approx(prometheus_quantile(0.99, bounds, staleness))
+
+
+def test_summary_samples_are_the_global_extremes(demo_run: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
+    """The top and bottom samples read from VictoriaLogs carry the highest and lowest reward of the run."""
+    summary, records = demo_run
+    totals = [r for record in records for r in record["rewards"]["total"]]
+    top, bottom = summary["samples"]["top"], summary["samples"]["bottom"]
+    assert float(top[0]["rl.reward"]) == max(totals) and float(bottom[0]["rl.reward"]) == min(totals)
+    assert all(sample["prompt"].endswith("=") and "response" in sample for sample in top + bottom)
+
+
+def test_the_policy_learns(demo_run: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
+    """Mean reward late in the run (from Prometheus) is above the early mean, as in the ranks' records."""
+    summary, records = demo_run
+    assert summary["reward"]["late"]["mean"] > summary["reward"]["early"]["mean"]
+    first = [r for record in records if record["step"] < STEPS // 4 for r in record["rewards"]["total"]]
+    last = [r for record in records if record["step"] >= STEPS - STEPS // 4 for r in record["rewards"]["total"]]
+    assert sum(last) / len(last) > sum(first) / len(first) + 0.2
