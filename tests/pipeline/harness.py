@@ -1,0 +1,143 @@
+"""Test harness for the real pipeline: rank processes driven over pipes, and Prometheus/VictoriaLogs queries."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import requests
+
+from otel_rl import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS
+
+ROOT = Path(__file__).parents[2]
+WAIT_S = 90.0
+
+
+class RankProcess:
+    """One otel_rl process (a rank) that records what the test tells it to, over the real OTLP exporter."""
+
+    def __init__(self, *, endpoint: str, run_id: str, rank: int, world_size: int, **settings: Any) -> None:
+        config = {
+            "run_id": run_id, "rank": rank, "world_size": world_size, "local_rank": rank, "endpoint": endpoint,
+            "service_name": "otel-rl-test", "export_interval_s": 1.0, "export_timeout_s": 2.0, **settings,
+        }  # fmt: skip
+        self.rank = rank
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "tests.pipeline.rank_worker", json.dumps(config)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        )  # fmt: skip
+        assert self._readline() == "ready"
+
+    def _readline(self) -> str:
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline().strip()
+        if not line:
+            raise RuntimeError(f"rank {self.rank} exited with {self._process.wait()}")
+        return line
+
+    def send(self, command: str, **arguments: Any) -> str:
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps({"command": command, **arguments}) + "\n")
+        self._process.stdin.flush()
+        return self._readline()
+
+    def rewards(self, values: Sequence[float], *, fn: str = "total", mask: Any = None) -> None:
+        self.send("rewards", values=list(values), fn=fn, mask=mask)
+
+    def staleness(self, versions: Any, current: int, *, mask: Any = None) -> None:
+        self.send("staleness", versions=versions, current=current, mask=mask)
+
+    def sample(self, **sample: Any) -> None:
+        self.send("sample", sample=sample)
+
+    def step(self, step: int) -> None:
+        self.send("step", step=step)
+
+    def flush(self) -> bool:
+        return bool(json.loads(self.send("flush"))["flushed"])
+
+    def shutdown(self) -> bool:
+        finished = bool(json.loads(self.send("shutdown"))["finished"])
+        self._process.wait(30)
+        return finished
+
+    def kill(self) -> None:
+        self._process.send_signal(signal.SIGKILL)
+        self._process.wait(30)
+
+
+class Prometheus:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
+        params = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
+        response = requests.get(f"{self.url}/api/v1/query", params=params, timeout=10)
+        response.raise_for_status()
+        return list(response.json()["data"]["result"])
+
+    def value(self, promql: str, at: float | None = None) -> float | None:
+        result = self.query(promql, at)
+        return None if not result else float(result[0]["value"][1])
+
+    def by_label(self, promql: str, label: str) -> dict[str, float]:
+        return {item["metric"][label]: float(item["value"][1]) for item in self.query(promql)}
+
+    def range(self, promql: str, start: float, end: float, step: float = 0.5) -> list[dict[str, Any]]:
+        response = requests.get(
+            f"{self.url}/api/v1/query_range",
+            params={"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": str(step)},
+            timeout=10,
+        )
+        response.raise_for_status()
+        return list(response.json()["data"]["result"])
+
+
+def logsql(victorialogs_url: str, query: str) -> list[dict[str, Any]]:
+    response = requests.post(f"{victorialogs_url}/select/logsql/query", data={"query": query}, timeout=10)
+    response.raise_for_status()
+    return [json.loads(line) for line in response.text.splitlines() if line.strip()]
+
+
+def eventually(check: Callable[[], Any], *, what: str, timeout_s: float = WAIT_S) -> Any:
+    """Call ``check`` until it returns something truthy; raise naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last result {last!r}")
+
+
+def buckets(values: Sequence[float], bounds: Sequence[float]) -> list[int]:
+    """Reference explicit-bucket counts (upper-inclusive), in float64."""
+    index = np.searchsorted(np.asarray(bounds, dtype=np.float64), np.asarray(values, dtype=np.float64), side="left")
+    return np.bincount(index, minlength=len(bounds) + 1).tolist()
+
+
+def cumulative_buckets(counts: Sequence[int], bounds: Sequence[float]) -> dict[str, float]:
+    """Prometheus ``le`` label -> cumulative count, as ``rl_*_bucket`` holds it."""
+    out: dict[str, float] = {}
+    running = 0
+    for bound, count in zip([*bounds, float("inf")], counts):
+        running += count
+        out["+Inf" if bound == float("inf") else _le(bound)] = running
+    return out
+
+
+def _le(bound: float) -> str:
+    text = repr(float(bound))
+    return text[:-2] if text.endswith(".0") else text
+
+
+REWARD_BOUNDS = tuple(float(b) for b in DEFAULT_REWARD_BOUNDS)
+STALENESS_BOUNDS = tuple(float(b) for b in DEFAULT_STALENESS_BOUNDS)

@@ -1,0 +1,165 @@
+"""Ranks merged at the collector: what Prometheus holds equals the exact totals over ranks (issue: pipeline, 1)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.pipeline.harness import (
+    REWARD_BOUNDS,
+    STALENESS_BOUNDS,
+    Prometheus,
+    RankProcess,
+    buckets,
+    cumulative_buckets,
+    eventually,
+)
+
+RANKS = 4
+STEPS = 3
+FNS = ("total", "format")
+
+
+@pytest.fixture(scope="module")
+def exact_run(shared_stack: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Four rank processes record known rewards (with values on bucket bounds) and per-token staleness."""
+    run_id = f"exact-{uuid.uuid4().hex[:8]}"
+    rng = np.random.default_rng(7)
+    ranks = [
+        RankProcess(endpoint=shared_stack.otlp_grpc_endpoint, run_id=run_id, rank=r, world_size=RANKS)
+        for r in range(RANKS)
+    ]
+    expected: dict[str, Any] = {fn: [] for fn in FNS} | {"staleness": []}
+    for step in range(STEPS):
+        for rank in ranks:
+            rank.step(step)
+            total = np.concatenate((rng.normal(0.2, 2.0, 40).round(3), [-1.0, 0.0, 1.0, 10.0, 25.0]))
+            fmt = rng.choice([-0.5, 0.5], 30)
+            rank.rewards(total.tolist())
+            rank.rewards(fmt.tolist(), fn="format")
+            current = 2**40 + 10 * step
+            versions = current - rng.integers(0, 40, (8, 16))
+            lengths = rng.integers(0, 17, 8)
+            mask = np.arange(16)[None, :] < lengths[:, None]
+            rank.staleness(versions.tolist(), current, mask=mask.tolist())
+            expected["total"] += total.tolist()
+            expected["format"] += fmt.tolist()
+            expected["staleness"] += (current - versions)[mask].tolist()
+    for rank in ranks:
+        assert rank.flush()
+    prometheus = Prometheus(shared_stack.prometheus_url)
+    count = len(expected["total"])
+    eventually(
+        lambda: prometheus.value(f'sum(rl_reward_count{{rl_run_id="{run_id}",rl_reward_fn="total"}})') == count,
+        what="the aggregated reward count",
+    )
+    eventually(
+        lambda: prometheus.value(f'sum(rl_staleness_count{{rl_run_id="{run_id}"}})') == len(expected["staleness"]),
+        what="the aggregated staleness count",
+    )
+    yield run_id, expected
+    for rank in ranks:
+        rank.shutdown()
+
+
+@pytest.mark.parametrize("fn", FNS)
+def test_reward_histogram_is_the_exact_sum_over_ranks(
+    shared_stack: Any, exact_run: tuple[str, dict[str, Any]], fn: str
+) -> None:
+    """Every bucket and the count are exact, the sum is within float tolerance, max and min are exact."""
+    run_id, expected = exact_run
+    prometheus = Prometheus(shared_stack.prometheus_url)
+    selector = f'{{rl_run_id="{run_id}",rl_reward_fn="{fn}"}}'
+    values = expected[fn]
+    got = prometheus.by_label(f"sum by (le) (rl_reward_bucket{selector})", "le")
+    assert got == cumulative_buckets(buckets(values, REWARD_BOUNDS), REWARD_BOUNDS)
+    assert prometheus.value(f"rl_reward_count{selector}") == len(values)
+    assert prometheus.value(f"rl_reward_sum{selector}") == pytest.approx(sum(values), rel=1e-12, abs=1e-9)
+    assert prometheus.value(f"max_over_time(rl_reward_max{selector}[10m])") == max(values)
+    assert prometheus.value(f"min_over_time(rl_reward_min{selector}[10m])") == min(values)
+    positive = prometheus.value(f"rl_reward_positive_total{selector}")
+    negative = prometheus.value(f"rl_reward_negative_total{selector}")
+    assert positive - negative == pytest.approx(sum(values), rel=1e-12, abs=1e-9)  # type: ignore[operator]
+    squares = prometheus.value(f"rl_reward_squares_total{selector}")
+    assert squares == pytest.approx(sum(v * v for v in values), rel=1e-12)
+
+
+def test_staleness_histogram_is_exact_per_token(shared_stack: Any, exact_run: tuple[str, dict[str, Any]]) -> None:
+    """Masked per-token staleness with versions near 2**40: buckets, count, sum, max and min are exact."""
+    run_id, expected = exact_run
+    prometheus = Prometheus(shared_stack.prometheus_url)
+    selector = f'{{rl_run_id="{run_id}"}}'
+    values = expected["staleness"]
+    got = prometheus.by_label(f"sum by (le) (rl_staleness_bucket{selector})", "le")
+    assert got == cumulative_buckets(buckets(values, STALENESS_BOUNDS), STALENESS_BOUNDS)
+    assert prometheus.value(f"rl_staleness_count{selector}") == len(values)
+    assert prometheus.value(f"rl_staleness_sum{selector}") == sum(values)
+    assert prometheus.value(f"max_over_time(rl_staleness_max{selector}[10m])") == max(values)
+    assert prometheus.value(f"min_over_time(rl_staleness_min{selector}[10m])") == min(values)
+    assert prometheus.value(f"rl_policy_version{selector}") == 2**40 + 10 * (STEPS - 1)
+    assert prometheus.value(f"rl_step{selector}") == STEPS - 1
+
+
+def test_one_series_per_run_without_rank_labels(shared_stack: Any, exact_run: tuple[str, dict[str, Any]]) -> None:
+    """Four ranks give one series per metric and attribute set, carrying no per-rank label."""
+    run_id, _ = exact_run
+    prometheus = Prometheus(shared_stack.prometheus_url)
+    series = prometheus.query(f'rl_reward_count{{rl_run_id="{run_id}"}}')
+    assert sorted(s["metric"]["rl_reward_fn"] for s in series) == sorted(FNS)
+    for item in prometheus.query(f'{{rl_run_id="{run_id}"}}'):
+        assert not {"rl_rank", "rl_local_rank", "service_instance_id", "instance"} & set(item["metric"])
+
+
+def test_mean_of_all_negative_rewards_over_a_window(shared_stack: Any) -> None:
+    """A phase of all-negative rewards: the PromQL window mean from the monotone sum parts is exactly right."""
+    run_id = f"negative-{uuid.uuid4().hex[:8]}"
+    prometheus = Prometheus(shared_stack.prometheus_url)
+    ranks = [
+        RankProcess(endpoint=shared_stack.otlp_grpc_endpoint, run_id=run_id, rank=r, world_size=RANKS)
+        for r in range(RANKS)
+    ]
+    rng = np.random.default_rng(11)
+    try:
+        _negative_phase_checks(run_id, ranks, rng, prometheus)
+    finally:
+        for rank in ranks:
+            rank.kill()
+
+
+def _negative_phase_checks(run_id: str, ranks: list[RankProcess], rng: np.random.Generator, prometheus: Prometheus) -> None:
+    selector = f'{{rl_run_id="{run_id}",rl_reward_fn="total"}}'
+    first = [rng.uniform(-1, 3, 20).round(3).tolist() for _ in ranks]
+    for rank, values in zip(ranks, first):
+        rank.rewards(values)
+        rank.flush()
+    eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == 20 * RANKS, what="the first phase")
+    time.sleep(3)
+    gap = time.time()
+    time.sleep(2)
+    second = [(-rng.uniform(0.1, 5, 30)).round(3).tolist() for _ in ranks]
+    for rank, values in zip(ranks, second):
+        rank.rewards(values)
+        rank.flush()
+    eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == 50 * RANKS, what="the negative phase")
+    time.sleep(3)
+    end = time.time()
+    offset = f"offset {round((end - gap) * 1000)}ms"
+
+    def window(metric: str) -> str:
+        return f"({metric}{selector} - {metric}{selector} {offset})"
+
+    mean = prometheus.value(
+        f"({window('rl_reward_positive_total')} - {window('rl_reward_negative_total')}) / {window('rl_reward_count')}",
+        at=end,
+    )
+    negatives = [v for values in second for v in values]
+    assert mean == pytest.approx(sum(negatives) / len(negatives), rel=1e-9)
+    histogram_sum_decreased = prometheus.value(f"rl_reward_sum{selector}", at=end) < prometheus.value(  # type: ignore[operator]
+        f"rl_reward_sum{selector} {offset}", at=end
+    )
+    assert histogram_sum_decreased  # why the sum also goes out as two monotone counters
