@@ -70,7 +70,8 @@ class TelemetryConfig:
     output_file: str | None = None
     """JSON-lines output for ``exporter="file"``; env ``OTEL_RL_OUTPUT_FILE``; default ``otel-rl-<rank>.jsonl``."""
     export_interval_s: float | None = None
-    """Seconds between exports; env ``OTEL_METRIC_EXPORT_INTERVAL`` (ms); default 10."""
+    """Seconds between exports; env ``OTEL_METRIC_EXPORT_INTERVAL`` (ms); default 2. Keep it at most half the
+    collector's aggregation interval (5 s by default), so every flush of the collector holds every rank."""
     export_timeout_s: float | None = None
     """Deadline of one export, retries included; env ``OTEL_EXPORTER_OTLP_TIMEOUT`` (ms); default 5."""
     shutdown_timeout_s: float = 5.0
@@ -116,7 +117,7 @@ class TelemetryConfig:
             "certificate_file": _resolve(self.certificate_file, _env.read(_env.OTEL_EXPORTER_OTLP_CERTIFICATE), None),
             "output_file": _resolve(self.output_file, _env.read(_env.OTEL_RL_OUTPUT_FILE), f"otel-rl-{rank}.jsonl"),
             "export_interval_s": _resolve(
-                self.export_interval_s, _env.read_float(_env.OTEL_METRIC_EXPORT_INTERVAL, scale=1e-3), 10.0
+                self.export_interval_s, _env.read_float(_env.OTEL_METRIC_EXPORT_INTERVAL, scale=1e-3), 2.0
             ),
             "export_timeout_s": _resolve(
                 self.export_timeout_s, _env.read_float(_env.OTEL_EXPORTER_OTLP_TIMEOUT, scale=1e-3), 5.0

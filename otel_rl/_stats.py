@@ -4,6 +4,12 @@ Each ``summarize_*`` function computes every statistic of a call (count, sum, ex
 rejected) with tensor operations only, packs them into one small tensor and copies it to the host once. No Python
 loop ever touches the values. Bad parts of the input (NaN, inf, masked-out, negative staleness) are excluded and
 counted, never folded in.
+
+Speed (see docs/performance.md): on the CPU, comparisons producing bool tensors, ``where`` and ``isfinite`` cost
+several times an arithmetic pass, so selection is done by arithmetic: masks become 0/1 factors, rejected rewards
+are parked at the dtype's largest value (neutral for the minimum, one known bucket), staleness becomes one int64
+code per element (0 masked, 1 future, staleness + 2) whose small histogram gives every count. float32 rewards are
+compared with float32 bounds rounded down, which gives the float64 answer; sums still accumulate in float64.
 """
 
 from __future__ import annotations
@@ -78,10 +84,16 @@ def _selection(values: torch.Tensor, mask: Any, *, setting: str) -> torch.Tensor
     return selected if selected.dtype == torch.bool else selected != 0
 
 
-def _histogram(index: torch.Tensor, accepted: torch.Tensor, buckets: int) -> torch.Tensor:
-    """Counts of ``index`` values in ``range(buckets)`` over the accepted elements."""
-    parked = torch.where(accepted, index, torch.full_like(index, buckets))
-    return torch.bincount(parked, minlength=buckets + 1)[:buckets]
+def _bincount(index: torch.Tensor, size: int) -> torch.Tensor:
+    """int64 counts of the values of ``index``, all in ``range(size)``.
+
+    ``bincount`` on the CPU (the fastest histogram there); ``scatter_add_`` elsewhere, because CUDA's ``bincount``
+    reads the maximum back to the host, a second device-to-host synchronization.
+    """
+    if index.device.type == "cpu":
+        return torch.bincount(index, minlength=size)
+    wide = index.to(torch.int64)
+    return torch.zeros(size, dtype=torch.int64, device=index.device).scatter_add_(0, wide, torch.ones_like(wide))
 
 
 class RewardSummarizer:
@@ -149,7 +161,7 @@ class RewardSummarizer:
         rejected_weight = 1.0 - weight
         high = torch.add(kept, rejected_weight, alpha=largest)
         low = torch.add(kept, rejected_weight, alpha=-largest)
-        counts = torch.bincount(torch.bucketize(high, self._bounds_on(x.device, x.dtype)), minlength=buckets)
+        counts = _bincount(torch.bucketize(high, self._bounds_on(x.device, x.dtype)), buckets)
         count = weight.sum(dtype=torch.float64)
         counts[self._bucket_of_largest(x.dtype)] -= x.numel() - count.to(torch.int64)
         packed = torch.cat(
@@ -228,7 +240,7 @@ class StalenessSummarizer:
         if generated.numel() == 0:
             return Summary(0, 0.0, 0.0, 0.0, 0.0, None, None, (0,) * buckets)
         keep = selected.reshape(-1) if selected is not None else None
-        nonintegral: torch.Tensor | int = 0
+        nonintegral: torch.Tensor | None = None
         if generated.is_floating_point():
             integral = torch.isfinite(generated) & (generated == torch.trunc(generated))
             nonintegral = (~integral if keep is None else keep & ~integral).sum()
@@ -239,15 +251,15 @@ class StalenessSummarizer:
         # future (negative staleness), staleness + 2 when accepted.
         code = torch.rsub(generated, current_version + 2).clamp_(min=1)
         if keep is not None:
-            code.mul_(keep.view(torch.uint8).to(torch.int64))
+            code.mul_(keep.view(torch.uint8))
         bounds, lookup = self._tables_on(code.device)
         top = self._cap + 2 if self._use_bincount else 2
-        fine = torch.bincount(code.clamp(max=top).to(torch.int32), minlength=top + 1)
+        fine = _bincount(code.clamp(max=top).to(torch.int32), top + 1)
         count = fine[2:].sum()
         if self._use_bincount:
             counts = torch.zeros(buckets, dtype=torch.int64, device=code.device).index_add_(0, lookup, fine[2:])
         else:
-            counts = torch.bincount(torch.bucketize((code - 2).clamp_(min=0), bounds), minlength=buckets)
+            counts = _bincount(torch.bucketize((code - 2).clamp_(min=0), bounds), buckets)
             counts[0] -= fine[0] + fine[1]
         packed = torch.cat(
             (
@@ -260,7 +272,7 @@ class StalenessSummarizer:
                         (code - 2).bitwise_and_(_INT64_MAX).min(),
                         code.max() - 2,
                         fine[1],
-                        torch.as_tensor(nonintegral, device=code.device),
+                        code.new_zeros(()) if nonintegral is None else nonintegral,
                     )
                 ),
                 counts,

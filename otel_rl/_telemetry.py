@@ -122,7 +122,7 @@ class Telemetry:
             self._store,
             metric_exporter=exporters.metrics,
             log_exporter=exporters.logs,
-            interval_s=float(cfg.export_interval_s or 10.0),
+            interval_s=float(cfg.export_interval_s or 2.0),
             timeout_s=float(cfg.export_timeout_s or 5.0),
             queue_size=cfg.sample_queue_size,
             clock=clock,

@@ -26,7 +26,7 @@ class RankProcess:
     def __init__(self, *, endpoint: str, run_id: str, rank: int, world_size: int, **settings: Any) -> None:
         config = {
             "run_id": run_id, "rank": rank, "world_size": world_size, "local_rank": rank, "endpoint": endpoint,
-            "service_name": "otel-rl-test", "export_interval_s": 1.0, "export_timeout_s": 2.0, **settings,
+            "service_name": "otel-rl-test", "export_interval_s": 0.5, "export_timeout_s": 2.0, **settings,
         }  # fmt: skip
         self.rank = rank
         self._process = subprocess.Popen(
