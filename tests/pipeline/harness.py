@@ -29,6 +29,7 @@ class RankProcess:
             "service_name": "otel-rl-test", "export_interval_s": 0.5, "export_timeout_s": 2.0, **settings,
         }  # fmt: skip
         self.rank = rank
+        self.run_id = run_id
         self._process = subprocess.Popen(
             [sys.executable, "-m", "tests.pipeline.rank_worker", json.dumps(config)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
@@ -53,6 +54,9 @@ class RankProcess:
 
     def staleness(self, versions: Any, current: int, *, mask: Any = None) -> None:
         self.send("staleness", versions=versions, current=current, mask=mask)
+
+    def metric(self, key: str, values: Sequence[float]) -> None:
+        self.send("metric", key=key, values=list(values))
 
     def sample(self, **sample: Any) -> None:
         self.send("sample", sample=sample)

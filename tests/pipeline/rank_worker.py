@@ -1,7 +1,7 @@
 """A rank process driven over stdin by the pipeline tests: one JSON command per line, one reply line each.
 
 Runs the real otel_rl package with the real OTLP exporter, so what reaches the collector is exactly what a trainer
-sends. Commands: ``rewards``, ``staleness``, ``sample``, ``step``, ``flush``, ``shutdown``.
+sends. Commands: ``rewards``, ``staleness``, ``metric``, ``sample``, ``step``, ``flush``, ``shutdown``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def main() -> None:
             telemetry.record_staleness(
                 torch.tensor(command["versions"]), command["current"], mask=None if mask is None else torch.tensor(mask)
             )
+        elif kind == "metric":
+            telemetry.record_metric(command["key"], torch.tensor(command["values"], dtype=torch.float64))
         elif kind == "sample":
             telemetry.record_sample(otel_rl.EpisodeSample(**command["sample"]))
         elif kind == "step":

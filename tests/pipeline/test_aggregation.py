@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from collections.abc import Iterator
 from typing import Any
 
@@ -47,6 +48,7 @@ def exact_run(shared_stack: Any) -> Iterator[tuple[str, dict[str, Any]]]:
             lengths = rng.integers(0, 17, 8)
             mask = np.arange(16)[None, :] < lengths[:, None]
             rank.staleness(versions.tolist(), current, mask=mask.tolist())
+            rank.metric("loss.policy", [0.5, -0.25])
             expected["total"] += total.tolist()
             expected["format"] += fmt.tolist()
             expected["staleness"] += (current - versions)[mask].tolist()
@@ -163,3 +165,28 @@ def _negative_phase_checks(run_id: str, ranks: list[RankProcess], rng: np.random
         f"rl_reward_sum{selector} {offset}", at=end
     )
     assert histogram_sum_decreased  # why the sum also goes out as two monotone counters
+
+
+GOLDEN_SERIES = {
+    "rl_reward_bucket", "rl_reward_count", "rl_reward_sum", "rl_reward_positive_total", "rl_reward_negative_total",
+    "rl_reward_squares_total", "rl_reward_max", "rl_reward_min",
+    "rl_staleness_bucket", "rl_staleness_count", "rl_staleness_sum", "rl_staleness_max", "rl_staleness_min",
+    "rl_policy_version", "rl_step",
+    "rl_metric_bucket", "rl_metric_count", "rl_metric_sum", "rl_metric_positive_total", "rl_metric_negative_total",
+    "rl_metric_squares_total", "rl_metric_max", "rl_metric_min",
+    "otel_rl_samples_exported_total", "otel_rl_samples_dropped_total", "otel_rl_export_failures_total",
+}  # fmt: skip
+"""The exact Prometheus series names the OpenTelemetry names of docs/contract.md become."""
+
+
+def test_golden_prometheus_names(shared_stack: Any, exact_run: tuple[str, dict[str, Any]]) -> None:
+    """The series a run produces are exactly the golden names, and docs/contract.md documents each of them."""
+    import requests
+
+    run_id, _ = exact_run
+    raw_series = f'{{rl_run_id="{run_id}",otel_scope_name="otel_rl"}}'  # not the recording rules' series
+    response = requests.get(f"{shared_stack.prometheus_url}/api/v1/series", params={"match[]": raw_series}, timeout=10)
+    names = {series["__name__"] for series in response.json()["data"]}
+    assert names == GOLDEN_SERIES
+    contract = (Path(__file__).parents[2] / "docs" / "contract.md").read_text()
+    assert [name for name in sorted(GOLDEN_SERIES | {"otel_rl_values_rejected_total"}) if f"`{name}`" not in contract] == []

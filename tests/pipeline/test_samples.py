@@ -1,0 +1,51 @@
+"""Sample records from every rank reach VictoriaLogs; LogsQL finds a step's global top-k and bottom-k (pipeline, 4)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from tests.pipeline.harness import RankProcess, eventually, logsql
+
+RANKS = 4
+
+
+def test_samples_from_every_rank_give_the_global_extremes(shared_stack: Any) -> None:
+    """Each rank keeps its top-2/bottom-2 of step 5; across ranks the log store returns the global ones."""
+    run_id = f"samples-{uuid.uuid4().hex[:8]}"
+    ranks = [
+        RankProcess(endpoint=shared_stack.otlp_grpc_endpoint, run_id=run_id, rank=r, world_size=RANKS)
+        for r in range(RANKS)
+    ]
+    rewards: dict[str, float] = {}
+    try:
+        for rank in ranks:
+            rank.step(5)
+            for index in range(10):
+                reward = round((rank.rank * 10 + index) * 0.37 % 3.1 - 1.2, 3)
+                episode = f"r{rank.rank}-e{index}"
+                rewards[episode] = reward
+                rank.sample(
+                    reward=reward, episode_id=episode, policy_version=7, prompt=f"prompt {episode}",
+                    response=f"response {episode} ✓", reward_breakdown={"correctness": reward}, staleness=1,
+                )  # fmt: skip
+            rank.step(6)
+            assert rank.flush()
+        query = f'{{rl.run.id="{run_id}"}} rl.step:=5'
+        records = eventually(lambda: len(logsql(shared_stack.victorialogs_url, query)) == 4 * RANKS and
+                             logsql(shared_stack.victorialogs_url, query), what="16 sample records")  # fmt: skip
+        assert {r["rl.rank"] for r in records} == {str(rank) for rank in range(RANKS)}
+        for record in records:
+            episode = record["rl.episode.id"]
+            assert float(record["rl.reward"]) == rewards[episode] == float(record["rl.reward.correctness"])
+            assert record["prompt"] == f"prompt {episode}" and record["response"] == f"response {episode} ✓"
+            assert record["rl.sample.selection"] in ("top", "bottom") and record["rl.policy.version"] == "7"
+            assert record["_stream"] == f'{{rl.run.id="{run_id}",service.name="otel-rl-test"}}'
+        ranked = sorted(rewards.values())
+        top = logsql(shared_stack.victorialogs_url, f"{query} | sort by (rl.reward desc) | limit 2")
+        bottom = logsql(shared_stack.victorialogs_url, f"{query} | sort by (rl.reward) | limit 2")
+        assert [float(r["rl.reward"]) for r in top] == ranked[::-1][:2]
+        assert [float(r["rl.reward"]) for r in bottom] == ranked[:2]
+    finally:
+        for rank in ranks:
+            rank.kill()
