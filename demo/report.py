@@ -45,6 +45,6 @@ def format_summary(summary: dict[str, Any]) -> str:
         for sample in summary["samples"][selection]:
             lines.append(
                 f"| {selection} | {sample.get('rl.reward')} | {sample.get('rl.step')} | {sample.get('prompt', '')} "
-                f"| {sample.get('response', '')} | {sample.get('target', '')} |"
+                f"| {sample.get('_msg', '')} | {sample.get('target', '')} |"
             )
     return "\n".join(lines) + "\n"

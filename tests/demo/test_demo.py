@@ -82,7 +82,7 @@ def test_summary_samples_are_the_global_extremes(demo_run: tuple[dict[str, Any],
     totals = [r for record in records for r in record["rewards"]["total"]]
     top, bottom = summary["samples"]["top"], summary["samples"]["bottom"]
     assert float(top[0]["rl.reward"]) == max(totals) and float(bottom[0]["rl.reward"]) == min(totals)
-    assert all(sample["prompt"].endswith("=") and "response" in sample for sample in top + bottom)
+    assert all(sample["prompt"].endswith("=") and "_msg" in sample for sample in top + bottom)
 
 
 def test_the_policy_learns(demo_run: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:

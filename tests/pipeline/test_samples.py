@@ -38,7 +38,7 @@ def test_samples_from_every_rank_give_the_global_extremes(shared_stack: Any) -> 
         for record in records:
             episode = record["rl.episode.id"]
             assert float(record["rl.reward"]) == rewards[episode] == float(record["rl.reward.correctness"])
-            assert record["prompt"] == f"prompt {episode}" and record["response"] == f"response {episode} ✓"
+            assert record["prompt"] == f"prompt {episode}" and record["_msg"] == f"response {episode} ✓"
             assert record["rl.sample.selection"] in ("top", "bottom") and record["rl.policy.version"] == "7"
             assert record["_stream"] == f'{{rl.run.id="{run_id}",service.name="otel-rl-test"}}'
         ranked = sorted(rewards.values())
