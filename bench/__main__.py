@@ -1,0 +1,76 @@
+"""``python -m bench [--quick] [--out PATH] [--only SECTION ...]``: run the benchmarks, print, write JSON."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench import report
+from bench.machine import machine
+
+SECTIONS = ("ingest", "growth", "training_thread", "memory", "cuda")
+DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
+
+
+def run(*, quick: bool, only: tuple[str, ...] = SECTIONS, threads: int = 2) -> dict[str, Any]:
+    """Every selected section's results; ``quick`` shrinks sizes and counts to a seconds-long smoke run."""
+    from bench.cuda_check import cuda_check
+    from bench.ingest import growth, ingest
+    from bench.memory import memory_growth
+    from bench.training_thread import training_thread
+
+    torch.set_num_threads(threads)
+    started = time.perf_counter()
+    results: dict[str, Any] = {"quick": quick, "machine": machine()}
+    if "ingest" in only:
+        results["ingest"] = (
+            ingest(rollouts=32, tokens=512, repeats=3, sample_size=500) if quick else ingest(repeats=15)
+        )
+    if "growth" in only:
+        results["growth"] = (
+            growth([2_048, 16_384], tokens=512, repeats=3)
+            if quick
+            else growth([10_000, 100_000, 1_000_000, 10_000_000], repeats=7)
+        )
+    if "training_thread" in only:
+        results["training_thread"] = (
+            training_thread(steps=4, rounds=1, warmup=1, rollouts=16) if quick else training_thread(steps=60, rounds=2)
+        )
+    if "memory" in only:
+        results["memory"] = (
+            memory_growth(steps=200, every=50, warmup=20, rollouts=8, tokens=64)
+            if quick
+            else memory_growth(steps=10_000, every=500, warmup=500)
+        )
+    if "cuda" in only:
+        results["cuda"] = cuda_check(repeats=3 if quick else 15)
+    results["elapsed_s"] = time.perf_counter() - started
+    results["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes and counts: a smoke run of seconds")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results file (default {DEFAULT_OUT})")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="sections to run")
+    args = parser.parse_args(argv)
+    # The failing-collector modes make the exporters log every failed export; that is expected here.
+    logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
+    logging.getLogger("otel_rl").setLevel(logging.ERROR)
+    results = run(quick=args.quick, only=tuple(args.only), threads=args.threads)
+    report.show(results)
+    report.write(results, args.out)
+    print(f"\nwrote {args.out} ({results['elapsed_s']:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

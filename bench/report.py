@@ -1,0 +1,146 @@
+"""The printed tables (rich when installed, plain text otherwise) and the JSON file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+Table = tuple[str, list[str], list[list[str]]]
+
+
+def _time(ns: float) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def _ratio(value: float) -> str:
+    return f"{value:,.0f}x" if value >= 100 else f"{value:.2f}x" if value < 10 else f"{value:.1f}x"
+
+
+def _ok(flag: bool) -> str:
+    return "yes" if flag else "NO"
+
+
+def tables(results: dict[str, Any]) -> list[Table]:
+    """The report as (title, header, rows) tables."""
+    out: list[Table] = []
+    ingest = results.get("ingest")
+    if ingest:
+        rows = [
+            [name, _time(op["median_ns"]), _ratio(op["x_floor"]), op.get("note", "")]
+            for name, op in ingest["operations"].items()
+        ]
+        out.append((f"1. Ingest of {ingest['tokens']:,} tokens {tuple(ingest['shape'])}", ["operation", "median", "x floor", "note"], rows))
+        r, t, met = ingest["ratios"], ingest["targets"], ingest["targets_met"]
+        out.append(
+            (
+                "1. Ratios (step = record_rewards + record_staleness, per-token 2-D with mask)",
+                ["ratio", "value", "target", "met"],
+                [
+                    ["step / floor", _ratio(r["step_vs_floor"]), f"<= {t['step_vs_floor_max']:.0f}x", _ok(met["step_vs_floor"])],
+                    ["OTel SDK loop / step", _ratio(r["otel_sdk_speedup"]), f">= {t['otel_sdk_speedup_min']:,.0f}x", _ok(met["otel_sdk_speedup"])],
+                    ["TensorBoard / step", _ratio(r["tensorboard_speedup"]), f">= {t['tensorboard_speedup_min']:.0f}x", _ok(met["tensorboard_speedup"])],
+                    ["prometheus loop / step", _ratio(r["prometheus_speedup"]), "", ""],
+                    ["np.histogram / step", _ratio(r["numpy_histogram_speedup"]), "", ""],
+                    ["torch.histc / step", _ratio(r["torch_histc_speedup"]), "", ""],
+                    ["rewards_1d / floor", _ratio(r["rewards_1d_vs_floor"]), "", ""],
+                    ["OTel SDK loop / rewards_1d", _ratio(r["otel_sdk_speedup_1d"]), "", ""],
+                    ["TensorBoard / rewards_1d", _ratio(r["tensorboard_speedup_1d"]), "", ""],
+                ],
+            )
+        )
+    growth = results.get("growth")
+    if growth:
+        out.append(
+            (
+                "2. Growth (same step at several sizes)",
+                ["tokens", "step", "ns/token", "floor", "x floor"],
+                [
+                    [f"{g['tokens']:,}", _time(g["step_ns"]), f"{g['per_token_ns']:.2f}", _time(g["floor_ns"]), _ratio(g["x_floor"])]
+                    for g in growth
+                ],
+            )
+        )
+    thread = results.get("training_thread")
+    if thread:
+        modes = thread["modes"]
+        rows = []
+        for mode, data in modes.items():
+            rss = data["rss_kb_start_max_end"]
+            p99_ratio = thread["ratios"].get(f"{mode}_p99_vs_healthy")
+            rows.append(
+                [
+                    mode,
+                    str(data["steps"]),
+                    _time(data["median_ns"]),
+                    _time(data["p99_ns"]),
+                    "1.00x" if p99_ratio is None else _ratio(p99_ratio),
+                    "" if p99_ratio is None else _ok(thread["targets_met"][f"{mode}_p99"]),
+                    " / ".join(f"{b[0] // 1024}-{b[1] // 1024}-{b[2] // 1024}" for b in rss),
+                ]
+            )
+        out.append(
+            (
+                f"3. Training-thread cost of a typical step ({thread['rollouts']} rollouts, {thread['tokens']:,} tokens)",
+                ["mode", "steps", "median", "p99", "p99 / healthy", f"<= {thread['target_p99_ratio_max']}x", "RSS MiB start-max-end"],
+                rows,
+            )
+        )
+    memory = results.get("memory")
+    if memory:
+        out.append(
+            (
+                f"4. Memory over {memory['steps']:,} steps {tuple(memory['shape'])}",
+                ["slope KB/1000 steps", "RSS first", "RSS last", "samples exported"],
+                [[f"{memory['slope_kb_per_1000_steps']:.1f}", f"{memory['rss_first_kb']:,} KB", f"{memory['rss_last_kb']:,} KB", f"{memory['sample_records_exported']:,}"]],
+            )
+        )
+    cuda = results.get("cuda")
+    if cuda is not None:
+        if cuda.get("available"):
+            rows = [[n, str(cuda["syncs_per_call"][n]), _time(cuda["median_ns"][n])] for n in cuda["syncs_per_call"]]
+            out.append((f"5. CUDA ({cuda['device']})", ["call", "syncs", "median"], rows))
+        else:
+            out.append(("5. CUDA", ["result"], [[cuda["skipped"]]]))
+    return out
+
+
+def render_plain(table: Table) -> str:
+    """A table as aligned plain text."""
+    title, header, rows = table
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+    return "\n".join([title, line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def show(results: dict[str, Any]) -> None:
+    """Print every table, with rich if it is installed."""
+    try:
+        from rich.console import Console
+        from rich.table import Table as RichTable
+    except ImportError:
+        machine = results.get("machine", {})
+        print(f"machine: {machine.get('nproc')} cores, {machine.get('cpu_model')}, torch {machine.get('torch')}")
+        for table in tables(results):
+            print()
+            print(render_plain(table))
+        return
+    console = Console()
+    for title, header, rows in tables(results):
+        rich_table = RichTable(title=title)
+        for name in header:
+            rich_table.add_column(name)
+        for row in rows:
+            rich_table.add_row(*row)
+        console.print(rich_table)
+
+
+def write(results: dict[str, Any], path: Path) -> None:
+    """Write the results as indented JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n", encoding="utf-8")

@@ -1,0 +1,74 @@
+"""The benchmark suite runs end to end in --quick mode and its results keep their shape (no timed assertions)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.__main__ import main
+
+
+def _positive_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One quick run of every section, read back from its JSON file."""
+    out: Path = tmp_path_factory.mktemp("bench") / "results.json"
+    assert main(["--quick", "--out", str(out)]) == 0
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def test_ingest_reports_positive_times_and_ratios(results: dict[str, Any]) -> None:
+    """Every ingest operation and baseline has a positive finite median, x-floor and ratio."""
+    ingest = results["ingest"]
+    expected = {"step_2d", "rewards_2d", "staleness_2d", "rewards_1d", "staleness_1d", "floor", "numpy_histogram",
+                "torch_histc", "tensorboard_add_histogram", "prometheus_observe_loop", "otel_sdk_record_loop"}
+    assert set(ingest["operations"]) == expected
+    for operation in ingest["operations"].values():
+        assert _positive_finite(operation["median_ns"]) and _positive_finite(operation["x_floor"])
+    assert all(_positive_finite(value) for value in ingest["ratios"].values())
+    assert set(ingest["targets_met"]) == {"step_vs_floor", "otel_sdk_speedup", "tensorboard_speedup"}
+    assert ingest["operations"]["otel_sdk_record_loop"]["extrapolated_from_values"] > 0
+
+
+def test_growth_rows_cover_each_size(results: dict[str, Any]) -> None:
+    """Each size has a positive per-token cost and x-floor ratio."""
+    rows = results["growth"]
+    assert len(rows) >= 2 and [r["tokens"] for r in rows] == sorted(r["tokens"] for r in rows)
+    for row in rows:
+        assert all(_positive_finite(row[key]) for key in ("step_ns", "per_token_ns", "floor_ns", "x_floor"))
+
+
+def test_training_thread_reports_every_mode(results: dict[str, Any]) -> None:
+    """Healthy, closed-port and slow-sink modes each report median, p99 and RSS."""
+    thread = results["training_thread"]
+    assert set(thread["modes"]) == {"healthy", "closed_port", "slow_sink"}
+    for mode in thread["modes"].values():
+        assert mode["steps"] > 0 and _positive_finite(mode["median_ns"]) and _positive_finite(mode["p99_ns"])
+        assert all(_positive_finite(kb) for block in mode["rss_kb_start_max_end"] for kb in block)
+    assert all(_positive_finite(value) for value in thread["ratios"].values())
+
+
+def test_memory_is_sampled_with_a_finite_slope(results: dict[str, Any]) -> None:
+    """RSS is sampled at regular steps and its least-squares slope is a finite number."""
+    memory = results["memory"]
+    assert len(memory["rss_kb"]) == memory["steps"] // memory["sample_every"]
+    assert all(_positive_finite(kb) for _, kb in memory["rss_kb"])
+    assert math.isfinite(memory["slope_kb_per_1000_steps"])
+    assert memory["sample_records_exported"] > 0
+
+
+def test_cuda_section_is_recorded(results: dict[str, Any]) -> None:
+    """The CUDA check is either skipped (recorded as such) or reports one sync per call."""
+    cuda = results["cuda"]
+    if cuda["available"]:
+        assert cuda["one_sync_per_call"] and set(cuda["syncs_per_call"].values()) == {1}
+    else:
+        assert cuda["skipped"] == "CUDA not available: skipped"
+    assert results["machine"]["nproc"] > 0 and results["quick"] is True
