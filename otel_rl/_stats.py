@@ -251,26 +251,30 @@ class StalenessSummarizer:
         # future (negative staleness), staleness + 2 when accepted.
         code = torch.rsub(generated, current_version + 2).clamp_(min=1)
         if keep is not None:
-            code.mul_(keep.view(torch.uint8))
+            code.masked_fill_(keep.logical_not(), 0)
+        total, maximum = code.sum(), code.max()
+        # code - 2 is -2 (masked), -1 (future) or the staleness; & INT64_MAX sends -2 and -1 to the top of the
+        # range, where they never win the minimum.
+        minimum = (code - 2).bitwise_and_(_INT64_MAX).min()
         bounds, lookup = self._tables_on(code.device)
+        if not self._use_bincount:
+            # Masked and future elements land in bucket 0 (staleness 0) and are taken out of it below.
+            counts = _bincount(torch.bucketize((code - 2).clamp_(min=0), bounds), buckets)
         top = self._cap + 2 if self._use_bincount else 2
-        fine = _bincount(code.clamp(max=top).to(torch.int32), top + 1)
+        fine = _bincount(code.clamp_(max=top), top + 1)
         count = fine[2:].sum()
         if self._use_bincount:
             counts = torch.zeros(buckets, dtype=torch.int64, device=code.device).index_add_(0, lookup, fine[2:])
         else:
-            counts = _bincount(torch.bucketize((code - 2).clamp_(min=0), bounds), buckets)
             counts[0] -= fine[0] + fine[1]
         packed = torch.cat(
             (
                 torch.stack(
                     (
                         count,
-                        code.sum() - 2 * count - fine[1],
-                        # code - 2 is -2 (masked), -1 (future) or the staleness; & INT64_MAX sends -2 and -1 to
-                        # the top of the range, where they never win the minimum.
-                        (code - 2).bitwise_and_(_INT64_MAX).min(),
-                        code.max() - 2,
+                        total - 2 * count - fine[1],
+                        minimum,
+                        maximum - 2,
                         fine[1],
                         code.new_zeros(()) if nonintegral is None else nonintegral,
                     )

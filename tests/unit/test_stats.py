@@ -51,18 +51,21 @@ def test_rewards_match_numpy_reference(values: np.ndarray, data: st.DataObject) 
 @given(
     offsets=arrays(np.int64, st.integers(0, 300), elements=st.integers(-5, 300)),
     current=st.sampled_from([10, 2**24 + 1, 2**53 - 7, 2**62]),
+    bounds=st.sampled_from([STALENESS_BOUNDS, (0, 3, 100_000)]),
     data=st.data(),
 )
-def test_staleness_matches_numpy_reference(offsets: np.ndarray, current: int, data: st.DataObject) -> None:
-    """Staleness is exact in int64 (near 2**53 too), negatives are counted and not folded in."""
+def test_staleness_matches_numpy_reference(
+    offsets: np.ndarray, current: int, bounds: tuple[int, ...], data: st.DataObject
+) -> None:
+    """Staleness is exact in int64 (near 2**53 too), negatives are counted and not folded in (both histogram paths)."""
     versions = current - offsets
     mask = data.draw(arrays(np.bool_, versions.shape)) if data.draw(st.booleans()) else None
-    summary = StalenessSummarizer(STALENESS_BOUNDS).summarize(torch.from_numpy(versions), current, mask)
+    summary = StalenessSummarizer(bounds).summarize(torch.from_numpy(versions), current, mask)
     staleness = (current - versions)[mask] if mask is not None else current - versions
     valid = staleness[staleness >= 0]
     assert summary.count == valid.size
     assert summary.total == int(valid.sum())
-    assert list(summary.bucket_counts) == reference_buckets(valid.astype(np.float64), STALENESS_BOUNDS)
+    assert list(summary.bucket_counts) == reference_buckets(valid.astype(np.float64), bounds)
     assert summary.rejected.get("negative", 0) == int((staleness < 0).sum())
     if valid.size:
         assert (summary.minimum, summary.maximum) == (int(valid.min()), int(valid.max()))
@@ -78,9 +81,12 @@ def test_staleness_is_exact_above_float32_precision() -> None:
 def test_large_staleness_bounds_use_bucketize_path() -> None:
     """Bounds above the bincount limit (documents-seen units) give the same buckets as the reference."""
     bounds = (0, 1_000, 100_000, 10_000_000)
-    versions = np.array([10_000_000, 9_999_000, 9_000_000, 0, 5], dtype=np.int64)
-    summary = StalenessSummarizer(bounds).summarize(versions, 10_000_000, None)
-    assert list(summary.bucket_counts) == reference_buckets((10_000_000 - versions).astype(np.float64), bounds)
+    versions = np.array([10_000_000, 9_999_000, 9_000_000, 0, 5, 10_000_001, 7], dtype=np.int64)
+    mask = np.array([1, 1, 1, 1, 1, 1, 0], dtype=bool)
+    summary = StalenessSummarizer(bounds).summarize(versions, 10_000_000, mask)
+    staleness = (10_000_000 - versions)[mask]
+    assert list(summary.bucket_counts) == reference_buckets(staleness[staleness >= 0].astype(np.float64), bounds)
+    assert (summary.count, summary.rejected) == (5, {"negative": 1})
 
 
 def test_float_versions_must_be_integral() -> None:
