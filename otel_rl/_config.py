@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -90,6 +90,9 @@ class TelemetryConfig:
     """Samples kept per step by uniform reservoir sampling, besides the top and bottom."""
     sample_text_budget_bytes: int = 16_384
     """UTF-8 bytes kept of each text (prompt, response, target); longer texts are cut and flagged."""
+    redact: Callable[[str, str], str] | None = None
+    """``redact(field, text) -> text`` applied to each prompt, response and target before the byte budget; if it
+    raises, the sample is dropped (``otel_rl.samples.dropped{reason="redaction"}``), never sent unredacted."""
     sample_queue_size: int = 4_096
     """Sample records waiting for export; beyond it the oldest are dropped and counted."""
     samples_as_span_events: bool = False
@@ -177,6 +180,8 @@ class TelemetryConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f'"{name}" must be an integer >= {minimum}, got {value!r}')
+        if self.redact is not None and not callable(self.redact):
+            raise ValueError(f'"redact" must be a callable (field, text) -> text, got {self.redact!r}')
         _check_bounds("reward_bounds", self.reward_bounds, integer=False)
         _check_bounds("staleness_bounds", self.staleness_bounds, integer=True)
         if self.exporter == "otlp":

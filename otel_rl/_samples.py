@@ -11,7 +11,7 @@ import itertools
 import json
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
@@ -141,8 +141,21 @@ class SampleRecord:
     truncated: bool
 
 
-def to_record(sample: EpisodeSample, *, step: int | None, selection: Selection, budget_bytes: int) -> SampleRecord:
-    """Turn a sample into log-record attributes and body, cutting texts to ``budget_bytes`` UTF-8 bytes.
+Redactor = Callable[[str, str], str]
+"""``redact(field, text) -> text``: rewrites a prompt, response or target before it leaves the process."""
+
+
+def to_record(
+    sample: EpisodeSample,
+    *,
+    step: int | None,
+    selection: Selection,
+    budget_bytes: int,
+    redact: Redactor | None = None,
+) -> SampleRecord:
+    """Turn a sample into log-record attributes and body: texts go through ``redact``, then are cut to
+    ``budget_bytes`` UTF-8 bytes. An exception from ``redact`` propagates: the caller drops the whole sample
+    rather than export an unredacted text.
 
     >>> r = to_record(EpisodeSample(reward=1.0, response="héllo"), step=3, selection="top", budget_bytes=2)
     >>> r.body, r.attributes["rl.sample.truncated"], r.attributes["rl.step"]
@@ -166,6 +179,8 @@ def to_record(sample: EpisodeSample, *, step: int | None, selection: Selection, 
     for name in _TEXT_FIELDS:
         text = getattr(sample, name)
         if text is not None:
+            if redact is not None:
+                text = redact(name, _decode(text))
             body[name], cut = _truncate(text, budget_bytes)
             truncated = truncated or cut
     structured: dict[str, Any] = {}
@@ -197,13 +212,15 @@ def _attribute_name(name: object) -> str:
     return cleaned[:_MAX_ATTRIBUTE_NAME] or "_"
 
 
+def _decode(text: str | bytes) -> str:
+    if isinstance(text, bytes):
+        return text.decode("utf-8", errors="replace")
+    return text if isinstance(text, str) else str(text)
+
+
 def _truncate(text: str | bytes, budget_bytes: int) -> tuple[str, bool]:
     """Cut ``text`` to at most ``budget_bytes`` UTF-8 bytes on a character boundary."""
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", errors="replace")
-    elif not isinstance(text, str):
-        text = str(text)
-    data = text.encode("utf-8", errors="replace")
+    data = _decode(text).encode("utf-8", errors="replace")
     if len(data) <= budget_bytes:
         return data.decode("utf-8"), False
     return data[:budget_bytes].decode("utf-8", errors="ignore"), True

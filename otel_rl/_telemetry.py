@@ -268,11 +268,16 @@ class Telemetry:
         for selection, sample in kept:
             try:
                 record = to_record(
-                    sample, step=step, selection=selection, budget_bytes=self.config.sample_text_budget_bytes
+                    sample,
+                    step=step,
+                    selection=selection,
+                    budget_bytes=self.config.sample_text_budget_bytes,
+                    redact=self.config.redact,
                 )
-            except Exception as error:  # noqa: BLE001 - a broken sample must not break the others
-                self._store.add(_names.SAMPLES_DROPPED, attributes(**{_names.SELF_REASON: "invalid"}), 1)
-                self._warn_once(_names.SAMPLE_EVENT, "invalid", f"sample dropped: {error}")
+            except Exception as error:  # noqa: BLE001 - a broken sample or redactor must not break the others
+                reason = "redaction" if self.config.redact is not None else "invalid"
+                self._store.add(_names.SAMPLES_DROPPED, attributes(**{_names.SELF_REASON: reason}), 1)
+                self._warn_once(_names.SAMPLE_EVENT, reason, f"sample dropped: {type(error).__name__}")
                 continue
             self._logger.emit(
                 event_name=_names.SAMPLE_EVENT,

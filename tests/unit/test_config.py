@@ -93,6 +93,7 @@ def test_torchrun_default_rendezvous_id_is_not_a_run_id(monkeypatch: pytest.Monk
         ({"role": ""}, r'"role" must be a non-empty string'),
         ({"max_reward_fns": 0}, r'"max_reward_fns" must be an integer >= 1, got 0'),
         ({"sample_queue_size": 0}, r'"sample_queue_size" must be an integer >= 1, got 0'),
+        ({"redact": "mask"}, r'"redact" must be a callable \(field, text\) -> text, got \'mask\''),
     ],
 )
 def test_bad_settings_raise_naming_setting_and_value(kwargs: dict[str, object], message: str) -> None:

@@ -304,3 +304,39 @@ def test_resource_carries_run_and_rank() -> None:
     assert (attrs["rl.run.id"], attrs["rl.rank"], attrs["rl.world_size"], attrs["rl.local_rank"]) == ("r9", 2, 4, 0)
     assert (attrs["rl.role"], attrs["service.name"]) == ("rollout", "svc") and attrs["service.instance.id"]
     telemetry.shutdown()
+
+
+def test_redaction_hook_rewrites_texts_before_they_leave(metric_exporter: RecordingMetricExporter) -> None:
+    """redact(field, text) is applied to prompt, response and target before export."""
+    logs = InMemoryLogRecordExporter()
+    telemetry = make(metric_exporter, logs, redact=lambda field, text: f"{field}:" + "".join(
+        "#" if c.isdigit() else c for c in text))  # fmt: skip
+    telemetry.step(1)
+    telemetry.record_sample(EpisodeSample(reward=1.0, prompt="call 555-0100", response=b"pin 1234", target="42"))
+    telemetry.step(2)
+    telemetry.flush(5)
+    (record,) = logs.get_finished_logs()
+    assert record.log_record.body == {"prompt": "prompt:call ###-####", "response": "response:pin ####",
+                                      "target": "target:##"}  # fmt: skip
+    telemetry.shutdown()
+
+
+def test_failing_redaction_drops_the_sample_and_never_leaks(
+    metric_exporter: RecordingMetricExporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A redactor that raises drops the sample, counts it, and the warning does not quote the text."""
+    logs = InMemoryLogRecordExporter()
+
+    def broken(field: str, text: str) -> str:
+        raise RuntimeError(f"cannot redact {text}")
+
+    telemetry = make(metric_exporter, logs, redact=broken)
+    telemetry.step(1)
+    telemetry.record_sample(EpisodeSample(reward=1.0, prompt="secret-ssn-123"))
+    telemetry.step(2)
+    telemetry.flush(5)
+    assert logs.get_finished_logs() == ()
+    dropped = metric_exporter.latest()[("otel_rl.samples.dropped", (("otel_rl.reason", "redaction"),))]
+    assert dropped.value == 1  # type: ignore[attr-defined]
+    assert "secret-ssn" not in caplog.text
+    telemetry.shutdown()
