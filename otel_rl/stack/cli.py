@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 
+from otel_rl.report.cli import add_report_command
 from otel_rl.stack import install, layout
 from otel_rl.stack.config import StackConfig, StackPorts
 from otel_rl.stack.env import otel_rl_home
@@ -144,7 +145,10 @@ def _add_stack_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         parser.set_defaults(handler=handler)
 
 
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [_add_stack_command]
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
+    _add_stack_command,
+    add_report_command,
+]
 """Functions that each register one top-level subcommand (a subparser with a ``handler`` default)."""
 
 

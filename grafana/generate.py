@@ -1,0 +1,327 @@
+"""The otel-rl Grafana dashboards as code: ``python grafana/generate.py`` writes ``grafana/dashboards/*.json``.
+
+Built with the Grafana Foundation SDK (``grafana-foundation-sdk`` on PyPI, the ``dashboards`` extra), which also
+validates the JSON (``Dashboard.from_json``). The committed JSON files are what Grafana provisions and what
+``otel-rl report`` renders; ``tests/dashboards/test_dashboards.py`` checks that they equal this script's output,
+so edit this file and rerun it, never the JSON by hand.
+
+Every PromQL selector carries ``rl_rank=""``: aggregated series (one per run) never have a rank, the optional
+per-rank gauges always do (docs/pipeline.md, "Per-rank gauges"). Metric names are those of docs/contract.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from grafana_foundation_sdk.builders import dashboard as dash
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import heatmap, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog import runtime as cogruntime
+from grafana_foundation_sdk.cog import variants as cogvariants
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models import heatmap as heatmap_model
+from grafana_foundation_sdk.models import prometheus as prometheus_model
+
+PROMETHEUS_UID = "otel-rl-prometheus"
+"""Fixed uid of the Prometheus datasource (``grafana/provisioning/datasources/otel-rl.yml``)."""
+VICTORIALOGS_UID = "otel-rl-victorialogs"
+"""Fixed uid of the VictoriaLogs datasource."""
+VICTORIALOGS_TYPE = "victoriametrics-logs-datasource"
+"""Plugin id of the VictoriaLogs Grafana datasource."""
+DASHBOARDS_DIR = Path(__file__).resolve().parent / "dashboards"
+
+PROMETHEUS = model.DataSourceRef(type_val="prometheus", uid=PROMETHEUS_UID)
+VICTORIALOGS = model.DataSourceRef(type_val=VICTORIALOGS_TYPE, uid=VICTORIALOGS_UID)
+
+RUN = 'rl_run_id="$run",rl_rank=""'
+"""Label matchers of one run's aggregated series."""
+TOTAL = f'{RUN},rl_reward_fn="total"'
+ZERO_VARIANCE_KEY = "grpo.zero_variance_groups"
+
+
+def _mean(metric: str, selector: str, by: str = "") -> str:
+    """Mean over the window from the positive/negative counters and the count (exact for negative values)."""
+    group = f" by ({by})" if by else ""
+    rate = "rate({m}{{{s}}}[$__rate_interval])"
+    return (
+        f"(sum{group} ({rate.format(m=f'{metric}_positive_total', s=selector)})"
+        f" - sum{group} ({rate.format(m=f'{metric}_negative_total', s=selector)}))"
+        f" / sum{group} ({rate.format(m=f'{metric}_count', s=selector)})"
+    )
+
+
+def _quantile(q: float, metric: str, selector: str) -> str:
+    return f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{selector}}}[$__rate_interval])))"
+
+
+def _prom(ref: str, expr: str, legend: str) -> prometheus.Dataquery:
+    return (
+        prometheus.Dataquery()
+        .ref_id(ref)
+        .expr(expr)
+        .legend_format(legend)
+        .range()
+        .editor_mode(prometheus_model.QueryEditorMode.CODE)
+        .datasource(PROMETHEUS)
+    )
+
+
+class LogsQuery(cogbuilder.Builder[cogvariants.Dataquery]):
+    """A VictoriaLogs datasource query (the SDK has no type for this plugin): LogsQL, raw rows (``instant``)."""
+
+    def __init__(self, ref: str, expr: str) -> None:
+        self._data: dict[str, Any] = {
+            "refId": ref,
+            "datasource": VICTORIALOGS.to_json(),
+            "editorMode": "code",
+            "queryType": "instant",
+            "expr": expr,
+        }
+
+    def build(self) -> cogvariants.Dataquery:
+        return cogruntime.UnknownDataquery(dict(self._data))
+
+
+def _series(title: str, description: str, unit: str, axis: str, *queries: prometheus.Dataquery) -> timeseries.Panel:
+    """A time-series panel; ``axis`` labels the y axis (also used by ``otel-rl report``)."""
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .datasource(PROMETHEUS)
+        .unit(unit)
+        .axis_label(axis)
+        .line_width(2)
+        .fill_opacity(8)
+        .show_points(common.VisibilityMode.NEVER)
+        .legend(
+            common_builders.VizLegendOptions()
+            .show_legend(True)
+            .display_mode(common.LegendDisplayMode.LIST)
+            .placement(common.LegendPlacement.BOTTOM)
+        )
+    )
+    for query in queries:
+        panel = panel.with_target(query)
+    return panel
+
+
+SAMPLES_QUERY = (
+    '{rl.run.id="$run"} rl.sample.selection:in(top,bottom) '
+    "| copy _msg as response "
+    "| fields _time, rl.step, rl.sample.selection, rl.reward, prompt, response, target "
+    "| sort by (_time desc) | limit 200"
+)
+"""LogsQL of the samples table: the run's kept top/bottom episodes, newest first, with their texts. The collector
+sends the response as the message (``VL-Msg-Field: response``), so it is read back from ``_msg``."""
+
+
+def rl_run() -> model.Dashboard:
+    """The "RL run" dashboard: one run (variable ``run``), reward, staleness, samples and telemetry health."""
+    run_variable = (
+        dash.QueryVariable("run")
+        .label("Run")
+        .description("rl.run.id of the run (label rl_run_id)")
+        .datasource(PROMETHEUS)
+        .query("label_values(rl_reward_count, rl_run_id)")
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(model.VariableSort.ALPHABETICAL_ASC)
+    )
+    reward = _series(
+        "Reward (total): mean and percentiles",
+        "Mean from the exact positive/negative counters ÷ count; p50/p90/p99 estimated from the buckets.",
+        "none",
+        "reward",
+        _prom("A", _mean("rl_reward", TOTAL), "mean"),
+        _prom("B", _quantile(0.5, "rl_reward", TOTAL), "p50"),
+        _prom("C", _quantile(0.9, "rl_reward", TOTAL), "p90"),
+        _prom("D", _quantile(0.99, "rl_reward", TOTAL), "p99"),
+    )
+    distribution = (
+        heatmap.Panel()
+        .title("Reward (total) distribution")
+        .description("Rewards recorded per bucket and interval (bucket upper bounds on the y axis).")
+        .datasource(PROMETHEUS)
+        .with_target(
+            _prom("A", f"sum by (le) (increase(rl_reward_bucket{{{TOTAL}}}[$__rate_interval]))", "{{le}}").format(
+                prometheus_model.PromQueryFormat.HEATMAP
+            )
+        )
+        .calculate(False)
+        .color(heatmap.HeatmapColorOptions().mode(heatmap_model.HeatmapColorMode.SCHEME).scheme("Oranges").steps(64))
+        .y_axis(heatmap.YAxisConfig().axis_label("reward (bucket ≤ le)"))
+        .cell_values(heatmap.CellValues().unit("short"))
+    )
+    by_fn = _series(
+        "Mean reward by reward function",
+        "Per rl.reward.fn, from the exact counters; 'total' is the reward the policy is trained on.",
+        "none",
+        "mean reward",
+        _prom("A", _mean("rl_reward", RUN, by="rl_reward_fn"), "{{rl_reward_fn}}"),
+    )
+    zero_variance = _series(
+        "Zero-variance groups (fraction)",
+        f"Mean of rl.metric '{ZERO_VARIANCE_KEY}' (1 per GRPO group whose rewards are all equal): "
+        "the share of groups that give no learning signal.",
+        "percentunit",
+        "fraction of groups",
+        _prom("A", _mean("rl_metric", f'{RUN},rl_metric_key="{ZERO_VARIANCE_KEY}"'), "zero-variance fraction"),
+    ).min(0).max(1)
+    other_metrics = _series(
+        "Other recorded metrics (mean by key)",
+        "Mean over the interval of every other rl.metric key (e.g. loss.policy).",
+        "none",
+        "mean value",
+        _prom("A", _mean("rl_metric", f'{RUN},rl_metric_key!="{ZERO_VARIANCE_KEY}"', by="rl_metric_key"), "{{rl_metric_key}}"),
+    )
+    staleness = _series(
+        "Staleness (policy versions behind, per token)",
+        "p50/p99 from the staleness histogram; max is exact (max of the ranks' per-export maxima).",
+        "none",
+        "versions behind",
+        _prom("A", _quantile(0.5, "rl_staleness", RUN), "p50"),
+        _prom("B", _quantile(0.99, "rl_staleness", RUN), "p99"),
+        _prom("C", f"max(max_over_time(rl_staleness_max{{{RUN}}}[$__rate_interval]))", "max"),
+    )
+    progress = _series(
+        "Policy version and step",
+        "The trainer's current policy version and last declared step (max over ranks).",
+        "none",
+        "version / step",
+        _prom("A", f"max(rl_policy_version{{{RUN}}})", "policy version"),
+        _prom("B", f"max(rl_step{{{RUN}}})", "step"),
+    )
+    samples = (
+        table.Panel()
+        .title("Samples: top and bottom episodes")
+        .description("Kept samples from VictoriaLogs (top-k and bottom-k by reward per step), newest first.")
+        .datasource(VICTORIALOGS)
+        .with_target(LogsQuery("A", SAMPLES_QUERY))
+        .with_transformation(model.DataTransformerConfig(id_val="extractFields", options={"source": "labels", "format": "json", "replace": False, "keepTime": False}))
+        .with_transformation(
+            model.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Line": True, "id": True, "labels": True},
+                    "indexByName": {"Time": 0, "rl.step": 1, "rl.sample.selection": 2, "rl.reward": 3, "prompt": 4, "response": 5, "target": 6},
+                    "renameByName": {"rl.step": "step", "rl.sample.selection": "selection", "rl.reward": "reward"},
+                },
+            )
+        )
+        .cell_height(common.TableCellHeight.AUTO)
+        .filterable(True)
+    )
+    rejected = _series(
+        "Rejected values (bad input)",
+        "Values dropped at record time, by metric and reason (nonfinite, negative, shape, ...), per interval.",
+        "short",
+        "values per interval",
+        _prom(
+            "A",
+            f"sum by (otel_rl_metric, otel_rl_reason) (increase(otel_rl_values_rejected_total{{{RUN}}}[$__rate_interval]))",
+            "{{otel_rl_metric}} {{otel_rl_reason}}",
+        ),
+    )
+    sample_flow = _series(
+        "Samples exported and dropped (per second)",
+        "Sample log records handed to the exporter, and those dropped (queue_full, invalid, shutdown).",
+        "short",
+        "samples / s",
+        _prom("A", f"sum(rate(otel_rl_samples_exported_total{{{RUN}}}[$__rate_interval]))", "exported"),
+        _prom(
+            "B",
+            f"sum by (otel_rl_reason) (rate(otel_rl_samples_dropped_total{{{RUN}}}[$__rate_interval]))",
+            "dropped {{otel_rl_reason}}",
+        ),
+    )
+    failures = _series(
+        "Export failures",
+        "Failed OTLP exports from the ranks, by signal, per interval (a failed metrics export folds into the next).",
+        "short",
+        "failures per interval",
+        _prom(
+            "A",
+            f"sum by (otel_rl_signal) (increase(otel_rl_export_failures_total{{{RUN}}}[$__rate_interval]))",
+            "{{otel_rl_signal}}",
+        ),
+    )
+    freshness = (
+        stat.Panel()
+        .title("Time since last data")
+        .description("Seconds since the run's last aggregated point reached Prometheus (rl_step).")
+        .datasource(PROMETHEUS)
+        .unit("s")
+        .with_target(_prom("A", f"time() - max(timestamp(rl_step{{{RUN}}}))", "seconds since last data").instant())
+        .thresholds(
+            dash.ThresholdsConfig()
+            .mode(model.ThresholdsMode.ABSOLUTE)
+            .steps([
+                model.Threshold(value=None, color="green"),
+                model.Threshold(value=60, color="orange"),
+                model.Threshold(value=300, color="red"),
+            ])
+        )
+    )
+    builder = (
+        dash.Dashboard("RL run")
+        .uid("otel-rl-run")
+        .description("One RL run (rl.run.id): reward and staleness distributions, samples, telemetry health (otel-rl).")
+        .tags(["otel-rl", "rl"])
+        .editable()
+        .time("now-1h", "now")
+        .refresh("30s")
+        .timezone("browser")
+        .tooltip(model.DashboardCursorSync.CROSSHAIR)
+        .with_variable(run_variable)
+        .with_row(dash.Row("Reward"))
+        .with_panel(reward.span(12).height(9))
+        .with_panel(distribution.span(12).height(9))
+        .with_panel(by_fn.span(8).height(8))
+        .with_panel(zero_variance.span(8).height(8))
+        .with_panel(other_metrics.span(8).height(8))
+        .with_row(dash.Row("Staleness and progress"))
+        .with_panel(staleness.span(12).height(8))
+        .with_panel(progress.span(12).height(8))
+        .with_row(dash.Row("Samples"))
+        .with_panel(samples.span(24).height(12))
+        .with_row(dash.Row("Telemetry health"))
+        .with_panel(rejected.span(8).height(8))
+        .with_panel(sample_flow.span(8).height(8))
+        .with_panel(failures.span(5).height(8))
+        .with_panel(freshness.span(3).height(8))
+    )
+    built = builder.build()
+    for number, panel in enumerate(built.panels or (), start=1):
+        panel.id_val = number  # stable ids: Grafana links and the report refer to panels by them
+    return built
+
+
+DASHBOARDS = {"rl-run.json": rl_run}
+"""File name under ``grafana/dashboards/`` -> function building that dashboard."""
+
+
+def render(build: Any) -> str:
+    """Return the dashboard as the JSON text that is committed (sorted keys, 2-space indent, final newline)."""
+    data = json.loads(json.dumps(build(), cls=JSONEncoder))
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write every dashboard into ``grafana/dashboards/`` (or the folder given as the only argument)."""
+    args = sys.argv[1:] if argv is None else argv
+    out = Path(args[0]) if args else DASHBOARDS_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    for name, build in DASHBOARDS.items():
+        (out / name).write_text(render(build), encoding="utf-8")
+        print(f"wrote {out / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

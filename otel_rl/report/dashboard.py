@@ -1,0 +1,141 @@
+"""Read the panels and queries of a Grafana dashboard JSON (``grafana/dashboards/rl-run.json``).
+
+The report renders exactly the queries Grafana runs: they are read from the dashboard file, never restated here.
+Grafana's variables are substituted by :func:`substitute`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from otel_rl.stack import layout
+
+DEFAULT_DASHBOARD = Path("grafana") / "dashboards" / "rl-run.json"
+"""The main dashboard, relative to the repository root."""
+
+QueryLanguage = Literal["promql", "logsql"]
+
+_LOGS_DATASOURCE_TYPE = "victoriametrics-logs-datasource"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """One query of a panel."""
+
+    ref_id: str
+    """The query's ``refId`` (``A``, ``B``, ...)."""
+    expr: str
+    """The query text with Grafana variables (``$run``, ``$__rate_interval``, ...) still in it."""
+    language: QueryLanguage
+    """``promql`` (Prometheus datasource) or ``logsql`` (VictoriaLogs datasource)."""
+    legend: str = ""
+    """Grafana's legend format, e.g. ``"{{rl_reward_fn}}"``."""
+    instant: bool = False
+    """Whether Grafana runs it as an instant query (one value) rather than over the time range."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Panel:
+    """One visualization of the dashboard (rows are not panels here)."""
+
+    id: int
+    title: str
+    description: str
+    type: str
+    """Grafana panel type: ``timeseries``, ``heatmap``, ``stat``, ``table``."""
+    unit: str
+    """Grafana unit id (``none``, ``percentunit``, ``s``, ``short``)."""
+    axis_label: str
+    """The y-axis label (timeseries ``axisLabel``, heatmap ``yAxis.axisLabel``); may be empty."""
+    targets: tuple[Target, ...]
+
+
+def default_dashboard_path() -> Path:
+    """Return the main dashboard file of the checkout this package runs from."""
+    return layout.repository_root() / DEFAULT_DASHBOARD
+
+
+def load_panels(path: Path) -> list[Panel]:
+    """Return the dashboard's panels in dashboard order (rows, and panels nested in collapsed rows, flattened).
+
+    Raises:
+        FileNotFoundError: when ``path`` does not exist.
+        ValueError: when the file is not a dashboard (no ``panels`` list).
+    """
+    data: Any = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not isinstance(data.get("panels"), list):
+        raise ValueError(f"dashboard {str(path)!r} must be a JSON object with a 'panels' list")
+    flat: list[dict[str, Any]] = []
+    for item in data["panels"]:
+        if item.get("type") == "row":
+            flat.extend(item.get("panels") or ())
+        else:
+            flat.append(item)
+    return [_panel(item) for item in flat]
+
+
+def _panel(item: dict[str, Any]) -> Panel:
+    defaults = (item.get("fieldConfig") or {}).get("defaults") or {}
+    axis = ((defaults.get("custom") or {}).get("axisLabel")) or ((item.get("options") or {}).get("yAxis") or {}).get(
+        "axisLabel", ""
+    )
+    targets = []
+    for target in item.get("targets") or ():
+        datasource = target.get("datasource") or item.get("datasource") or {}
+        language: QueryLanguage = "logsql" if datasource.get("type") == _LOGS_DATASOURCE_TYPE else "promql"
+        targets.append(
+            Target(
+                ref_id=str(target.get("refId", "")),
+                expr=str(target.get("expr", "")),
+                language=language,
+                legend=str(target.get("legendFormat") or ""),
+                instant=bool(target.get("instant")) and not target.get("range"),
+            )
+        )
+    return Panel(
+        id=int(item.get("id") or 0),
+        title=str(item.get("title", "")),
+        description=str(item.get("description", "")),
+        type=str(item.get("type", "")),
+        unit=str(defaults.get("unit") or "none"),
+        axis_label=str(axis or ""),
+        targets=tuple(targets),
+    )
+
+
+def substitute(expr: str, *, run_id: str, rate_interval: str, interval: str) -> str:
+    """Replace the Grafana variables the dashboards use with concrete values.
+
+    >>> substitute('rate(x{rl_run_id="$run"}[$__rate_interval])', run_id="r1", rate_interval="20s", interval="5s")
+    'rate(x{rl_run_id="r1"}[20s])'
+
+    Raises:
+        ValueError: when a variable other than ``$run``, ``$__rate_interval``, ``$__interval`` remains.
+    """
+    text = (
+        expr.replace("$__rate_interval", rate_interval)
+        .replace("${__rate_interval}", rate_interval)
+        .replace("$__interval", interval)
+        .replace("${__interval}", interval)
+        .replace("${run}", run_id)
+        .replace("$run", run_id)
+    )
+    left = re.findall(r"\$\{?\w+", text)
+    if left:
+        raise ValueError(f"query {expr!r} uses variables the report does not know: {sorted(set(left))!r}")
+    return text
+
+
+def legend_for(legend: str, labels: dict[str, str]) -> str:
+    """Expand a Grafana legend format (``"{{le}}"``) with a series' labels.
+
+    >>> legend_for("dropped {{otel_rl_reason}}", {"otel_rl_reason": "queue_full"})
+    'dropped queue_full'
+    """
+    if not legend:
+        return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "__name__") or "value"
+    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), legend)

@@ -1,0 +1,151 @@
+"""Run a dashboard's queries for one run against Prometheus (PromQL) and VictoriaLogs (LogsQL)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from otel_rl.report.dashboard import Panel, legend_for, substitute
+
+_TIMEOUT_S = 30
+
+
+class ReportError(RuntimeError):
+    """A query failed, or the run has no data in the searched range."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Window:
+    """The time range a report covers, and the Grafana intervals derived from it."""
+
+    start: float
+    """Unix seconds."""
+    end: float
+    """Unix seconds."""
+    step_s: float
+    """Resolution of range queries (Grafana's ``$__interval``)."""
+    rate_interval_s: float
+    """Grafana's ``$__rate_interval``: ``max(step + scrape interval, 4 × scrape interval)``."""
+
+    @classmethod
+    def for_range(cls, start: float, end: float, *, scrape_interval_s: float, points: int = 240) -> Window:
+        """Return the window ``[start, end]`` with about ``points`` steps, as Grafana would size its intervals.
+
+        Raises:
+            ValueError: when ``end <= start`` or ``scrape_interval_s <= 0``.
+        """
+        if not end > start:
+            raise ValueError(f'"end" must be after "start", got start={start!r} end={end!r}')
+        if not scrape_interval_s > 0:
+            raise ValueError(f'"scrape_interval_s" must be > 0, got {scrape_interval_s!r}')
+        step = max((end - start) / points, 1.0)
+        rate = max(step + scrape_interval_s, 4 * scrape_interval_s)
+        return cls(start=start, end=end, step_s=step, rate_interval_s=rate)
+
+
+@dataclass
+class Series:
+    """One line of a panel: its legend and its (unix seconds, value) points."""
+
+    legend: str
+    labels: dict[str, str]
+    points: list[tuple[float, float]] = field(default_factory=list)
+
+    def finite(self) -> list[tuple[float, float]]:
+        """The points whose value is a finite number (NaN from 0/0 in an idle interval are left out)."""
+        return [(t, v) for t, v in self.points if math.isfinite(v)]
+
+
+@dataclass
+class PanelData:
+    """What a panel's queries returned."""
+
+    panel: Panel
+    series: list[Series] = field(default_factory=list)
+    """PromQL results (time series, or one point per series for instant queries)."""
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    """LogsQL results (one dict per log record)."""
+    queries: list[str] = field(default_factory=list)
+    """The queries as run (variables substituted)."""
+
+    def has_data(self) -> bool:
+        """Whether any query returned a finite value or a log record."""
+        return bool(self.rows) or any(s.finite() for s in self.series)
+
+
+def _duration(seconds: float) -> str:
+    return f"{max(round(seconds * 1000), 1)}ms"
+
+
+def _prometheus(url: str, path: str, params: dict[str, str]) -> list[dict[str, Any]]:
+    response = requests.post(f"{url}{path}", data=params, timeout=_TIMEOUT_S)
+    body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+    if response.status_code != 200 or body.get("status") != "success":
+        raise ReportError(f"Prometheus query {params.get('query')!r} failed: {response.status_code} {response.text[:300]}")
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
+def run_span(prometheus_url: str, run_id: str, *, lookback_s: float, now: float) -> tuple[float, float]:
+    """Return the first and last time the run's ``rl_step`` reached Prometheus within ``lookback_s`` of ``now``.
+
+    Raises:
+        ReportError: when the run has no ``rl_step`` sample in that range.
+    """
+    selector = f'rl_step{{rl_run_id="{run_id}",rl_rank=""}}[{_duration(lookback_s)}]'
+    result = _prometheus(prometheus_url, "/api/v1/query", {"query": selector, "time": f"{now:.3f}"})
+    times = [float(t) for series in result for t, _ in series.get("values", ())]
+    if not times:
+        raise ReportError(f"run {run_id!r} has no rl_step sample in Prometheus in the last {lookback_s:.0f} s")
+    return min(times), max(times)
+
+
+def fetch_panel(
+    panel: Panel, *, run_id: str, window: Window, prometheus_url: str, victorialogs_url: str
+) -> PanelData:
+    """Run every query of ``panel`` over ``window``: range queries for time series, instant ones at the end."""
+    data = PanelData(panel=panel)
+    for target in panel.targets:
+        query = substitute(
+            target.expr,
+            run_id=run_id,
+            rate_interval=_duration(window.rate_interval_s),
+            interval=_duration(window.step_s),
+        )
+        data.queries.append(query)
+        if target.language == "logsql":
+            data.rows.extend(logs_query(victorialogs_url, query, start=window.start, end=window.end + 60))
+        elif target.instant:
+            for item in _prometheus(prometheus_url, "/api/v1/query", {"query": query, "time": f"{window.end:.3f}"}):
+                t, v = item["value"]
+                labels = dict(item["metric"])
+                data.series.append(Series(legend_for(target.legend, labels), labels, [(float(t), float(v))]))
+        else:
+            params = {
+                "query": query,
+                "start": f"{window.start:.3f}",
+                "end": f"{window.end:.3f}",
+                "step": f"{window.step_s:.3f}",
+            }
+            for item in _prometheus(prometheus_url, "/api/v1/query_range", params):
+                labels = dict(item["metric"])
+                points = [(float(t), float(v)) for t, v in item["values"]]
+                data.series.append(Series(legend_for(target.legend, labels), labels, points))
+    return data
+
+
+def logs_query(victorialogs_url: str, query: str, *, start: float | None = None, end: float | None = None) -> list[dict[str, Any]]:
+    """Run a LogsQL query (``/select/logsql/query``) and return its records, optionally limited to a time range."""
+    params = {"query": query}
+    if start is not None:
+        params["start"] = f"{start:.3f}"
+    if end is not None:
+        params["end"] = f"{end:.3f}"
+    response = requests.post(f"{victorialogs_url}/select/logsql/query", data=params, timeout=_TIMEOUT_S)
+    if response.status_code != 200:
+        raise ReportError(f"VictoriaLogs query {query!r} failed: {response.status_code} {response.text[:300]}")
+    return [json.loads(line) for line in response.text.splitlines() if line.strip()]

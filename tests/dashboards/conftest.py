@@ -1,0 +1,39 @@
+"""Shared paths and helpers of the dashboard, alert-rule and compose tests."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARDS = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
+RULES = ROOT / "prometheus" / "rules" / "otel_rl.yml"
+RULE_FILES = sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
+RULE_TESTS = sorted((ROOT / "prometheus" / "rules" / "tests").glob("*.yml"))
+
+
+def dashboard_targets() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Every (dashboard file name, panel, target) of every dashboard, rows flattened."""
+    found = []
+    for path in DASHBOARDS:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        panels = [p for item in data["panels"] for p in ([item, *item.get("panels", [])] if item["type"] == "row" else [item])]
+        for panel in panels:
+            for target in panel.get("targets", ()):
+                found.append((path.name, panel, target))
+    return found
+
+
+def rules() -> list[dict[str, Any]]:
+    """Every rule of prometheus/rules/otel_rl.yml, with its group name under ``_group``."""
+    data = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    return [{**rule, "_group": group["name"]} for group in data["groups"] for rule in group["rules"]]
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names selected in a PromQL expression (identifiers right before a ``{`` label matcher)."""
+    return set(re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{", expr)) - {"by", "without", "on", "ignoring"}

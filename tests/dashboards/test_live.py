@@ -1,0 +1,222 @@
+"""Every dashboard query, rule and the report against the real stack, fed by a real multi-rank demo run.
+
+One module fixture runs the 4-rank demo against ``shared_stack`` and, beside it, a faulty rank of the same run
+that records NaN rewards and negative staleness (so the bad-input panels and RLNonFiniteRewards see real
+rejections). Grafana variables are substituted with concrete values: ``$run`` with the run id,
+``$__rate_interval`` with 10 s and ``$__interval`` with 2 s (the test collector flushes every second).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.dashboards.conftest import ROOT, dashboard_targets, metric_names, rules
+
+RUN_ID = "dashboards-live"
+STEPS, RANKS = 60, 4
+RATE_INTERVAL, INTERVAL, STEP_S = "10s", "2s", 2
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    prometheus_url: str
+    victorialogs_url: str
+    first: float
+    """Time of the run's first rl_step point in Prometheus (unix seconds)."""
+    last: float
+    """Time of its last one."""
+
+
+def _prom(url: str, path: str, **params: Any) -> list[dict[str, Any]]:
+    response = requests.post(f"{url}{path}", data=params, timeout=30)
+    body = response.json()
+    assert body["status"] == "success", (params, body)
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
+def _recorded_names() -> set[str]:
+    return {rule["record"] for rule in rules() if "record" in rule}
+
+
+@pytest.fixture(scope="module")
+def live_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> LiveRun:
+    out = tmp_path_factory.mktemp("dashboards-demo")
+    demo = subprocess.Popen(
+        [
+            sys.executable, "-m", "demo", "--steps", str(STEPS), "--ranks", str(RANKS), "--step-seconds", "0.1",
+            "--endpoint", shared_stack.otlp_grpc_endpoint, "--prometheus-url", shared_stack.prometheus_url,
+            "--victorialogs-url", shared_stack.victorialogs_url, "--run-id", RUN_ID, "--out", str(out),
+        ],  # fmt: skip
+        cwd=ROOT,
+    )
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "tests.dashboards.faulty_rank", "--endpoint", shared_stack.otlp_grpc_endpoint,
+             "--run-id", RUN_ID, "--seconds", "6"],  # fmt: skip
+            cwd=ROOT, check=True, timeout=120,
+        )  # fmt: skip
+        assert demo.wait(timeout=600) == 0
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    url = shared_stack.prometheus_url
+    # Recording rules run every 15 s: wait until each has recorded this run twice (their windows still hold its
+    # data for a minute after the run), so that alerts comparing a recorded series with its past can be checked.
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        match = f'{{__name__=~"rl:.+|rl_alert_threshold",rl_run_id="{RUN_ID}"}}[10m]'
+        counts: dict[str, int] = {}
+        for item in _prom(url, "/api/v1/query", query=match):
+            name = item["metric"]["__name__"]
+            counts[name] = max(counts.get(name, 0), len(item["values"]))
+        if all(counts.get(name, 0) >= 2 for name in _recorded_names()):
+            break
+        time.sleep(2)
+    samples = _prom(url, "/api/v1/query", query=f'rl_step{{rl_run_id="{RUN_ID}",rl_rank=""}}[1h]')
+    times = [float(t) for series in samples for t, _ in series["values"]]
+    return LiveRun(url, shared_stack.victorialogs_url, min(times), max(times))
+
+
+def _substitute(expr: str) -> str:
+    return expr.replace("$run", RUN_ID).replace("$__rate_interval", RATE_INTERVAL).replace("$__interval", INTERVAL)
+
+
+PROMQL = [(name, panel["title"], target) for name, panel, target in dashboard_targets() if target["datasource"]["type"] == "prometheus"]
+LOGSQL = [(name, panel["title"], target) for name, panel, target in dashboard_targets() if target["datasource"]["type"] != "prometheus"]
+
+
+@pytest.mark.parametrize(("dashboard", "title", "target"), PROMQL, ids=[f"{t}/{q['refId']}" for _, t, q in PROMQL])
+def test_dashboard_promql_returns_data(live_run: LiveRun, dashboard: str, title: str, target: dict[str, Any]) -> None:
+    """The panel query, run as Grafana runs it (range or instant), returns at least one finite value for the run."""
+    query = _substitute(target["expr"])
+    if target.get("instant"):
+        result = _prom(live_run.prometheus_url, "/api/v1/query", query=query, time=f"{live_run.last:.3f}")
+        values = [float(item["value"][1]) for item in result]
+    else:
+        result = _prom(live_run.prometheus_url, "/api/v1/query_range", query=query, start=f"{live_run.first:.3f}",
+                       end=f"{live_run.last:.3f}", step=STEP_S)  # fmt: skip
+        values = [float(v) for item in result for _, v in item["values"]]
+    assert any(v == v and abs(v) != float("inf") for v in values), f"{dashboard} / {title}: no data for {query}"
+
+
+@pytest.mark.parametrize(("dashboard", "title", "target"), LOGSQL, ids=[f"{t}/{q['refId']}" for _, t, q in LOGSQL])
+def test_dashboard_logsql_returns_readable_samples(live_run: LiveRun, dashboard: str, title: str, target: dict[str, Any]) -> None:
+    """The samples query returns the run's top/bottom samples with their prompt, response and target texts."""
+    response = requests.post(f"{live_run.victorialogs_url}/select/logsql/query", data={"query": _substitute(target["expr"])}, timeout=30)
+    response.raise_for_status()
+    rows = [json.loads(line) for line in response.text.splitlines() if line.strip()]
+    assert rows, f"{dashboard} / {title}: no samples"
+    for row in rows:
+        assert row["rl.sample.selection"] in ("top", "bottom")
+        assert row["prompt"].endswith("=") and row["target"].isdigit(), row
+        float(row["rl.reward"])
+        int(row["rl.step"])
+    # VictoriaLogs leaves out empty fields: an untrained policy may answer nothing, but most answers are text.
+    assert sum(bool(row.get("response")) for row in rows) > len(rows) / 2
+
+
+def test_prometheus_loaded_every_rule_and_evaluates_it_without_error(live_run: LiveRun) -> None:
+    """The stack's Prometheus loaded prometheus/rules/otel_rl.yml and every rule's last evaluation succeeded."""
+    groups = requests.get(f"{live_run.prometheus_url}/api/v1/rules", timeout=30).json()["data"]["groups"]
+    loaded = {(g["name"], r["name"]): r for g in groups for r in g["rules"]}
+    expected = {(rule["_group"], rule.get("record") or rule.get("alert")) for rule in rules()}
+    assert expected <= set(loaded)
+    for key in expected:
+        assert loaded[key]["health"] == "ok" and not loaded[key].get("lastError"), (key, loaded[key])
+
+
+@pytest.mark.parametrize("name", sorted(_recorded_names()))
+def test_recording_rule_recorded_the_run(live_run: LiveRun, name: str) -> None:
+    """Each recording rule produced a finite value for the demo run (rl_alert_threshold: all four defaults)."""
+    result = _prom(live_run.prometheus_url, "/api/v1/query", query=f'last_over_time({name}{{rl_run_id="{RUN_ID}"}}[10m])')
+    values = [float(item["value"][1]) for item in result]
+    assert any(v == v for v in values), f"{name}: nothing recorded for {RUN_ID}"
+    if name == "rl_alert_threshold":
+        assert {item["metric"]["threshold"]: float(item["value"][1]) for item in result} == {
+            "staleness_p99": 8, "staleness_max": 32, "reward_drop_stddevs": 1, "zero_variance_rise": 0.3}  # fmt: skip
+
+
+def _provoked(expr: str, shift_ms: int) -> str:
+    """The alert expression with every threshold at -1e9 (labels kept) and "an hour ago" moved into the run."""
+    expr = re.sub(r'rl_alert_threshold\{threshold="(\w+)"\}', r'(rl_alert_threshold{threshold="\1"} * 0 - 1e9)', expr)
+    return expr.replace("offset 1h", f"offset {shift_ms}ms")
+
+
+def _recorded_span(url: str, expr: str) -> tuple[float, float]:
+    """First and last time the recorded series used in ``expr`` hold a finite value for the run."""
+    times = []
+    for name in {n for n in metric_names(expr) if ":" in n}:
+        for item in _prom(url, "/api/v1/query", query=f'{name}{{rl_run_id="{RUN_ID}"}}[10m]'):
+            times += [float(t) for t, v in item["values"] if v not in ("NaN", "+Inf", "-Inf")]
+    return min(times), max(times)
+
+
+ALERTS = [rule for rule in rules() if "alert" in rule]
+
+
+@pytest.mark.parametrize("rule", ALERTS, ids=[f"{r['alert']}-{r['labels'].get('signal', '')}" for r in ALERTS])
+def test_alert_expression_matches_the_run(live_run: LiveRun, rule: dict[str, Any]) -> None:
+    """On real series every alert expression selects the run: its joins and label sets match real data.
+
+    Thresholds are lowered to -1e9; "an hour ago" becomes the first recorded point of the run (the run is short)
+    and "now" its last; RLTelemetryAbsent is evaluated 400 s after the run's last point; RLNonFiniteRewards fires
+    for real (the faulty rank's NaNs).
+    """
+    at, shift_ms = time.time(), 0
+    if rule["alert"] == "RLTelemetryAbsent":
+        at = live_run.last + 400
+    elif "offset 1h" in rule["expr"]:
+        earliest, at = _recorded_span(live_run.prometheus_url, rule["expr"])
+        shift_ms = round((at - earliest) * 1000)
+        assert shift_ms > 0
+    result = _prom(live_run.prometheus_url, "/api/v1/query", query=_provoked(rule["expr"], shift_ms), time=f"{at:.3f}")
+    assert RUN_ID in {item["metric"].get("rl_run_id") for item in result}, (rule["alert"], result)
+
+
+def test_every_metric_name_in_dashboards_and_rules_exists_for_the_run(live_run: LiveRun) -> None:
+    """Golden names: each raw series a dashboard or rule selects exists in Prometheus for the demo run."""
+    names = {n for _, _, target in dashboard_targets() if target["datasource"]["type"] == "prometheus" for n in metric_names(target["expr"])}
+    names |= {n for rule in rules() for n in metric_names(rule["expr"])}
+    raw = {n for n in names if ":" not in n and not n.startswith("rl_alert_threshold")}
+    present = {item["__name__"] for item in requests.get(f"{live_run.prometheus_url}/api/v1/series",
+               params={"match[]": f'{{rl_run_id="{RUN_ID}"}}'}, timeout=30).json()["data"]}  # fmt: skip
+    assert raw and raw <= present, raw - present
+
+
+def test_report_renders_every_panel_with_data(live_run: LiveRun, tmp_path: Path) -> None:
+    """otel-rl report draws every panel of the dashboard from its own queries, each with data, plus the samples."""
+    pytest.importorskip("matplotlib")
+    from otel_rl.report.dashboard import default_dashboard_path, load_panels
+    from otel_rl.report.render import build_report, panels_without_data, render_html, render_png
+
+    report = build_report(prometheus_url=live_run.prometheus_url, victorialogs_url=live_run.victorialogs_url,
+                          run_id=RUN_ID, scrape_interval_s=1.0, now=live_run.last + 5)  # fmt: skip
+    assert [p.panel.title for p in report.panels] == [p.title for p in load_panels(default_dashboard_path())]
+    assert panels_without_data(report) == []
+    png = render_png(report, tmp_path / "report.png")
+    assert png.startswith(b"\x89PNG") and len(png) > 50_000
+    render_html(report, tmp_path / "report.html", png=png)
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "data:image/png;base64," in page and "<td>top</td>" in page and "<td>bottom</td>" in page
+
+
+def test_report_command_writes_a_png(live_run: LiveRun, tmp_path: Path) -> None:
+    """``otel-rl report ... --out x.png`` (the registered CLI subcommand) exits 0 and writes the picture."""
+    pytest.importorskip("matplotlib")
+    from otel_rl.stack.cli import main
+
+    out = tmp_path / "cli.png"
+    assert main(["report", "--prometheus-url", live_run.prometheus_url, "--victorialogs-url", live_run.victorialogs_url,
+                 "--run-id", RUN_ID, "--out", str(out), "--scrape-interval", "1"]) == 0  # fmt: skip
+    assert out.read_bytes().startswith(b"\x89PNG")

@@ -1,0 +1,216 @@
+"""Dashboards, alert rules, provisioning and docker-compose checked without a running stack."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.dashboards.conftest import DASHBOARDS, ROOT, RULE_FILES, RULE_TESTS, dashboard_targets, rules
+
+PROVISIONING = ROOT / "grafana" / "provisioning"
+COMPOSE = ROOT / "docker-compose.yml"
+
+
+def _generator() -> Any:
+    spec = importlib.util.spec_from_file_location("otel_rl_grafana_generate", ROOT / "grafana" / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def promtool() -> Path:
+    from otel_rl.stack import install
+
+    return install.ensure_prometheus()[1]
+
+
+def test_committed_dashboards_are_what_the_code_generates() -> None:
+    """grafana/dashboards/*.json equal the output of grafana/generate.py (edit the code, not the JSON)."""
+    pytest.importorskip("grafana_foundation_sdk")
+    generate = _generator()
+    assert sorted(generate.DASHBOARDS) == [path.name for path in DASHBOARDS]
+    for path in DASHBOARDS:
+        assert path.read_text(encoding="utf-8") == generate.render(generate.DASHBOARDS[path.name]), (
+            f"{path.name} is stale: run .venv/bin/python grafana/generate.py"
+        )
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_dashboard_json_is_valid_for_the_grafana_schema(path: Path) -> None:
+    """The Foundation SDK's Dashboard model reads every field back unchanged (no unknown or misplaced keys)."""
+    sdk = pytest.importorskip("grafana_foundation_sdk.models.dashboard")
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    model = sdk.Dashboard.from_json(data)
+    assert json.loads(json.dumps(model, cls=JSONEncoder)) == data
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_dashboard_layout_ids_and_queries_are_well_formed(path: Path) -> None:
+    """Unique uid/panel ids, panels inside the 24-column grid without overlap, one refId per query, units set."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert re.fullmatch(r"[a-z0-9-]{1,40}", data["uid"])
+    ids = [panel["id"] for panel in data["panels"]]
+    assert len(ids) == len(set(ids)) and all(ids)
+    cells: set[tuple[int, int]] = set()
+    for panel in data["panels"]:
+        pos = panel["gridPos"]
+        assert pos["x"] + pos["w"] <= 24, panel["title"]
+        area = {(x, y) for x in range(pos["x"], pos["x"] + pos["w"]) for y in range(pos["y"], pos["y"] + pos["h"])}
+        assert not area & cells, f"panel {panel['title']!r} overlaps another"
+        cells |= area
+        if panel["type"] == "row":
+            continue
+        assert panel["title"] and panel.get("description"), panel
+        refs = [target["refId"] for target in panel["targets"]]
+        assert refs and len(refs) == len(set(refs)), panel["title"]
+        for target in panel["targets"]:
+            assert target["expr"].strip(), panel["title"]
+    assert [v["name"] for v in data["templating"]["list"]] == ["run"]
+    assert data["templating"]["list"][0]["query"] == "label_values(rl_reward_count, rl_run_id)"
+
+
+def test_every_promql_selector_names_the_run_and_the_aggregated_side() -> None:
+    """Every Prometheus selector in the dashboards carries rl_run_id="$run" and rl_rank="" (docs/pipeline.md)."""
+    for _, panel, target in dashboard_targets():
+        if target["datasource"]["type"] != "prometheus":
+            assert '"$run"' in target["expr"], panel["title"]
+            continue
+        selectors = re.findall(r"[a-z_]+\{([^}]*)\}", target["expr"])
+        assert selectors, panel["title"]
+        for selector in selectors:
+            assert 'rl_run_id="$run"' in selector and 'rl_rank=""' in selector, (panel["title"], selector)
+
+
+def _compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    return data
+
+
+def _provisioned_datasources() -> list[dict[str, Any]]:
+    found = []
+    for path in sorted((PROVISIONING / "datasources").glob("*.yml")):
+        found.extend(yaml.safe_load(path.read_text(encoding="utf-8"))["datasources"])
+    return found
+
+
+def test_dashboards_use_only_provisioned_datasource_uids() -> None:
+    """Every datasource uid (and type) a dashboard panel or query uses is provisioned under grafana/provisioning."""
+    provisioned = {ds["uid"]: ds["type"] for ds in _provisioned_datasources()}
+    assert provisioned == {"otel-rl-prometheus": "prometheus", "otel-rl-victorialogs": "victoriametrics-logs-datasource"}
+    used = set()
+    for path in DASHBOARDS:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        used |= {(m.group(1), m.group(2)) for m in re.finditer(
+            r'"datasource": \{\s*"type": "([^"]+)",\s*"uid": "([^"]+)"', json.dumps(data, indent=2, sort_keys=True))}  # fmt: skip
+    assert used and all(provisioned.get(uid) == kind for kind, uid in used), used
+
+
+def test_compose_mounts_exist_and_provisioning_agrees() -> None:
+    """Every bind mount of docker-compose.yml exists in the repo; datasource URLs, ports and paths match services."""
+    compose = _compose()
+    services = compose["services"]
+    assert set(services) == {"collector", "prometheus", "victorialogs", "grafana"}
+    mounts: dict[str, dict[str, str]] = {}
+    for name, service in services.items():
+        mounts[name] = {}
+        for volume in service.get("volumes", ()):
+            source, target = volume.split(":")[:2]
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), f"{name}: {source} does not exist"
+            mounts[name][target] = source
+    # Collector: the repository config, with the env vars it reads pointed at the compose services.
+    assert services["collector"]["image"] == "otel/opentelemetry-collector-contrib:0.161.0"
+    config_arg = next(arg for arg in services["collector"]["command"] if arg.startswith("--config="))
+    assert mounts["collector"][config_arg.removeprefix("--config=")] == "./collector_config/collector.yaml"
+    collector_yaml = (ROOT / "collector_config" / "collector.yaml").read_text(encoding="utf-8")
+    env = services["collector"]["environment"]
+    read = set(re.findall(r"\$\{env:(\w+)", collector_yaml))
+    assert set(env) <= read, set(env) - read
+    for var in ("OTEL_RL_OTLP_GRPC_ENDPOINT", "OTEL_RL_OTLP_HTTP_ENDPOINT", "OTEL_RL_HEALTH_ENDPOINT"):
+        assert env[var].startswith("0.0.0.0:")
+    published = {name: {p.split(":")[-1] for p in s.get("ports", ())} for name, s in services.items()}
+    assert {env["OTEL_RL_OTLP_GRPC_ENDPOINT"].split(":")[1], env["OTEL_RL_OTLP_HTTP_ENDPOINT"].split(":")[1]} <= published["collector"]
+    assert env["OTEL_RL_PROMETHEUS_URL"] == "http://prometheus:9090" and "9090" in published["prometheus"]
+    assert env["OTEL_RL_VICTORIALOGS_URL"] == "http://victorialogs:9428" and "9428" in published["victorialogs"]
+    # Prometheus: the flags of the local stack, the compose config, the repository's rules.
+    prometheus = services["prometheus"]
+    assert prometheus["image"] == "prom/prometheus:v2.42.0"
+    flags = set(prometheus["command"])
+    assert {"--web.enable-remote-write-receiver", "--enable-feature=native-histograms,exemplar-storage"} <= flags
+    stack_flags = (ROOT / "otel_rl" / "stack" / "services.py").read_text(encoding="utf-8")
+    assert '"--web.enable-remote-write-receiver"' in stack_flags and '"--enable-feature=native-histograms,exemplar-storage"' in stack_flags
+    assert mounts["prometheus"]["/etc/prometheus/prometheus.yml"] == "./prometheus/prometheus.compose.yml"
+    assert mounts["prometheus"]["/etc/prometheus/rules"] == "./prometheus/rules"
+    prom_config = yaml.safe_load((ROOT / "prometheus" / "prometheus.compose.yml").read_text(encoding="utf-8"))
+    assert prom_config["rule_files"] == ["/etc/prometheus/rules/*.yml"]
+    targets = {job["job_name"]: job["static_configs"][0]["targets"][0] for job in prom_config["scrape_configs"]}
+    assert targets["otelcol"] == f"collector:{env['OTEL_RL_COLLECTOR_METRICS_PORT']}"
+    assert services["victorialogs"]["image"] == "victoriametrics/victoria-logs:v1.52.1"
+    # Grafana: provisioning and dashboards mounted where the provider looks, datasource URLs at the services.
+    grafana = services["grafana"]
+    assert re.fullmatch(r"grafana/grafana:\d+\.\d+\.\d+", grafana["image"]), "pin the Grafana image"
+    genv = grafana["environment"]
+    assert genv["GF_SECURITY_ADMIN_PASSWORD"].startswith("${GRAFANA_ADMIN_PASSWORD:?"), "no default password"
+    assert genv["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+    assert genv["GF_PLUGINS_PREINSTALL_SYNC"].split("@")[0] == "victoriametrics-logs-datasource"
+    assert mounts["grafana"]["/etc/grafana/provisioning/datasources"] == "./grafana/provisioning/datasources"
+    assert mounts["grafana"]["/etc/grafana/provisioning/dashboards"] == "./grafana/provisioning/dashboards"
+    providers = yaml.safe_load((PROVISIONING / "dashboards" / "otel-rl.yml").read_text(encoding="utf-8"))["providers"]
+    assert mounts["grafana"][providers[0]["options"]["path"]] == "./grafana/dashboards"
+    home = genv["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert (ROOT / "grafana" / "dashboards" / Path(home).name).is_file() and home.startswith(providers[0]["options"]["path"])
+    urls = {ds["uid"]: ds["url"] for ds in _provisioned_datasources()}
+    assert urls["otel-rl-prometheus"] == "http://prometheus:9090" and urls["otel-rl-victorialogs"] == "http://victorialogs:9428"
+
+
+def test_compose_prometheus_config_is_valid(promtool: Path) -> None:
+    """promtool check config accepts prometheus/prometheus.compose.yml."""
+    result = subprocess.run([promtool, "check", "config", ROOT / "prometheus" / "prometheus.compose.yml"],
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_rule_files_pass_promtool_check(promtool: Path) -> None:
+    """promtool check rules accepts every rule file the stack loads (prometheus/rules/*.yml)."""
+    result = subprocess.run([promtool, "check", "rules", *RULE_FILES], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("path", RULE_TESTS, ids=lambda p: p.name)
+def test_rule_unit_tests_pass(promtool: Path, path: Path) -> None:
+    """promtool test rules: each alert fires when it should and stays silent when it should not."""
+    result = subprocess.run([promtool, "test", "rules", path.name], cwd=path.parent, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_has_a_unit_test_that_fires_and_one_that_stays_silent() -> None:
+    """Each alert name appears in some promtool test with expected alerts, and in one expecting none."""
+    alerts = {rule["alert"] for rule in rules() if "alert" in rule}
+    assert alerts == {"RLStalenessHigh", "RLTelemetryAbsent", "RLNonFiniteRewards", "RLRewardCollapse"}
+    fires, silent = set(), set()
+    for path in RULE_TESTS:
+        for test in yaml.safe_load(path.read_text(encoding="utf-8"))["tests"]:
+            for case in test.get("alert_rule_test", ()):
+                (fires if case.get("exp_alerts") else silent).add(case["alertname"])
+    assert alerts <= fires and alerts <= silent, (alerts - fires, alerts - silent)
+
+
+def test_every_rule_selector_reads_the_aggregated_side() -> None:
+    """Every selector of a raw otel-rl series in the rules carries rl_rank="" (docs/pipeline.md)."""
+    for rule in rules():
+        for selector in re.findall(r"\b((?:otel_)?rl_[a-z_]+)\{([^}]*)\}", rule["expr"]):
+            name, matchers = selector
+            if name.startswith("rl_alert_threshold"):
+                continue
+            assert 'rl_rank=""' in matchers, (rule.get("record") or rule.get("alert"), name)
