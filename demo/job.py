@@ -40,6 +40,7 @@ class JobSettings:
     step_seconds: float = 0.1
     export_interval_s: float = 1.0
     learning_rate: float = 1e-2
+    entropy_bonus: float = 0.02
     seed: int = 0
 
 
@@ -129,7 +130,7 @@ def train_step(
             )
         )
 
-    loss = grpo_loss(policy, rollouts, advantages, mask.float())
+    loss = grpo_loss(policy, rollouts, advantages, mask.float(), entropy_bonus=settings.entropy_bonus)
     optimizer.zero_grad()
     loss.backward()
     for parameter in policy.parameters():

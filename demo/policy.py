@@ -34,15 +34,17 @@ class Policy(nn.Module):
         x = self.operand_a(operands[:, 0]) + self.operand_b(operands[:, 1])
         return self.head(x + self.position(position) + self.previous(previous))
 
-    def token_logprobs(self, operands: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """Log-probabilities of ``tokens`` (teacher-forced), shape ``(rollouts, MAX_TOKENS)``."""
+    def token_logprobs(self, operands: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probabilities of ``tokens`` (teacher-forced) and the policy's entropy at each position,
+        both of shape ``(rollouts, MAX_TOKENS)``."""
         rows = operands.shape[0]
         previous = torch.cat((torch.full((rows, 1), _BOS), tokens[:, :-1]), dim=1)
-        out = []
+        logprobs, entropies = [], []
         for t in range(MAX_TOKENS):
-            logits = self(operands, torch.full((rows,), t), previous[:, t])
-            out.append(torch.log_softmax(logits, dim=-1).gather(1, tokens[:, t : t + 1]).squeeze(1))
-        return torch.stack(out, dim=1)
+            log_probs = torch.log_softmax(self(operands, torch.full((rows,), t), previous[:, t]), dim=-1)
+            logprobs.append(log_probs.gather(1, tokens[:, t : t + 1]).squeeze(1))
+            entropies.append(-(log_probs.exp() * log_probs).sum(dim=-1))
+        return torch.stack(logprobs, dim=1), torch.stack(entropies, dim=1)
 
 
 @dataclass(frozen=True)
@@ -103,13 +105,20 @@ class LaggedGenerator:
 
 
 def grpo_loss(
-    policy: Policy, rollouts: Rollouts, advantages: torch.Tensor, mask: torch.Tensor, clip: float = 0.2
+    policy: Policy,
+    rollouts: Rollouts,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip: float = 0.2,
+    entropy_bonus: float = 0.0,
 ) -> torch.Tensor:
-    """Clipped importance-weighted policy gradient over masked tokens (GRPO with group-normalized advantages)."""
-    logprobs = policy.token_logprobs(rollouts.operands, rollouts.tokens)
+    """Clipped importance-weighted policy gradient over masked tokens (GRPO with group-normalized advantages),
+    plus an entropy bonus that keeps the policy exploring instead of collapsing onto one answer."""
+    logprobs, entropy = policy.token_logprobs(rollouts.operands, rollouts.tokens)
     ratio = torch.exp(logprobs - rollouts.behaviour_logprobs)
     adv = advantages.unsqueeze(1)
-    objective = torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
+    objective = torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv) + entropy_bonus * entropy
     return -(objective * mask).sum() / mask.sum().clamp(min=1)
 
 
