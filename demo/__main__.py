@@ -117,7 +117,23 @@ def main(argv: list[str] | None = None) -> int:
     (out / "summary.md").write_text(text)
     print(text)
     print(f"summary written to {out / 'summary.md'} and {out / 'summary.json'}")
+    report = render_report(sources, out / "report.html")
+    print(f"rendered dashboard report: {report}")
     return 0
+
+
+def render_report(sources: Sources, path: Path) -> Path:
+    """The RL run dashboard rendered for this run (the same queries as Grafana), as an HTML page with a PNG."""
+    from otel_rl.report.render import build_report, write_report
+
+    report = build_report(
+        prometheus_url=sources.prometheus_url,
+        victorialogs_url=sources.victorialogs_url,
+        run_id=sources.run_id,
+        lookback_s=3600,
+    )
+    write_report(report, path)
+    return path
 
 
 if __name__ == "__main__":

@@ -6,12 +6,13 @@ summary can be checked against what the ranks recorded.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import requests
+
+from otel_rl.report.fetch import logs_query
 
 _TIMEOUT_S = 10
 
@@ -100,11 +101,7 @@ def samples(sources: Sources, selection: str, limit: int) -> list[dict[str, Any]
         f'rl.run.id:="{sources.run_id}" rl.sample.selection:="{selection}" '
         f"| sort by (rl.reward {order}) | limit {limit}"
     )
-    response = requests.post(
-        f"{sources.victorialogs_url}/select/logsql/query", data={"query": query}, timeout=_TIMEOUT_S
-    )
-    response.raise_for_status()
-    return [json.loads(line) for line in response.text.splitlines() if line.strip()]
+    return logs_query(sources.victorialogs_url, query)
 
 
 def summarize(sources: Sources, *, expected_count: int | None) -> dict[str, Any]:

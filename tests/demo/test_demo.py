@@ -46,6 +46,7 @@ def demo_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> tup
         timeout=600,
         cwd=Path(__file__).parents[2],
     )
+    assert (out / run_id / "report.html").stat().st_size > 10_000  # the rendered dashboard, a PNG inside
     summary = json.loads((out / run_id / "summary.json").read_text())
     records = [
         json.loads(line) for path in sorted((out / run_id / "records").glob("rank-*.jsonl")) for line in path.open()
