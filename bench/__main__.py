@@ -14,7 +14,7 @@ import torch
 from bench import report
 from bench.machine import machine
 
-SECTIONS = ("ingest", "growth", "training_thread", "memory", "cuda")
+SECTIONS = ("ingest", "growth", "training_thread", "memory", "cuda", "collector")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
 
 
@@ -50,6 +50,12 @@ def run(*, quick: bool, only: tuple[str, ...] = SECTIONS, threads: int = 2) -> d
         )
     if "cuda" in only:
         results["cuda"] = cuda_check(repeats=3 if quick else 15)
+    if "collector" in only:
+        from bench.collector_scale import collector_scale
+
+        results["collector"] = (
+            collector_scale([10], ticks=3) if quick else collector_scale([100, 250, 500, 1000, 2000, 4000], ticks=8)
+        )
     results["elapsed_s"] = time.perf_counter() - started
     results["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     return results

@@ -105,6 +105,29 @@ def tables(results: dict[str, Any]) -> list[Table]:
             out.append((f"5. CUDA ({cuda['device']})", ["call", "syncs", "median"], rows))
         else:
             out.append(("5. CUDA", ["result"], [[cuda["skipped"]]]))
+    collector = results.get("collector")
+    if collector:
+        rows = [
+            [
+                str(row["ranks"]),
+                _ok(row["exact"]),
+                f"{row['lag_after_last_export_s']:.2f} s",
+                f"{row['collector_cores']:.2f}",
+                f"{row['collector_cpu_ms_per_rank_per_s']:.3f}",
+                f"{row['collector_rss_mib']:.0f} MiB",
+                f"{row['collector_rss_kib_per_rank']:.0f} KiB",
+            ]
+            for row in collector["rows"]
+        ]
+        out.append(
+            (
+                f"6. Collector-side scaling (export every {collector['export_interval_s']:g} s, aggregation interval "
+                f"{collector['aggregation_interval']}): largest exact with lag < 2 s = "
+                f"{collector['largest_exact_with_lag_under_2s']} ranks",
+                ["ranks", "exact", "lag after last export", "collector cores", "CPU ms/rank/s", "RSS", "RSS/rank"],
+                rows,
+            )
+        )
     return out
 
 

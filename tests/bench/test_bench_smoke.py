@@ -72,3 +72,10 @@ def test_cuda_section_is_recorded(results: dict[str, Any]) -> None:
     else:
         assert cuda["skipped"] == "CUDA not available: skipped"
     assert results["machine"]["nproc"] > 0 and results["quick"] is True
+
+
+def test_collector_scale_is_exact_and_reports_costs(results: dict[str, Any]) -> None:
+    """The simulated ranks' merged total is exact in Prometheus, with positive lag, CPU and RSS figures."""
+    (row,) = results["collector"]["rows"]
+    assert row["exact"] and row["all_senders_ok"] and row["got_count"] == row["expected_count"]
+    assert all(_positive_finite(row[key]) for key in ("lag_after_last_export_s", "collector_rss_mib"))
