@@ -55,7 +55,7 @@ def _sender(
             store.record(STALENESS, (), staleness, extremes=(STALENESS_MAX, STALENESS_MIN), bounds=staleness_bounds)
             store.set(STEP, (), tick)
         now = time.time_ns()
-        resource_metrics = []
+        resource_metrics: list[Any] = []
         for store in stores:
             data, _ = store.collect(now)
             assert data is not None
