@@ -30,7 +30,7 @@ demo: stack-install
 	$(PY) -m demo
 
 typecheck: venv
-	$(VENV)/bin/mypy otel_rl
+	$(VENV)/bin/mypy otel_rl demo bench
 
 test: stack-install typecheck
 	$(PY) -m pytest -q
