@@ -38,5 +38,10 @@ test: stack-install typecheck
 bench: venv
 	$(PY) -m bench
 
+# The long soak (~3.5 min): 4 ranks x 360 steps (30 minutes of a job stepping every 5 s, 10x accelerated) with
+# periodic faults; report in soak-report.json. `make test` runs a ~30 s version (tests/reliability/test_soak.py).
+soak: stack-install
+	$(PY) -m tests.reliability.soak --report soak-report.json
+
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .mypy_cache

@@ -126,6 +126,8 @@ class TelemetryConfig:
                 self.export_timeout_s, _env.read_float(_env.OTEL_EXPORTER_OTLP_TIMEOUT, scale=1e-3), 5.0
             ),
         }
+        if self.headers is not None and not isinstance(self.headers, Mapping):
+            raise TypeError(f'"headers" must be a mapping of str to str, got a {type(self.headers).__name__}')
         env_headers = _env.read(_env.OTEL_EXPORTER_OTLP_HEADERS)
         settings["headers"] = dict(
             self.headers
@@ -134,7 +136,7 @@ class TelemetryConfig:
             if env_headers
             else {}
         )
-        if protocol in _DEFAULT_PORTS:
+        if isinstance(protocol, str) and protocol in _DEFAULT_PORTS:
             default_endpoint = f"http://localhost:{_DEFAULT_PORTS[str(protocol)]}"
             settings["endpoint"] = _resolve(
                 self.endpoint, _env.read(_env.OTEL_EXPORTER_OTLP_ENDPOINT), default_endpoint
@@ -189,9 +191,12 @@ class TelemetryConfig:
             if not endpoint.startswith(("http://", "https://")):
                 raise ValueError(f'"endpoint" must start with http:// or https://, got {self.endpoint!r}')
         assert self.headers is not None
-        for key in self.headers:
+        for key, value in self.headers.items():
             if not isinstance(key, str) or not key:
                 raise ValueError(f'"headers" keys must be non-empty strings, got {key!r}')
+            if not isinstance(value, str):
+                # the value is not shown: headers carry secrets
+                raise ValueError(f'"headers" values must be strings, got a {type(value).__name__} for {key!r}')
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:

@@ -13,11 +13,12 @@ import sys
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
 import grpc
+import requests
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter, LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, MetricExportResult
@@ -30,6 +31,9 @@ from otel_rl._store import MetricStore, attributes
 
 _logger = logging.getLogger(__name__)
 _BATCH = 512
+_BATCH_BYTES = 4 * 1024 * 1024
+"""Most (estimated) bytes of log records in one export: the default gRPC receive limit of a stock collector
+(4 MiB). A bigger request is refused every time it is retried, which would stall all sample export."""
 _SIGNAL_METRICS = attributes(**{_names.SELF_SIGNAL: "metrics"})
 _SIGNAL_LOGS = attributes(**{_names.SELF_SIGNAL: "logs"})
 _DROPPED_QUEUE_FULL = attributes(**{_names.SELF_REASON: "queue_full"})
@@ -68,26 +72,44 @@ def build_exporters(config: TelemetryConfig) -> Exporters:
     return _otlp_exporters(config)
 
 
+class _PinnedCASession(requests.Session):
+    """A requests session whose ``verify`` (the configured CA file) wins over ``REQUESTS_CA_BUNDLE`` and
+    ``CURL_CA_BUNDLE``: plain requests lets those variables replace a session's ``verify``, so a trainer in an
+    environment that sets them would not trust the collector's private CA given in ``certificate_file``."""
+
+    def merge_environment_settings(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        settings: dict[str, Any] = super().merge_environment_settings(*args, **kwargs)
+        settings["verify"] = self.verify
+        return settings
+
+
 def _otlp_exporters(config: TelemetryConfig) -> Exporters:
     endpoint = config.endpoint
     assert endpoint is not None and config.headers is not None
     timeout = config.export_timeout_s
     assert timeout is not None
+    # gRPC refuses metadata keys with capitals ("Invalid metadata", every export fails); HTTP header names are
+    # case-insensitive, so lower-casing is right for both.
+    headers = {str(key).lower(): value for key, value in config.headers.items()}
     if config.protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 
         base = endpoint.rstrip("/")
-        common: dict[str, Any] = {
-            "certificate_file": config.certificate_file,
-            "headers": dict(config.headers),
-            "timeout": timeout,
-        }
+
+        def common() -> dict[str, Any]:
+            session = None
+            if config.certificate_file is not None:
+                session = _PinnedCASession()
+                session.verify = config.certificate_file
+            return {"certificate_file": config.certificate_file, "headers": headers, "timeout": timeout,
+                    "session": session}  # fmt: skip
+
         return Exporters(
-            HttpMetricExporter(endpoint=f"{base}/v1/metrics", **common),
-            HttpLogExporter(endpoint=f"{base}/v1/logs", **common),
-            HttpSpanExporter(endpoint=f"{base}/v1/traces", **common),
+            HttpMetricExporter(endpoint=f"{base}/v1/metrics", **common()),
+            HttpLogExporter(endpoint=f"{base}/v1/logs", **common()),
+            HttpSpanExporter(endpoint=f"{base}/v1/traces", **common()),
         )
     from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
     from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetricExporter
@@ -105,7 +127,7 @@ def _otlp_exporters(config: TelemetryConfig) -> Exporters:
         "endpoint": endpoint.split("://", 1)[1],
         "insecure": not secure,
         "credentials": credentials,
-        "headers": dict(config.headers),
+        "headers": headers,
         "timeout": timeout,
     }
     return Exporters(
@@ -220,7 +242,14 @@ class ExportWorker:
             return
         while True:
             with self._lock:
-                batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
+                batch: list[ReadableLogRecord] = []
+                size = 0
+                while self._queue and len(batch) < _BATCH:
+                    cost = _record_bytes(self._queue[0])
+                    if batch and size + cost > _BATCH_BYTES:
+                        break
+                    batch.append(self._queue.popleft())
+                    size += cost
             if not batch:
                 return
             if _call(lambda: exporter.export(batch)) == LogRecordExportResult.SUCCESS:
@@ -247,6 +276,17 @@ class ExportWorker:
         if _call(lambda: exporter.export(data, timeout_millis=timeout_ms)) != MetricExportResult.SUCCESS:
             self._store.restore(window)
             self._store.add(_names.EXPORT_FAILURES, _SIGNAL_METRICS, 1)
+
+
+def _record_bytes(record: ReadableLogRecord) -> int:
+    """A log record's encoded size, roughly (its strings' UTF-8 bytes plus a fixed overhead)."""
+    size = 256
+    body = record.log_record.body
+    for value in body.values() if isinstance(body, Mapping) else (body,):
+        size += len(value.encode("utf-8", errors="replace")) if isinstance(value, str) else 16
+    for key, value in (record.log_record.attributes or {}).items():
+        size += len(key) + (len(value.encode("utf-8", errors="replace")) if isinstance(value, str) else 16)
+    return size
 
 
 def _call(export: Callable[[], object]) -> object:

@@ -105,6 +105,17 @@ class StackConfig:
     """Prometheus ``--storage.tsdb.retention.time``."""
     victorialogs_retention: str = "7d"
     """VictoriaLogs ``-retentionPeriod``."""
+    victorialogs_flags: tuple[str, ...] = (
+        "-memory.allowedPercent=25",
+        "-insert.maxLineSizeBytes=256KiB",
+        "-insert.maxFieldsPerLine=1000",
+        "-opentelemetry.maxRequestSize=32MiB",
+    )
+    """Extra VictoriaLogs flags: limits against oversized or abusive input (names as in ``victoria-logs -help``
+    of v1.52.1). ``-opentelemetry.maxRequestSize`` bounds one OTLP request (the collector's batches of sample
+    records, ~70 KiB each at most with the default 16 KiB text budget, stay far below it); a larger request is
+    refused with an HTTP error. ``-insert.maxLineSizeBytes`` bounds line-based ingestion (JSON lines, syslog), not
+    OTLP records (measured: a 300 KB OTLP record is stored whole)."""
     ready_timeout_s: float = 60.0
     """Seconds to wait for each component to report healthy after starting it."""
     stop_timeout_s: float = 10.0
@@ -122,6 +133,12 @@ class StackConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f'"{name}" must be a number > 0, got {value!r}')
+        if not isinstance(self.victorialogs_flags, tuple) or not all(
+            isinstance(flag, str) and flag.startswith("-") for flag in self.victorialogs_flags
+        ):
+            raise ValueError(
+                f'"victorialogs_flags" must be a tuple of "-flag=value" strings, got {self.victorialogs_flags!r}'
+            )
         for name in ("prometheus_retention", "victorialogs_retention"):
             if not getattr(self, name):
                 raise ValueError(f'"{name}" must be a non-empty duration such as "7d", got {getattr(self, name)!r}')

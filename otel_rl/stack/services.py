@@ -382,6 +382,7 @@ class Stack:
                 f"-storageDataPath={data_dir}",
                 f"-httpListenAddr={listen}{self.config.ports.victorialogs}",
                 f"-retentionPeriod={self.config.victorialogs_retention}",
+                *self.config.victorialogs_flags,
             ]
         elif name == "prometheus":
             root = self.config.resolved_root()

@@ -23,7 +23,19 @@ WAIT_S = 90.0
 class RankProcess:
     """One otel_rl process (a rank) that records what the test tells it to, over the real OTLP exporter."""
 
-    def __init__(self, *, endpoint: str, run_id: str, rank: int, world_size: int, **settings: Any) -> None:
+    def __init__(
+        self,
+        *,
+        endpoint: str,
+        run_id: str,
+        rank: int,
+        world_size: int,
+        stderr: Any = None,
+        env: dict[str, str] | None = None,
+        **settings: Any,
+    ) -> None:
+        """``settings`` go to ``TelemetryConfig`` (plus the worker's own ``clock_offset_s``); ``stderr`` is a file
+        (or ``subprocess.PIPE``) for the rank's log output; ``env`` replaces the process environment."""
         config = {
             "run_id": run_id, "rank": rank, "world_size": world_size, "local_rank": rank, "endpoint": endpoint,
             "service_name": "otel-rl-test", "export_interval_s": 0.5, "export_timeout_s": 2.0, **settings,
@@ -32,9 +44,35 @@ class RankProcess:
         self.run_id = run_id
         self._process = subprocess.Popen(
             [sys.executable, "-m", "tests.pipeline.rank_worker", json.dumps(config)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, stderr=stderr, env=env,
         )  # fmt: skip
         assert self._readline() == "ready"
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def process(self) -> subprocess.Popen[str]:
+        return self._process
+
+    def rss_kib(self) -> int:
+        """The rank process's resident set size (``VmRSS`` of ``/proc/<pid>/status``), in KiB."""
+        return rss_kib(self._process.pid)
+
+    def stats(self) -> dict[str, float]:
+        """The rank's own counters (export failures, samples exported/dropped) and its RSS, read in-process."""
+        return dict(json.loads(self.send("stats")))
+
+    def synthetic(
+        self, *, seed: int, rollouts: int, tokens: int = 0, fn: str = "total", samples: int = 0, text_bytes: int = 0
+    ) -> dict[str, Any]:
+        """Record generated data of one step inside the rank (no JSON transfer of the values); returns the
+        reference of what was recorded: reward count, sum and bucket counts, staleness count."""
+        reply = self.send(
+            "synthetic", seed=seed, rollouts=rollouts, tokens=tokens, fn=fn, samples=samples, text_bytes=text_bytes
+        )
+        return dict(json.loads(reply))
 
     def _readline(self) -> str:
         assert self._process.stdout is not None
@@ -75,6 +113,14 @@ class RankProcess:
     def kill(self) -> None:
         self._process.send_signal(signal.SIGKILL)
         self._process.wait(30)
+
+
+def rss_kib(pid: int) -> int:
+    """``VmRSS`` of process ``pid`` in KiB (0 when it has none, e.g. a zombie)."""
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
 
 
 class Prometheus:

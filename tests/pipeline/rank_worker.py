@@ -1,14 +1,20 @@
 """A rank process driven over stdin by the pipeline tests: one JSON command per line, one reply line each.
 
 Runs the real otel_rl package with the real OTLP exporter, so what reaches the collector is exactly what a trainer
-sends. Commands: ``rewards``, ``staleness``, ``metric``, ``sample``, ``step``, ``flush``, ``shutdown``.
+sends. Commands: ``rewards``, ``staleness``, ``metric``, ``sample``, ``step``, ``flush``, ``shutdown``, ``stats``
+(the rank's own counters and RSS) and ``synthetic`` (generate and record one step's data in-process, reply with
+the reference aggregates). Setting ``clock_offset_s`` (not a TelemetryConfig field) shifts the rank's clock.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 
 import otel_rl
@@ -16,7 +22,9 @@ import otel_rl
 
 def main() -> None:
     settings = json.loads(sys.argv[1])
-    telemetry = otel_rl.Telemetry(otel_rl.TelemetryConfig(**settings))
+    offset_ns = int(float(settings.pop("clock_offset_s", 0.0)) * 1e9)
+    clock = (lambda: time.time_ns() + offset_ns) if offset_ns else time.time_ns
+    telemetry = otel_rl.Telemetry(otel_rl.TelemetryConfig(**settings), clock=clock)
     print("ready", flush=True)
     for line in sys.stdin:
         command = json.loads(line)
@@ -42,10 +50,86 @@ def main() -> None:
         elif kind == "flush":
             print(json.dumps({"flushed": telemetry.flush(command.get("timeout_s", 30))}), flush=True)
             continue
+        elif kind == "stats":
+            print(json.dumps(_stats(telemetry)), flush=True)
+            continue
+        elif kind == "synthetic":
+            print(json.dumps(_synthetic(telemetry, **command)), flush=True)
+            continue
         elif kind == "shutdown":
             print(json.dumps({"finished": telemetry.shutdown(command.get("timeout_s", 30))}), flush=True)
             return
         print("ok", flush=True)
+
+
+def _stats(telemetry: otel_rl.Telemetry) -> dict[str, float]:
+    from otel_rl import _names
+    from otel_rl._store import attributes
+
+    store = telemetry._store  # noqa: SLF001 - a test probe reads the rank's own counters
+    stats: dict[str, float] = {
+        "samples_exported": store.counter_value(_names.SAMPLES_EXPORTED, ()),
+        "rss_kib": float(_rss_kib()),
+    }
+    for signal in ("metrics", "logs"):
+        stats[f"export_failures_{signal}"] = store.counter_value(
+            _names.EXPORT_FAILURES, attributes(**{_names.SELF_SIGNAL: signal})
+        )
+    for reason in ("queue_full", "shutdown", "invalid", "redaction"):
+        stats[f"samples_dropped_{reason}"] = store.counter_value(
+            _names.SAMPLES_DROPPED, attributes(**{_names.SELF_REASON: reason})
+        )
+    return stats
+
+
+def _rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _synthetic(
+    telemetry: otel_rl.Telemetry,
+    *,
+    seed: int,
+    rollouts: int,
+    tokens: int,
+    fn: str,
+    samples: int,
+    text_bytes: int = 0,
+) -> dict[str, Any]:
+    """One step of a realistic job: ``rollouts`` rewards (rounded to 1e-3, so sums are exact in float64),
+    ``rollouts x tokens`` staleness values, ``samples`` episode samples with ~1 KiB responses (or, with
+    ``text_bytes``, prompt, response and target of that many bytes each)."""
+    rng = np.random.default_rng(seed)
+    rewards = rng.normal(0.2, 1.0, rollouts).round(3)
+    telemetry.record_rewards(torch.from_numpy(rewards), fn=fn)
+    reply: dict[str, Any] = {
+        "reward_count": int(rewards.size),
+        "reward_sum": float(rewards.sum()),
+        "reward_buckets": np.bincount(
+            np.searchsorted(np.asarray(telemetry._reward_bounds), rewards, side="left"),  # noqa: SLF001
+            minlength=len(telemetry._reward_bounds) + 1,  # noqa: SLF001
+        ).tolist(),
+        "staleness_count": 0,
+    }
+    if tokens:
+        current = 1000 + seed % 1000
+        versions = current - rng.integers(0, 40, (rollouts, tokens))
+        telemetry.record_staleness(torch.from_numpy(versions), current)
+        reply["staleness_count"] = int(versions.size)
+    for index in range(samples):
+        telemetry.record_sample(
+            otel_rl.EpisodeSample(
+                reward=float(rewards[index % rollouts]),
+                episode_id=f"{seed}-{index}",
+                prompt="q" * (text_bytes or 200),
+                response="r" * (text_bytes or 1000),
+                target=("t" * text_bytes) if text_bytes else None,
+            )
+        )
+    return reply
 
 
 if __name__ == "__main__":
