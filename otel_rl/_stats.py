@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,32 @@ def _selection(values: torch.Tensor, mask: Any, *, setting: str) -> torch.Tensor
         )
     selected = selected.to(device=values.device)
     return selected if selected.dtype == torch.bool else selected != 0
+
+
+class _Scratch:
+    """Reusable work buffers, so a large call does not allocate (and page-fault in) fresh memory every time.
+
+    On the CPU, tensors of several MB come from ``mmap`` and are returned on free: a fresh 8 MB int64 tensor costs
+    more in page faults than the pass that fills it. Buffers up to ``limit`` elements are kept (at most
+    ``limit * 8`` bytes each); larger calls allocate. Callers hold ``lock`` while they use what ``take`` returned.
+    """
+
+    def __init__(self, limit: int = 1 << 22) -> None:
+        self.lock = threading.Lock()
+        self._limit = limit
+        self._buffers: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+
+    def take(self, count: int, size: int, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
+        """``count`` distinct tensors of ``size`` elements (contents undefined)."""
+        if size > self._limit:
+            return [torch.empty(size, dtype=dtype, device=device) for _ in range(count)]
+        out = []
+        for slot in range(count):
+            buffer = self._buffers.get((slot, dtype, device))
+            if buffer is None or buffer.numel() < size:
+                buffer = self._buffers[(slot, dtype, device)] = torch.empty(size, dtype=dtype, device=device)
+            out.append(buffer[:size])
+        return out
 
 
 def _bincount(index: torch.Tensor, size: int) -> torch.Tensor:
@@ -224,6 +251,7 @@ class StalenessSummarizer:
         # lookup[s] is the bucket of integer staleness s, for 0 <= s <= cap (cap means "above every bound").
         self._lookup = torch.bucketize(torch.arange(self._cap + 1, dtype=torch.int64), self._bounds)
         self._on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._scratch = _Scratch()
 
     def _tables_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if device not in self._on_device:
@@ -249,17 +277,45 @@ class StalenessSummarizer:
         generated = generated.to(torch.int64)
         # One int64 code per element, by arithmetic only (no bool tensors, no where): 0 masked out, 1 from the
         # future (negative staleness), staleness + 2 when accepted.
-        code = torch.rsub(generated, current_version + 2).clamp_(min=1)
-        if keep is not None:
-            code.masked_fill_(keep.logical_not(), 0)
-        total, maximum = code.sum(), code.max()
-        # code - 2 is -2 (masked), -1 (future) or the staleness; & INT64_MAX sends -2 and -1 to the top of the
-        # range, where they never win the minimum.
-        minimum = (code - 2).bitwise_and_(_INT64_MAX).min()
+        with self._scratch.lock:
+            code, shifted = self._scratch.take(2, generated.numel(), torch.int64, generated.device)
+            torch.sub(generated, current_version + 2, out=code).neg_().clamp_(min=1)
+            if keep is not None:
+                code.mul_(keep.view(torch.uint8))  # twice as fast as masked_fill_ with a negated mask
+            total, maximum = code.sum(), code.max()
+            # code - 2 is -2 (masked), -1 (future) or the staleness; & INT64_MAX sends -2 and -1 to the top of the
+            # range, where they never win the minimum.
+            minimum = torch.sub(code, 2, out=shifted).bitwise_and_(_INT64_MAX).min()
+            packed = self._pack(code, shifted, total, maximum, minimum, nonintegral)
+        count, total, minimum, maximum, negative, nonint = packed[:6].tolist()
+        rejected = {reason: n for reason, n in (("negative", negative), ("nonintegral", nonint)) if n}
+        return Summary(
+            count=count,
+            total=total,
+            squares=0.0,
+            positive=total,
+            negative=0.0,
+            minimum=minimum if count else None,
+            maximum=maximum if count else None,
+            bucket_counts=tuple(packed[6:].tolist()),
+            rejected=rejected,
+        )
+
+    def _pack(
+        self,
+        code: torch.Tensor,
+        shifted: torch.Tensor,
+        total: torch.Tensor,
+        maximum: torch.Tensor,
+        minimum: torch.Tensor,
+        nonintegral: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Bucket counts from ``code`` (clobbered) and every statistic, packed and copied to the host once."""
+        buckets = len(self._bounds) + 1
         bounds, lookup = self._tables_on(code.device)
         if not self._use_bincount:
             # Masked and future elements land in bucket 0 (staleness 0) and are taken out of it below.
-            counts = _bincount(torch.bucketize((code - 2).clamp_(min=0), bounds), buckets)
+            counts = _bincount(torch.bucketize(shifted.copy_(code).sub_(2).clamp_(min=0), bounds), buckets)
         top = self._cap + 2 if self._use_bincount else 2
         fine = _bincount(code.clamp_(max=top), top + 1)
         count = fine[2:].sum()
@@ -267,7 +323,7 @@ class StalenessSummarizer:
             counts = torch.zeros(buckets, dtype=torch.int64, device=code.device).index_add_(0, lookup, fine[2:])
         else:
             counts[0] -= fine[0] + fine[1]
-        packed = torch.cat(
+        return torch.cat(
             (
                 torch.stack(
                     (
@@ -282,16 +338,3 @@ class StalenessSummarizer:
                 counts,
             )
         ).cpu()
-        count, total, minimum, maximum, negative, nonint = packed[:6].tolist()
-        rejected = {reason: n for reason, n in (("negative", negative), ("nonintegral", nonint)) if n}
-        return Summary(
-            count=count,
-            total=total,
-            squares=0.0,
-            positive=total,
-            negative=0.0,
-            minimum=minimum if count else None,
-            maximum=maximum if count else None,
-            bucket_counts=tuple(packed[6:].tolist()),
-            rejected=rejected,
-        )
