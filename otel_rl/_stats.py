@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import bisect
 import math
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+
+from otel_rl import _kernels
 
 #: Integer bucket bounds up to this value are histogrammed by ``bincount`` plus a lookup table, which is far
 #: faster than ``bucketize``; larger bounds fall back to ``bucketize``.
@@ -85,30 +86,25 @@ def _selection(values: torch.Tensor, mask: Any, *, setting: str) -> torch.Tensor
     return selected if selected.dtype == torch.bool else selected != 0
 
 
-class _Scratch:
-    """Reusable work buffers, so a large call does not allocate (and page-fault in) fresh memory every time.
+_NUMBA_DTYPES = (torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
-    On the CPU, tensors of several MB come from ``mmap`` and are returned on free: a fresh 8 MB int64 tensor costs
-    more in page faults than the pass that fills it. Buffers up to ``limit`` elements are kept (at most
-    ``limit * 8`` bytes each); larger calls allocate. Callers hold ``lock`` while they use what ``take`` returned.
-    """
 
-    def __init__(self, limit: int = 1 << 22) -> None:
-        self.lock = threading.Lock()
-        self._limit = limit
-        self._buffers: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A zero-copy numpy view of a CPU tensor; dtypes numba cannot read (float16, bfloat16) go through float64."""
+    return (tensor if tensor.dtype in _NUMBA_DTYPES else tensor.to(torch.float64)).numpy()
 
-    def take(self, count: int, size: int, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
-        """``count`` distinct tensors of ``size`` elements (contents undefined)."""
-        if size > self._limit:
-            return [torch.empty(size, dtype=dtype, device=device) for _ in range(count)]
-        out = []
-        for slot in range(count):
-            buffer = self._buffers.get((slot, dtype, device))
-            if buffer is None or buffer.numel() < size:
-                buffer = self._buffers[(slot, dtype, device)] = torch.empty(size, dtype=dtype, device=device)
-            out.append(buffer[:size])
-        return out
+
+def _keep_arrays(keep: torch.Tensor | None, ndim: int) -> tuple[np.ndarray, bool]:
+    """The mask as a numpy bool array and whether to use it (an empty placeholder when there is none)."""
+    if keep is None:
+        return np.empty((0,) * ndim, dtype=np.bool_), False
+    return keep.numpy(), True
+
+
+def _histogram(index: torch.Tensor, accepted: torch.Tensor, buckets: int) -> torch.Tensor:
+    """Counts of ``index`` values in ``range(buckets)`` over the accepted elements."""
+    parked = torch.where(accepted, index, torch.full_like(index, buckets))
+    return _bincount(parked, buckets + 1)[:buckets]
 
 
 def _bincount(index: torch.Tensor, size: int) -> torch.Tensor:
@@ -134,6 +130,9 @@ class RewardSummarizer:
     >>> (s.count, s.total, s.minimum, s.maximum, s.bucket_counts, s.rejected)
     (3, 1.5, -1.0, 2.0, (1, 1, 1), {'nonfinite': 1})
     """
+
+    kernel_devices: frozenset[str] = frozenset({"cpu"})
+    """Devices summarized by the compiled one-pass kernels; tensors elsewhere use torch operations on the device."""
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self._bound_values = tuple(float(b) for b in bounds)
@@ -164,6 +163,8 @@ class RewardSummarizer:
         selected = _selection(rewards, mask, setting=setting)
         if rewards.dim() > 2:
             raise BadInput("shape", f'"{setting}" must have 0, 1 or 2 dimensions, got shape {tuple(rewards.shape)}')
+        if rewards.device.type in self.kernel_devices:
+            return self._summarize_on_cpu(rewards, selected)
         if rewards.dim() == 2:
             rewards, selected = _first_unmasked(rewards, selected)
         rewards = rewards.reshape(-1)
@@ -223,6 +224,39 @@ class RewardSummarizer:
         )
 
 
+    def warm_up(self) -> None:
+        """Compile the CPU kernels for the common dtypes now (once per machine: numba caches them), so the first
+        record call of a training loop does not pay for it."""
+        for dtype in (torch.float32, torch.float64):
+            self.summarize(torch.zeros(1, dtype=dtype), torch.ones(1, dtype=torch.bool))
+            self.summarize(torch.zeros((1, 1), dtype=dtype), torch.ones((1, 1), dtype=torch.bool))
+
+    def _summarize_on_cpu(self, rewards: torch.Tensor, selected: torch.Tensor | None) -> Summary:
+        """The same statistics in one compiled pass (see ``otel_rl._kernels``)."""
+        values = _numpy(rewards)
+        keep, use_keep = _keep_arrays(selected, values.ndim)
+        if values.ndim == 2:
+            first = np.zeros(values.shape[0], dtype=np.float64)
+            present = np.zeros(values.shape[0], dtype=np.bool_)
+            _kernels.first_unmasked(values, keep, use_keep, first, present)
+            values, keep, use_keep = first, present, True
+        counts = np.zeros(len(self._bound_values) + 1, dtype=np.int64)
+        count, positive, negative, squares, minimum, maximum, nonfinite = _kernels.summarize_values(
+            values.reshape(-1), keep.reshape(-1), use_keep, self._bounds.numpy(), counts
+        )
+        return Summary(
+            count=count,
+            total=positive - negative,
+            squares=squares,
+            positive=positive,
+            negative=negative,
+            minimum=minimum if count else None,
+            maximum=maximum if count else None,
+            bucket_counts=tuple(counts.tolist()),
+            rejected={"nonfinite": nonfinite} if nonfinite else {},
+        )
+
+
 def _first_unmasked(rewards: torch.Tensor, selected: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One reward per row of a per-token ``(rollouts, tokens)`` tensor, and whether the row had any token."""
     if rewards.shape[1] == 0:
@@ -244,14 +278,18 @@ class StalenessSummarizer:
     (3, 8, 0, 7, (1, 1, 0, 1), {'negative': 1})
     """
 
+    kernel_devices: frozenset[str] = frozenset({"cpu"})
+    """Devices summarized by the compiled one-pass kernel; tensors elsewhere use torch operations on the device."""
+
     def __init__(self, bounds: Sequence[int]) -> None:
         self._bounds = torch.tensor(bounds, dtype=torch.int64)
         self._cap = int(bounds[-1]) + 1
         self._use_bincount = self._cap <= _BINCOUNT_LIMIT
         # lookup[s] is the bucket of integer staleness s, for 0 <= s <= cap (cap means "above every bound").
         self._lookup = torch.bucketize(torch.arange(self._cap + 1, dtype=torch.int64), self._bounds)
+        self._cpu_lookup = self._lookup.numpy() if self._use_bincount else np.empty(0, dtype=np.int64)
+        """The CPU kernel counts staleness below ``len(lookup)`` per value, then folds them into buckets with it."""
         self._on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._scratch = _Scratch()
 
     def _tables_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if device not in self._on_device:
@@ -268,27 +306,25 @@ class StalenessSummarizer:
         if generated.numel() == 0:
             return Summary(0, 0.0, 0.0, 0.0, 0.0, None, None, (0,) * buckets)
         keep = selected.reshape(-1) if selected is not None else None
-        nonintegral: torch.Tensor | None = None
+        nonintegral = 0
         if generated.is_floating_point():
             integral = torch.isfinite(generated) & (generated == torch.trunc(generated))
-            nonintegral = (~integral if keep is None else keep & ~integral).sum()
+            nonintegral = int((~integral if keep is None else keep & ~integral).sum())
             keep = integral if keep is None else keep & integral
-            generated = torch.where(integral, generated, torch.zeros_like(generated))
-        generated = generated.to(torch.int64)
-        # One int64 code per element, by arithmetic only (no bool tensors, no where): 0 masked out, 1 from the
-        # future (negative staleness), staleness + 2 when accepted.
-        with self._scratch.lock:
-            code, shifted = self._scratch.take(2, generated.numel(), torch.int64, generated.device)
-            torch.sub(generated, current_version + 2, out=code).neg_().clamp_(min=1)
-            if keep is not None:
-                code.mul_(keep.view(torch.uint8))  # twice as fast as masked_fill_ with a negated mask
-            total, maximum = code.sum(), code.max()
-            # code - 2 is -2 (masked), -1 (future) or the staleness; & INT64_MAX sends -2 and -1 to the top of the
-            # range, where they never win the minimum.
-            minimum = torch.sub(code, 2, out=shifted).bitwise_and_(_INT64_MAX).min()
-            packed = self._pack(code, shifted, total, maximum, minimum, nonintegral)
-        count, total, minimum, maximum, negative, nonint = packed[:6].tolist()
-        rejected = {reason: n for reason, n in (("negative", negative), ("nonintegral", nonint)) if n}
+            generated = torch.where(integral, generated, torch.zeros_like(generated)).to(torch.int64)
+        if generated.device.type in self.kernel_devices:
+            counts = np.zeros(buckets, dtype=np.int64)
+            fine = np.zeros(len(self._cpu_lookup), dtype=np.int64)
+            count, total, minimum, maximum, future = _kernels.summarize_staleness(
+                _numpy(generated), *_keep_arrays(keep, 1), current_version, fine, self._bounds.numpy(), counts
+            )
+            np.add.at(counts, self._cpu_lookup, fine)
+            bucket_counts = tuple(counts.tolist())
+        else:
+            count, total, minimum, maximum, future, bucket_counts = self._summarize_on_device(
+                generated.to(torch.int64), keep, current_version
+            )
+        rejected = {reason: n for reason, n in (("negative", future), ("nonintegral", nonintegral)) if n}
         return Summary(
             count=count,
             total=total,
@@ -297,44 +333,43 @@ class StalenessSummarizer:
             negative=0.0,
             minimum=minimum if count else None,
             maximum=maximum if count else None,
-            bucket_counts=tuple(packed[6:].tolist()),
+            bucket_counts=bucket_counts,
             rejected=rejected,
         )
 
-    def _pack(
-        self,
-        code: torch.Tensor,
-        shifted: torch.Tensor,
-        total: torch.Tensor,
-        maximum: torch.Tensor,
-        minimum: torch.Tensor,
-        nonintegral: torch.Tensor | None,
-    ) -> torch.Tensor:
-        """Bucket counts from ``code`` (clobbered) and every statistic, packed and copied to the host once."""
+    def warm_up(self) -> None:
+        """Compile the CPU kernel for the common dtypes now (see :meth:`RewardSummarizer.warm_up`)."""
+        for dtype in (torch.int64, torch.int32):
+            self.summarize(torch.zeros(1, dtype=dtype), 0, torch.ones(1, dtype=torch.bool))
+
+    def _summarize_on_device(
+        self, generated: torch.Tensor, keep: torch.Tensor | None, current_version: int
+    ) -> tuple[int, int, int, int, int, tuple[int, ...]]:
+        """Count, sum, min, max, future count and bucket counts with tensor operations, one copy to the host."""
         buckets = len(self._bounds) + 1
-        bounds, lookup = self._tables_on(code.device)
-        if not self._use_bincount:
-            # Masked and future elements land in bucket 0 (staleness 0) and are taken out of it below.
-            counts = _bincount(torch.bucketize(shifted.copy_(code).sub_(2).clamp_(min=0), bounds), buckets)
-        top = self._cap + 2 if self._use_bincount else 2
-        fine = _bincount(code.clamp_(max=top), top + 1)
-        count = fine[2:].sum()
+        staleness = current_version - generated
+        accepted = staleness >= 0 if keep is None else keep & (staleness >= 0)
+        future = (staleness < 0) if keep is None else keep & (staleness < 0)
+        kept = torch.where(accepted, staleness, torch.zeros_like(staleness))
+        bounds, lookup = self._tables_on(staleness.device)
         if self._use_bincount:
-            counts = torch.zeros(buckets, dtype=torch.int64, device=code.device).index_add_(0, lookup, fine[2:])
+            fine = _histogram(kept.clamp(max=self._cap), accepted, self._cap + 1)
+            counts = torch.zeros(buckets, dtype=torch.int64, device=staleness.device).index_add_(0, lookup, fine)
         else:
-            counts[0] -= fine[0] + fine[1]
-        return torch.cat(
+            counts = _histogram(torch.bucketize(kept, bounds), accepted, buckets)
+        packed = torch.cat(
             (
                 torch.stack(
                     (
-                        count,
-                        total - 2 * count - fine[1],
-                        minimum,
-                        maximum - 2,
-                        fine[1],
-                        code.new_zeros(()) if nonintegral is None else nonintegral,
+                        accepted.sum(),
+                        kept.sum(),
+                        torch.where(accepted, staleness, torch.full_like(staleness, _INT64_MAX)).min(),
+                        torch.where(accepted, staleness, torch.full_like(staleness, -1)).max(),
+                        future.sum(),
                     )
                 ),
                 counts,
             )
         ).cpu()
+        count, total, minimum, maximum, future_count = packed[:5].tolist()
+        return count, total, minimum, maximum, future_count, tuple(packed[5:].tolist())

@@ -103,6 +103,8 @@ class Telemetry:
         self._store = MetricStore(self.resource, start_time_ns=clock(), version=_VERSION)
         self._rewards = RewardSummarizer(cfg.reward_bounds)
         self._staleness = StalenessSummarizer(cfg.staleness_bounds)
+        self._rewards.warm_up()
+        self._staleness.warm_up()
         self._reward_bounds = tuple(float(b) for b in cfg.reward_bounds)
         self._staleness_bounds = tuple(float(b) for b in cfg.staleness_bounds)
         self._metrics = RewardSummarizer(())

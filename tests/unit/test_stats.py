@@ -1,4 +1,5 @@
-"""The vectorized statistics equal a float64 numpy reference on random inputs."""
+"""The statistics equal a float64 numpy reference on random inputs, on both paths: the compiled CPU kernels
+and the torch operations that tensors on other devices (GPUs) go through."""
 
 from __future__ import annotations
 
@@ -13,6 +14,20 @@ from hypothesis.extra.numpy import arrays
 
 from otel_rl._stats import BadInput, RewardSummarizer, StalenessSummarizer
 
+class TorchRewards(RewardSummarizer):
+    """The device (torch) path, run on the CPU: what a GPU tensor goes through."""
+
+    kernel_devices = frozenset()
+
+
+class TorchStaleness(StalenessSummarizer):
+    """The device (torch) path, run on the CPU."""
+
+    kernel_devices = frozenset()
+
+
+REWARDS = pytest.mark.parametrize("summarizer", [RewardSummarizer, TorchRewards])
+STALENESS = pytest.mark.parametrize("summarizer", [StalenessSummarizer, TorchStaleness])
 REWARD_BOUNDS = (-2.0, -0.5, 0.0, 0.5, 1.0, 3.0)
 STALENESS_BOUNDS = (0, 1, 2, 4, 8, 100)
 
@@ -26,12 +41,15 @@ def reference_buckets(values: np.ndarray, bounds: tuple[float, ...]) -> list[int
 floats = st.floats(allow_nan=True, allow_infinity=True, width=32)
 
 
+@REWARDS
 @settings(max_examples=200, deadline=None)
 @given(values=arrays(np.float32, st.integers(0, 300), elements=floats), data=st.data())
-def test_rewards_match_numpy_reference(values: np.ndarray, data: st.DataObject) -> None:
+def test_rewards_match_numpy_reference(
+    values: np.ndarray, data: st.DataObject, summarizer: type[RewardSummarizer]
+) -> None:
     """Count, sum, squares, extremes and buckets of masked rewards equal numpy in float64; non-finite counted."""
     mask = data.draw(arrays(np.bool_, values.shape)) if data.draw(st.booleans()) else None
-    summary = RewardSummarizer(REWARD_BOUNDS).summarize(torch.from_numpy(values), mask)
+    summary = summarizer(REWARD_BOUNDS).summarize(torch.from_numpy(values), mask)
     selected = values.astype(np.float64)[mask] if mask is not None else values.astype(np.float64)
     finite = selected[np.isfinite(selected)]
     assert summary.count == finite.size
@@ -47,6 +65,7 @@ def test_rewards_match_numpy_reference(values: np.ndarray, data: st.DataObject) 
         assert summary.minimum is None and summary.maximum is None
 
 
+@STALENESS
 @settings(max_examples=200, deadline=None)
 @given(
     offsets=arrays(np.int64, st.integers(0, 300), elements=st.integers(-5, 300)),
@@ -55,12 +74,13 @@ def test_rewards_match_numpy_reference(values: np.ndarray, data: st.DataObject) 
     data=st.data(),
 )
 def test_staleness_matches_numpy_reference(
+    summarizer: type[StalenessSummarizer],
     offsets: np.ndarray, current: int, bounds: tuple[int, ...], data: st.DataObject
 ) -> None:
     """Staleness is exact in int64 (near 2**53 too), negatives are counted and not folded in (both histogram paths)."""
     versions = current - offsets
     mask = data.draw(arrays(np.bool_, versions.shape)) if data.draw(st.booleans()) else None
-    summary = StalenessSummarizer(bounds).summarize(torch.from_numpy(versions), current, mask)
+    summary = summarizer(bounds).summarize(torch.from_numpy(versions), current, mask)
     staleness = (current - versions)[mask] if mask is not None else current - versions
     valid = staleness[staleness >= 0]
     assert summary.count == valid.size
@@ -71,44 +91,50 @@ def test_staleness_matches_numpy_reference(
         assert (summary.minimum, summary.maximum) == (int(valid.min()), int(valid.max()))
 
 
-def test_staleness_is_exact_above_float32_precision() -> None:
+@STALENESS
+def test_staleness_is_exact_above_float32_precision(summarizer: type[StalenessSummarizer]) -> None:
     """Versions beyond 2**24 (where float32 rounds) give exact staleness."""
     current = 2**24 + 3
-    summary = StalenessSummarizer(STALENESS_BOUNDS).summarize(torch.tensor([2**24 + 2, 2**24 + 3]), current, None)
+    summary = summarizer(STALENESS_BOUNDS).summarize(torch.tensor([2**24 + 2, 2**24 + 3]), current, None)
     assert (summary.total, summary.minimum, summary.maximum) == (1, 0, 1)
 
 
-def test_large_staleness_bounds_use_bucketize_path() -> None:
+@STALENESS
+def test_large_staleness_bounds_use_bucketize_path(summarizer: type[StalenessSummarizer]) -> None:
     """Bounds above the bincount limit (documents-seen units) give the same buckets as the reference."""
     bounds = (0, 1_000, 100_000, 10_000_000)
     versions = np.array([10_000_000, 9_999_000, 9_000_000, 0, 5, 10_000_001, 7], dtype=np.int64)
     mask = np.array([1, 1, 1, 1, 1, 1, 0], dtype=bool)
-    summary = StalenessSummarizer(bounds).summarize(versions, 10_000_000, mask)
+    summary = summarizer(bounds).summarize(versions, 10_000_000, mask)
     staleness = (10_000_000 - versions)[mask]
     assert list(summary.bucket_counts) == reference_buckets(staleness[staleness >= 0].astype(np.float64), bounds)
     assert (summary.count, summary.rejected) == (5, {"negative": 1})
 
 
-def test_float_versions_must_be_integral() -> None:
+@STALENESS
+def test_float_versions_must_be_integral(summarizer: type[StalenessSummarizer]) -> None:
     """Float versions are accepted when integral; fractional ones are rejected and counted."""
-    summary = StalenessSummarizer(STALENESS_BOUNDS).summarize(torch.tensor([3.0, 2.5, 1.0]), 4, None)
+    summary = summarizer(STALENESS_BOUNDS).summarize(torch.tensor([3.0, 2.5, 1.0]), 4, None)
     assert (summary.count, summary.total, summary.rejected) == (2, 4, {"nonintegral": 1})
 
 
-def test_per_token_rewards_count_once_per_rollout() -> None:
+@REWARDS
+def test_per_token_rewards_count_once_per_rollout(summarizer: type[RewardSummarizer]) -> None:
     """A (rollouts, tokens) broadcast reward counts each rollout once, at its first unmasked token."""
     rewards = torch.tensor([[-1.0] * 4, [2.0] * 4, [9.0] * 4])
     mask = torch.tensor([[0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
-    summary = RewardSummarizer(REWARD_BOUNDS).summarize(rewards, mask)
+    summary = summarizer(REWARD_BOUNDS).summarize(rewards, mask)
     assert (summary.count, summary.total, summary.minimum, summary.maximum) == (2, 1.0, -1.0, 2.0)
 
 
-def test_all_negative_rewards_keep_their_sum() -> None:
+@REWARDS
+def test_all_negative_rewards_keep_their_sum(summarizer: type[RewardSummarizer]) -> None:
     """Negative rewards are recorded (the SDK's Histogram.record would drop them)."""
-    summary = RewardSummarizer(REWARD_BOUNDS).summarize(np.array([-1.0, -3.0]), None)
+    summary = summarizer(REWARD_BOUNDS).summarize(np.array([-1.0, -3.0]), None)
     assert (summary.count, summary.total, summary.negative, summary.positive) == (2, -4.0, 4.0, 0.0)
 
 
+@REWARDS
 @pytest.mark.parametrize(
     ("values", "mask", "reason"),
     [
@@ -120,22 +146,30 @@ def test_all_negative_rewards_keep_their_sum() -> None:
         ([1.0, "x"], None, "type"),
     ],
 )
-def test_unusable_calls_raise_bad_input(values: object, mask: object, reason: str) -> None:
+def test_unusable_calls_raise_bad_input(
+    values: object, mask: object, reason: str, summarizer: type[RewardSummarizer]
+) -> None:
     """Type, dtype and shape errors are reported with a reason (the facade counts them)."""
     with pytest.raises(BadInput, match=r'"(rewards|mask)"') as error:
-        RewardSummarizer(REWARD_BOUNDS).summarize(values, mask)
+        summarizer(REWARD_BOUNDS).summarize(values, mask)
     assert error.value.reason == reason
 
 
-def test_empty_inputs_give_empty_summaries() -> None:
+@pytest.mark.parametrize(
+    ("rewards", "staleness"), [(RewardSummarizer, StalenessSummarizer), (TorchRewards, TorchStaleness)]
+)
+def test_empty_inputs_give_empty_summaries(
+    rewards: type[RewardSummarizer], staleness: type[StalenessSummarizer]
+) -> None:
     """Empty tensors (and fully masked ones) give count 0 and no extremes."""
     for values, mask in ((torch.empty(0), None), (torch.ones(3), torch.zeros(3)), (torch.ones(2, 0), None)):
-        summary = RewardSummarizer(REWARD_BOUNDS).summarize(values, mask)
+        summary = rewards(REWARD_BOUNDS).summarize(values, mask)
         assert summary.count == 0 and summary.minimum is None and sum(summary.bucket_counts) == 0
-    assert StalenessSummarizer(STALENESS_BOUNDS).summarize(torch.empty(0, dtype=torch.int64), 3, None).count == 0
+    assert staleness(STALENESS_BOUNDS).summarize(torch.empty(0, dtype=torch.int64), 3, None).count == 0
 
 
-def test_scalar_reward() -> None:
+@REWARDS
+def test_scalar_reward(summarizer: type[RewardSummarizer]) -> None:
     """A Python scalar is one observation."""
-    summary = RewardSummarizer(REWARD_BOUNDS).summarize(0.25, None)
+    summary = summarizer(REWARD_BOUNDS).summarize(0.25, None)
     assert (summary.count, summary.total) == (1, 0.25) and not math.isnan(summary.squares)
