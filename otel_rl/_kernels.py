@@ -82,13 +82,14 @@ def summarize_staleness(versions, keep, use_keep, current, fine, bounds, counts)
     were from the future (negative staleness, rejected).
 
     Staleness ``s`` is counted in ``fine[s]`` while ``s < len(fine)`` (the caller folds ``fine`` into buckets),
-    else straight into ``counts`` at its bucket of ``bounds``.
+    else straight into ``counts`` at its bucket of ``bounds``. The hot loop only counts; sum and extremes of the
+    small values come from ``fine`` afterwards.
     """
-    count = 0
-    total = 0
-    minimum = _INT64_MAX
-    maximum = -1
     future = 0
+    above = 0
+    above_total = 0
+    above_minimum = _INT64_MAX
+    above_maximum = -1
     table = fine.shape[0]
     for i in range(versions.shape[0]):
         if use_keep and not keep[i]:
@@ -96,13 +97,23 @@ def summarize_staleness(versions, keep, use_keep, current, fine, bounds, counts)
         staleness = current - np.int64(versions[i])
         if staleness < 0:
             future += 1
-            continue
-        count += 1
-        total += staleness
-        minimum = min(minimum, staleness)
-        maximum = max(maximum, staleness)
-        if staleness < table:
+        elif staleness < table:
             fine[staleness] += 1
         else:
+            above += 1
+            above_total += staleness
+            above_minimum = min(above_minimum, staleness)
+            above_maximum = max(above_maximum, staleness)
             counts[_bucket(staleness, bounds)] += 1
+    count = above
+    total = above_total
+    minimum = above_minimum
+    maximum = above_maximum
+    for value in range(table):
+        seen = fine[value]
+        if seen:
+            count += seen
+            total += seen * value
+            minimum = min(minimum, value)
+            maximum = max(maximum, value)
     return count, total, minimum, maximum, future
