@@ -306,10 +306,10 @@ class StalenessSummarizer:
         if generated.numel() == 0:
             return Summary(0, 0.0, 0.0, 0.0, 0.0, None, None, (0,) * buckets)
         keep = selected.reshape(-1) if selected is not None else None
-        nonintegral = 0
+        nonintegral = torch.zeros((), dtype=torch.int64, device=generated.device)
         if generated.is_floating_point():
             integral = torch.isfinite(generated) & (generated == torch.trunc(generated))
-            nonintegral = int((~integral if keep is None else keep & ~integral).sum())
+            nonintegral = (~integral if keep is None else keep & ~integral).sum()
             keep = integral if keep is None else keep & integral
             generated = torch.where(integral, generated, torch.zeros_like(generated)).to(torch.int64)
         if generated.device.type in self.kernel_devices:
@@ -320,11 +320,12 @@ class StalenessSummarizer:
             )
             np.add.at(counts, self._cpu_lookup, fine)
             bucket_counts = tuple(counts.tolist())
+            nonint = int(nonintegral)
         else:
-            count, total, minimum, maximum, future, bucket_counts = self._summarize_on_device(
-                generated.to(torch.int64), keep, current_version
+            count, total, minimum, maximum, future, nonint, bucket_counts = self._summarize_on_device(
+                generated.to(torch.int64), keep, current_version, nonintegral
             )
-        rejected = {reason: n for reason, n in (("negative", future), ("nonintegral", nonintegral)) if n}
+        rejected = {reason: n for reason, n in (("negative", future), ("nonintegral", nonint)) if n}
         return Summary(
             count=count,
             total=total,
@@ -343,9 +344,10 @@ class StalenessSummarizer:
             self.summarize(torch.zeros(1, dtype=dtype), 0, torch.ones(1, dtype=torch.bool))
 
     def _summarize_on_device(
-        self, generated: torch.Tensor, keep: torch.Tensor | None, current_version: int
-    ) -> tuple[int, int, int, int, int, tuple[int, ...]]:
-        """Count, sum, min, max, future count and bucket counts with tensor operations, one copy to the host."""
+        self, generated: torch.Tensor, keep: torch.Tensor | None, current_version: int, nonintegral: torch.Tensor
+    ) -> tuple[int, int, int, int, int, int, tuple[int, ...]]:
+        """Count, sum, min, max, future and non-integral counts and bucket counts with tensor operations, one copy
+        to the host."""
         buckets = len(self._bounds) + 1
         staleness = current_version - generated
         accepted = staleness >= 0 if keep is None else keep & (staleness >= 0)
@@ -366,10 +368,11 @@ class StalenessSummarizer:
                         torch.where(accepted, staleness, torch.full_like(staleness, _INT64_MAX)).min(),
                         torch.where(accepted, staleness, torch.full_like(staleness, -1)).max(),
                         future.sum(),
+                        nonintegral,
                     )
                 ),
                 counts,
             )
         ).cpu()
-        count, total, minimum, maximum, future_count = packed[:5].tolist()
-        return count, total, minimum, maximum, future_count, tuple(packed[5:].tolist())
+        count, total, minimum, maximum, future_count, nonint = packed[:6].tolist()
+        return count, total, minimum, maximum, future_count, nonint, tuple(packed[6:].tolist())
