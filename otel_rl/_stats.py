@@ -1,20 +1,14 @@
-"""Vectorized statistics of one record call, on the tensor's own device, with one device-to-host transfer.
+"""Statistics of one record call: validation, then one pass on the CPU or tensor operations on the device.
 
-Each ``summarize_*`` function computes every statistic of a call (count, sum, extremes, bucket counts, what was
-rejected) with tensor operations only, packs them into one small tensor and copies it to the host once. No Python
-loop ever touches the values. Bad parts of the input (NaN, inf, masked-out, negative staleness) are excluded and
-counted, never folded in.
-
-Speed (see docs/performance.md): on the CPU, comparisons producing bool tensors, ``where`` and ``isfinite`` cost
-several times an arithmetic pass, so selection is done by arithmetic: masks become 0/1 factors, rejected rewards
-are parked at the dtype's largest value (neutral for the minimum, one known bucket), staleness becomes one int64
-code per element (0 masked, 1 future, staleness + 2) whose small histogram gives every count. float32 rewards are
-compared with float32 bounds rounded down, which gives the float64 answer; sums still accumulate in float64.
+Each summarizer validates the input (type, dtype, shape, mask), then computes every statistic of the call (count,
+sums, extremes, bucket counts, what was rejected) without a Python loop over values: on the CPU with the compiled
+one-pass kernels of ``otel_rl._kernels``; on other devices (GPUs) with tensor operations on the device, packed into
+one small tensor and copied to the host once. Bad parts of the input (NaN, inf, masked-out, negative staleness)
+are excluded and counted, never folded in. Both paths give the same results (tests/unit/test_stats.py).
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,8 +24,6 @@ from otel_rl import _kernels
 _BINCOUNT_LIMIT = 1 << 16
 _INT64_MAX = torch.iinfo(torch.int64).max
 #: Float dtypes computed in natively (exactly: sums accumulate in float64); others are widened first, exactly.
-_NATIVE_FLOATS = (torch.float32, torch.float64)
-_WORKING_FLOAT = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
 class BadInput(ValueError):
@@ -137,24 +129,12 @@ class RewardSummarizer:
     def __init__(self, bounds: Sequence[float]) -> None:
         self._bound_values = tuple(float(b) for b in bounds)
         self._bounds = torch.tensor(self._bound_values, dtype=torch.float64)
-        self._on_device: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+        self._on_device: dict[torch.device, torch.Tensor] = {}
 
-    def _bounds_on(self, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """The bounds in ``dtype``, rounded down, so that ``x <= bound`` gives the float64 answer for every x."""
-        key = (device, dtype)
-        if key not in self._on_device:
-            exact = self._bounds.numpy()
-            if dtype == torch.float32:
-                rounded = exact.astype(np.float32)
-                rounded = np.where(rounded > exact, np.nextafter(rounded, np.float32(-np.inf)), rounded)
-                self._on_device[key] = torch.from_numpy(rounded.astype(np.float32)).to(device)
-            else:
-                self._on_device[key] = self._bounds.to(device)
-        return self._on_device[key]
-
-    def _bucket_of_largest(self, dtype: torch.dtype) -> int:
-        """The bucket of the largest finite value of ``dtype``, where rejected elements are parked."""
-        return bisect.bisect_left(self._bound_values, float(torch.finfo(dtype).max))
+    def _bounds_on(self, device: torch.device) -> torch.Tensor:
+        if device not in self._on_device:
+            self._on_device[device] = self._bounds.to(device)
+        return self._on_device[device]
 
     def summarize(self, values: Any, mask: Any, *, setting: str = "rewards") -> Summary:
         rewards = as_tensor(values, setting=setting)
@@ -171,41 +151,25 @@ class RewardSummarizer:
         buckets = len(self._bounds) + 1
         if rewards.numel() == 0:
             return Summary(0, 0.0, 0.0, 0.0, 0.0, None, None, (0,) * buckets)
-        x = rewards if rewards.dtype in _NATIVE_FLOATS else rewards.to(_WORKING_FLOAT.get(rewards.dtype, torch.float64))
-        # Float arithmetic only: comparisons and ``where`` on bool tensors are several times slower on CPU.
-        # ``bad`` is 1 where x is NaN or +-inf (x - x is NaN exactly there), ``weight`` 1 where the value is kept.
-        bad = torch.nan_to_num(x - x, nan=1.0)
-        if selected is not None:
-            bad.mul_(selected.reshape(-1).view(torch.uint8).to(x.dtype))
-            weight = selected.reshape(-1).view(torch.uint8).to(x.dtype).sub_(bad)
-        else:
-            weight = torch.ones_like(x).sub_(bad)
-        kept = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).mul_(weight)
-        wide = kept.to(torch.float64)
-        largest = torch.finfo(x.dtype).max
-        # Rejected elements become +largest (for the min) and -largest (for the max): neutral, never selected
-        # over an accepted value, and no bool tensor is materialized. In ``high`` they all land in one known
-        # bucket, whose count is corrected by the number rejected.
-        rejected_weight = 1.0 - weight
-        high = torch.add(kept, rejected_weight, alpha=largest)
-        low = torch.add(kept, rejected_weight, alpha=-largest)
-        counts = _bincount(torch.bucketize(high, self._bounds_on(x.device, x.dtype)), buckets)
-        count = weight.sum(dtype=torch.float64)
-        counts[self._bucket_of_largest(x.dtype)] -= x.numel() - count.to(torch.int64)
+        x = rewards.to(torch.float64)
+        selected = selected.reshape(-1) if selected is not None else torch.ones_like(x, dtype=torch.bool)
+        finite = torch.isfinite(x)
+        accepted = finite & selected
+        kept = torch.where(accepted, x, torch.zeros_like(x))
         packed = torch.cat(
             (
                 torch.stack(
                     (
-                        count,
-                        wide.clamp(min=0).sum(),
-                        -wide.clamp(max=0).sum(),
-                        torch.dot(wide, wide),
-                        high.min().to(torch.float64),
-                        low.max().to(torch.float64),
-                        bad.sum(dtype=torch.float64),
+                        accepted.sum().to(torch.float64),
+                        kept.clamp(min=0).sum(),
+                        -kept.clamp(max=0).sum(),
+                        (kept * kept).sum(),
+                        torch.where(accepted, x, torch.full_like(x, math.inf)).min(),
+                        torch.where(accepted, x, torch.full_like(x, -math.inf)).max(),
+                        (selected & ~finite).sum().to(torch.float64),
                     )
                 ),
-                counts.to(torch.float64),
+                _histogram(torch.bucketize(kept, self._bounds_on(x.device)), accepted, buckets).to(torch.float64),
             )
         ).cpu()
         head = packed[:7].tolist()
@@ -222,7 +186,6 @@ class RewardSummarizer:
             bucket_counts=tuple(int(c) for c in packed[7:].tolist()),
             rejected=rejected,
         )
-
 
     def warm_up(self) -> None:
         """Compile the CPU kernels for the common dtypes now (once per machine: numba caches them), so the first
