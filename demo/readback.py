@@ -95,13 +95,17 @@ def window_stats(sources: Sources, fn: str, start: float | None, end: float) -> 
 
 
 def samples(sources: Sources, selection: str, limit: int) -> list[dict[str, Any]]:
-    """The run's highest (``top``) or lowest (``bottom``) reward samples across all ranks and steps."""
+    """The run's highest (``top``) or lowest (``bottom``) reward samples across all ranks, latest steps first,
+    one per distinct prompt and response."""
     order = "desc" if selection == "top" else "asc"
     query = (
         f'rl.run.id:="{sources.run_id}" rl.sample.selection:="{selection}" '
-        f"| sort by (rl.reward {order}) | limit {limit}"
+        f"| sort by (rl.reward {order}, rl.step desc) | limit {limit * 20}"
     )
-    return logs_query(sources.victorialogs_url, query)
+    distinct: dict[tuple[str, str], dict[str, Any]] = {}
+    for record in logs_query(sources.victorialogs_url, query):
+        distinct.setdefault((record.get("prompt", ""), record.get("_msg", "")), record)
+    return list(distinct.values())[:limit]
 
 
 def summarize(sources: Sources, *, expected_count: int | None) -> dict[str, Any]:
