@@ -15,6 +15,7 @@ collector (which writes to both); stop order is the reverse, so the collector ca
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -216,11 +217,16 @@ class Stack:
         started: list[ComponentName] = []
         try:
             for name in COMPONENTS:
-                if self._processes[name].pid() is None:
+                running = self._processes[name].pid() is not None
+                if running and self._launch_digest(name) != self._recorded_digest(name):
+                    _logger.info("restarting %s: its binary or configuration changed since it started", name)
+                    self.stop_component(name)
+                    running = False
+                if running:
+                    self.wait_healthy(name)
+                else:
                     self.start_component(name)
                     started.append(name)
-                else:
-                    self.wait_healthy(name)
         except BaseException:
             for name in reversed(started):
                 self.stop_component(name)
@@ -264,6 +270,7 @@ class Stack:
                 )
         argv, environment = self._command(name)
         self._write_state()
+        self._digest_file(name).write_text(self._launch_digest(name), encoding="utf-8")
         process.start(argv, env=environment, cwd=self.state_dir)
         if wait:
             self.wait_healthy(name)
@@ -415,6 +422,26 @@ class Stack:
             environment.update(self.config.collector_environment)
             environment.update(self.collector_environment())
         return argv, environment
+
+    def _launch_digest(self, name: ComponentName) -> str:
+        """A hash of what a start of ``name`` would run: its command line, the otel-rl environment it gets, and
+        the files it reads (collector configs, Prometheus rules). ``up`` restarts a component whose digest moved."""
+        argv, environment = self._command(name)
+        digest = hashlib.sha256(json.dumps(argv).encode())
+        digest.update(json.dumps(sorted((k, v) for k, v in environment.items() if k.startswith("OTEL_RL_"))).encode())
+        files = [Path(arg.split("=", 1)[1]) for arg in argv if arg.startswith(("--config=", "--config.file="))]
+        if name == "prometheus":
+            files += sorted(layout.prometheus_rules_dir(self.config.resolved_root()).glob("*.yml"))
+        for path in files:
+            digest.update(path.read_bytes() if path.is_file() else b"")
+        return digest.hexdigest()
+
+    def _digest_file(self, name: ComponentName) -> Path:
+        return self.state_dir / f"{name}.digest"
+
+    def _recorded_digest(self, name: ComponentName) -> str | None:
+        path = self._digest_file(name)
+        return path.read_text(encoding="utf-8") if path.is_file() else None
 
     def _write_state(self) -> None:
         """Write ``stack.json`` (ports and host) so that other processes can :meth:`attach`."""

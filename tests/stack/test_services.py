@@ -358,6 +358,25 @@ def test_down_stops_everything(tmp_path: Path, binaries: install.Binaries) -> No
     assert {status.state for status in stack.status().values()} == {"stopped"}
 
 
+def test_up_restarts_a_component_whose_configuration_changed(tmp_path: Path, binaries: install.Binaries) -> None:
+    """up() on a running stack keeps what is unchanged and restarts a component started with another config."""
+    ports = StackPorts.free()
+    first = Stack(StackConfig(ports=ports, state_dir=tmp_path), binaries=binaries)
+    first.up()
+    try:
+        pids = {name: first.pid(name) for name in COMPONENTS}
+        Stack(StackConfig(ports=ports, state_dir=tmp_path), binaries=binaries).up()
+        assert {name: first.pid(name) for name in COMPONENTS} == pids
+        changed = StackConfig(
+            ports=ports, state_dir=tmp_path, collector_environment={"OTEL_RL_AGGREGATION_INTERVAL": "2s"}
+        )
+        Stack(changed, binaries=binaries).up()
+        assert first.pid("collector") not in (None, pids["collector"])
+        assert first.pid("prometheus") == pids["prometheus"] and first.pid("victorialogs") == pids["victorialogs"]
+    finally:
+        first.down()
+
+
 def test_cli_up_status_down(tmp_path: Path, binaries: install.Binaries) -> None:
     """otel-rl stack up/status/down drive a stack on the given ports and state directory."""
     ports = StackPorts.free()
