@@ -112,6 +112,15 @@ def _series(title: str, description: str, unit: str, axis: str, *queries: promet
     return panel
 
 
+DISTRIBUTION_QUERY = (
+    f"sum by (le) (increase(rl_reward_bucket{{{TOTAL}}}[$__rate_interval])) "
+    f"or 0 * sum by (le) (increase(rl_reward_exemplars_bucket{{{TOTAL}}}[$__rate_interval]))"
+)
+"""The reward heatmap. ``or 0 * ...`` adds no value (the label sets are the same, so the left side wins), but it
+names ``rl_reward_exemplars_bucket`` in the query, so Grafana's exemplar request returns its exemplars: the latest
+kept samples of every flush (the merged series keep only the first flush's; see docs/pipeline.md). An exemplar
+links to its sample in VictoriaLogs by ``rl.episode.id`` and ``trace_id``."""
+
 SAMPLES_QUERY = (
     '{rl.run.id="$run"} rl.sample.selection:in(top,bottom) '
     "| copy _msg as response "
@@ -149,9 +158,7 @@ def rl_run() -> model.Dashboard:
         .description("Rewards recorded per bucket and interval (bucket upper bounds on the y axis).")
         .datasource(PROMETHEUS)
         .with_target(
-            _prom("A", f"sum by (le) (increase(rl_reward_bucket{{{TOTAL}}}[$__rate_interval]))", "{{le}}").format(
-                prometheus_model.PromQueryFormat.HEATMAP
-            )
+            _prom("A", DISTRIBUTION_QUERY, "{{le}}").format(prometheus_model.PromQueryFormat.HEATMAP).exemplar(True)
         )
         .calculate(False)
         .color(heatmap.HeatmapColorOptions().mode(heatmap_model.HeatmapColorMode.SCHEME).scheme("Oranges").steps(64))

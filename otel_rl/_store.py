@@ -9,10 +9,12 @@ failed export folds its window into the next one instead of losing it.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     Gauge,
@@ -48,6 +50,8 @@ class _HistogramState:
     total: float = 0
     minimum: float | None = None
     maximum: float | None = None
+    exemplars: dict[int, Exemplar] = field(default_factory=dict)
+    """The latest exemplar of each bucket, by bucket index."""
 
     def merge(self, summary: Summary) -> None:
         self.bucket_counts = [a + b for a, b in zip(self.bucket_counts, summary.bucket_counts)]
@@ -114,6 +118,13 @@ class MetricStore:
             self._window.fold((maximum_metric, attrs), summary.maximum, max)
             self._window.fold((minimum_metric, attrs), summary.minimum, min)
 
+    def add_exemplar(self, histogram: MetricName, attrs: Attributes, exemplar: Exemplar) -> None:
+        """Keep ``exemplar`` as the latest of its bucket, on a histogram stream that has values."""
+        with self._lock:
+            state = self._histograms.get((histogram, attrs))
+            if state is not None:
+                state.exemplars[bisect.bisect_left(state.bounds, exemplar.value)] = exemplar
+
     def add(self, counter: MetricName, attrs: Attributes, amount: float) -> None:
         """Add ``amount`` (>= 0) to a monotonic counter; adding 0 creates it, so its series exists from the start."""
         if amount < 0:
@@ -145,7 +156,10 @@ class MetricStore:
         """
         with self._lock:
             window, self._window = self._window, Window()
-            histograms = {key: _HistogramState(**vars(state)) for key, state in self._histograms.items()}
+            histograms = {
+                key: _HistogramState(**{**vars(state), "exemplars": dict(state.exemplars)})
+                for key, state in self._histograms.items()
+            }
             counters = dict(self._counters)
             gauges = dict(self._gauges)
         gauges.update(window.values)
@@ -163,6 +177,7 @@ class MetricStore:
                     explicit_bounds=tuple(float(b) for b in state.bounds),
                     min=float(state.minimum) if state.minimum is not None else 0.0,
                     max=float(state.maximum) if state.maximum is not None else 0.0,
+                    exemplars=[state.exemplars[index] for index in sorted(state.exemplars)],
                 )
             )
         for source in (counters, gauges):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import operator
 import threading
 import time
@@ -17,12 +18,13 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry._logs import SeverityNumber
-from opentelemetry.context import Context
 from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor, ReadableLogRecord, ReadWriteLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
+from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from otel_rl import _names
@@ -36,6 +38,9 @@ _logger = logging.getLogger(__name__)
 _VERSION = "0.1.0"
 _STALENESS_EXTREMES = (_names.STALENESS_MAX, _names.STALENESS_MIN)
 _MAX_FN_LENGTH = 64
+_MAX_EXEMPLAR_ID = 40
+"""Prometheus refuses exemplars whose labels exceed 128 characters; trace and span ids take 63 of them."""
+_TOTAL = (("rl.reward.fn", _names.REWARD_FN_TOTAL),)
 
 
 def build_resource(config: TelemetryConfig) -> Resource:
@@ -136,6 +141,7 @@ class Telemetry:
         if cfg.samples_as_span_events and exporters.spans is not None:
             self._tracer_provider = TracerProvider(resource=self.resource)
             self._tracer_provider.add_span_processor(BatchSpanProcessor(exporters.spans))
+        self._ids = RandomIdGenerator()
         self._closed = False
         atexit.register(self.shutdown)
 
@@ -259,14 +265,22 @@ class Telemetry:
             self._step, self._step_started_ns = next_step, now
         if not kept:
             return
-        context: Context | None = None
-        span = None
+        span: trace.Span
         if self._tracer_provider is not None:
             tracer = self._tracer_provider.get_tracer(_names.SCOPE_NAME, _VERSION)
             span = tracer.start_span(
                 "rl.step", start_time=started, attributes={} if step is None else {"rl.step": step}
             )
-            context = trace.set_span_in_context(span)
+        else:
+            span = trace.NonRecordingSpan(
+                trace.SpanContext(
+                    trace_id=self._ids.generate_trace_id(),
+                    span_id=self._ids.generate_span_id(),
+                    is_remote=False,
+                    trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+                )
+            )
+        context = trace.set_span_in_context(span)
         for selection, sample in kept:
             try:
                 record = to_record(
@@ -288,10 +302,28 @@ class Telemetry:
                 severity_number=SeverityNumber.INFO,
                 context=context,
             )
-            if span is not None:
+            self._add_exemplars(sample, span.get_span_context(), now)
+            if span.is_recording():
                 span.add_event(_names.SAMPLE_EVENT, attributes={**record.attributes, **record.body})
-        if span is not None:
-            span.end(end_time=now)
+        span.end(end_time=now)
+
+    def _add_exemplars(self, sample: EpisodeSample, span: trace.SpanContext, now: int) -> None:
+        """Link the reward and staleness histograms to a kept sample: its episode id, and the step's trace and
+        span ids, which its log record carries too."""
+        attributes_ = {} if sample.episode_id is None else {"rl.episode.id": str(sample.episode_id)[:_MAX_EXEMPLAR_ID]}
+        reward = float(sample.reward)
+        if math.isfinite(reward):
+            self._store.add_exemplar(
+                _names.REWARD,
+                _TOTAL,
+                Exemplar(attributes_, reward, now, span_id=span.span_id, trace_id=span.trace_id),
+            )
+        if sample.staleness is not None:
+            self._store.add_exemplar(
+                _names.STALENESS,
+                (),
+                Exemplar(attributes_, int(sample.staleness), now, span_id=span.span_id, trace_id=span.trace_id),
+            )
 
     def _record_distribution(
         self, family: _names.Distribution, attrs: Attributes, summary: Summary, bounds: tuple[float, ...]

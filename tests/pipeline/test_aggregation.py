@@ -172,6 +172,8 @@ GOLDEN_SERIES = {
     "rl_reward_squares_total", "rl_reward_max", "rl_reward_min",
     "rl_staleness_bucket", "rl_staleness_count", "rl_staleness_sum", "rl_staleness_max", "rl_staleness_min",
     "rl_policy_version", "rl_step",
+    "rl_reward_exemplars_bucket", "rl_reward_exemplars_count", "rl_reward_exemplars_sum",
+    "rl_staleness_exemplars_bucket", "rl_staleness_exemplars_count", "rl_staleness_exemplars_sum",
     "rl_metric_bucket", "rl_metric_count", "rl_metric_sum", "rl_metric_positive_total", "rl_metric_negative_total",
     "rl_metric_squares_total", "rl_metric_max", "rl_metric_min",
     "otel_rl_samples_exported_total", "otel_rl_samples_dropped_total", "otel_rl_export_failures_total",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+
 from tests.pipeline.harness import RankProcess, eventually, logsql
 
 RANKS = 4
@@ -49,3 +51,51 @@ def test_samples_from_every_rank_give_the_global_extremes(shared_stack: Any) -> 
     finally:
         for rank in ranks:
             rank.kill()
+
+
+def test_an_exemplar_leads_to_the_sample_record(shared_stack: Any) -> None:
+    """A reward exemplar read from Prometheus's exemplar API names an episode and a step trace that the log store
+    returns as that sample's record, with the same reward."""
+    import time
+
+    import requests
+
+    run_id = f"exemplar-{uuid.uuid4().hex[:8]}"
+    ranks = [
+        RankProcess(endpoint=shared_stack.otlp_grpc_endpoint, run_id=run_id, rank=r, world_size=RANKS)
+        for r in range(RANKS)
+    ]
+    try:
+        for rank in ranks:
+            rank.step(1)
+            values = [rank.rank + index / 10 for index in range(5)]
+            rank.rewards(values)
+            for index, reward in enumerate(values):
+                rank.sample(reward=reward, episode_id=f"r{rank.rank}-e{index}", response=f"answer {index}")
+            rank.step(2)
+            assert rank.flush()
+
+        def exemplars() -> list[dict[str, Any]]:
+            response = requests.get(
+                f"{shared_stack.prometheus_url}/api/v1/query_exemplars",
+                params={"query": f'rl_reward_exemplars_bucket{{rl_run_id="{run_id}"}}', "start": time.time() - 600,
+                        "end": time.time() + 60},  # fmt: skip
+                timeout=10,
+            )
+            return [e for series in response.json()["data"] for e in series["exemplars"]]
+
+        found = eventually(lambda: len(exemplars()) >= RANKS and exemplars(), what="reward exemplars of every rank")
+        assert {e["labels"]["rl.episode.id"][:2] for e in found} == {f"r{rank}" for rank in range(RANKS)}
+        for exemplar in found:
+            labels = exemplar["labels"]
+            (record,) = logs_for(shared_stack, f'{{rl.run.id="{run_id}"}} rl.episode.id:="{labels["rl.episode.id"]}"')
+            assert float(record["rl.reward"]) == pytest.approx(float(exemplar["value"]), rel=1e-9)
+            assert record["_msg"] == f"answer {labels['rl.episode.id'][-1]}"
+            assert (record["trace_id"], record["span_id"]) == (labels["trace_id"], labels["span_id"])
+    finally:
+        for rank in ranks:
+            rank.kill()
+
+
+def logs_for(stack: Any, query: str) -> list[dict[str, Any]]:
+    return eventually(lambda: logsql(stack.victorialogs_url, query), what=f"log records for {query}")  # type: ignore[no-any-return]

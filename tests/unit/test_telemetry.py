@@ -340,3 +340,25 @@ def test_failing_redaction_drops_the_sample_and_never_leaks(
     assert dropped.value == 1  # type: ignore[attr-defined]
     assert "secret-ssn" not in caplog.text
     telemetry.shutdown()
+
+
+def test_histograms_carry_exemplars_that_lead_to_the_sample(metric_exporter: RecordingMetricExporter) -> None:
+    """A kept sample becomes an exemplar of rl.reward{fn=total} and rl.staleness with its episode id and the
+    trace and span ids that its log record carries."""
+    logs = InMemoryLogRecordExporter()
+    telemetry = make(metric_exporter, logs, top_k=1, bottom_k=0)
+    telemetry.step(3)
+    telemetry.record_rewards([0.2, 0.9])
+    telemetry.record_staleness([7, 8], 9)
+    telemetry.record_sample(EpisodeSample(reward=0.9, episode_id="ep-9", staleness=2))
+    telemetry.step(4)
+    telemetry.flush(5)
+    (record,) = [r.log_record for r in logs.get_finished_logs()]
+    points = metric_exporter.latest()
+    (reward,) = points[("rl.reward", (("rl.reward.fn", "total"),))].exemplars  # type: ignore[attr-defined]
+    (staleness,) = points[("rl.staleness", ())].exemplars  # type: ignore[attr-defined]
+    assert (reward.value, staleness.value) == (0.9, 2)
+    for exemplar in (reward, staleness):
+        assert exemplar.filtered_attributes == {"rl.episode.id": "ep-9"}
+        assert (exemplar.trace_id, exemplar.span_id) == (record.trace_id, record.span_id) and record.trace_id
+    telemetry.shutdown()
