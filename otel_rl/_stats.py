@@ -172,20 +172,9 @@ class RewardSummarizer:
                 _histogram(torch.bucketize(kept, self._bounds_on(x.device)), accepted, buckets).to(torch.float64),
             )
         ).cpu()
-        head = packed[:7].tolist()
-        count, pos, neg, squares, minimum, maximum, nonfinite = head
-        rejected = {"nonfinite": int(nonfinite)} if nonfinite else {}
-        return Summary(
-            count=int(count),
-            total=pos - neg,
-            squares=squares,
-            positive=pos,
-            negative=neg,
-            minimum=minimum if count else None,
-            maximum=maximum if count else None,
-            bucket_counts=tuple(int(c) for c in packed[7:].tolist()),
-            rejected=rejected,
-        )
+        count, positive, negative, squares, minimum, maximum, nonfinite = packed[:7].tolist()
+        bucket_counts = [int(c) for c in packed[7:].tolist()]
+        return _reward_summary(int(count), positive, negative, squares, minimum, maximum, int(nonfinite), bucket_counts)
 
     def warm_up(self) -> None:
         """Compile the CPU kernels for the common dtypes now (once per machine: numba caches them), so the first
@@ -207,17 +196,30 @@ class RewardSummarizer:
         count, positive, negative, squares, minimum, maximum, nonfinite = _kernels.summarize_values(
             values.reshape(-1), keep.reshape(-1), use_keep, self._bounds.numpy(), counts
         )
-        return Summary(
-            count=count,
-            total=positive - negative,
-            squares=squares,
-            positive=positive,
-            negative=negative,
-            minimum=minimum if count else None,
-            maximum=maximum if count else None,
-            bucket_counts=tuple(counts.tolist()),
-            rejected={"nonfinite": nonfinite} if nonfinite else {},
-        )
+        return _reward_summary(count, positive, negative, squares, minimum, maximum, nonfinite, counts.tolist())
+
+
+def _reward_summary(
+    count: int,
+    positive: float,
+    negative: float,
+    squares: float,
+    minimum: float,
+    maximum: float,
+    nonfinite: int,
+    bucket_counts: list[int],
+) -> Summary:
+    return Summary(
+        count=count,
+        total=positive - negative,
+        squares=squares,
+        positive=positive,
+        negative=negative,
+        minimum=minimum if count else None,
+        maximum=maximum if count else None,
+        bucket_counts=tuple(bucket_counts),
+        rejected={"nonfinite": nonfinite} if nonfinite else {},
+    )
 
 
 def _first_unmasked(rewards: torch.Tensor, selected: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
