@@ -50,10 +50,6 @@ def metric_exporter() -> Iterator[RecordingMetricExporter]:
 
 # The real stack ------------------------------------------------------------------------------------------------
 
-FAST_COLLECTOR = {"OTEL_RL_AGGREGATION_INTERVAL": "1s"}
-"""Collector knobs for tests: flush the rank-merging pipeline every second instead of every 5 s."""
-
-
 @pytest.fixture(scope="session")
 def stack_binaries() -> object:
     """The stack's executables, installed or built on first use (the collector build takes minutes once)."""
@@ -65,10 +61,7 @@ def stack_binaries() -> object:
 @pytest.fixture(scope="session")
 def shared_stack(stack_binaries: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One private stack on free ports for all tests that only add data to it (each uses its own run id)."""
-    from otel_rl.stack.services import Stack, StackConfig, StackPorts
+    from tests.pipeline.harness import private_stack
 
-    config = StackConfig(
-        ports=StackPorts.free(), state_dir=tmp_path_factory.mktemp("shared-stack"), collector_environment=FAST_COLLECTOR
-    )
-    with Stack(config, binaries=stack_binaries) as running:  # type: ignore[arg-type]
+    with private_stack(stack_binaries, tmp_path_factory.mktemp("shared-stack")) as running:
         yield running

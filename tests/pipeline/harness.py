@@ -7,7 +7,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,19 @@ from otel_rl import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS
 
 ROOT = Path(__file__).parents[2]
 WAIT_S = 90.0
+
+
+@contextmanager
+def private_stack(binaries: Any, state_dir: Path, **settings: Any) -> Iterator[Any]:
+    """A stack of the caller's own (these tests stop, pause and kill its components)."""
+    from otel_rl.stack.services import Stack, StackConfig, StackPorts
+
+    environment = {"OTEL_RL_AGGREGATION_INTERVAL": "1s", **settings.pop("collector_environment", {})}
+    config = StackConfig(
+        ports=StackPorts.free(), state_dir=state_dir, collector_environment=environment, **settings
+    )
+    with Stack(config, binaries=binaries) as running:
+        yield running
 
 
 class RankProcess:

@@ -1,32 +1,18 @@
-"""Helpers of the reliability tests: private stacks, export success probes, collector self-metrics, RSS slopes."""
+"""Helpers of the reliability tests: export success probes, collector self-metrics, RSS slopes."""
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import requests
 
-from tests.pipeline.harness import RankProcess
+from tests.pipeline.harness import RankProcess, private_stack
 
 CONFIG_DIR = Path(__file__).parents[2] / "collector_config"
-
-
-@contextmanager
-def private_stack(binaries: Any, state_dir: Path, **settings: Any) -> Iterator[Any]:
-    """A stack of the caller's own (these tests stop, pause and kill its components)."""
-    from otel_rl.stack.services import Stack, StackConfig, StackPorts
-
-    environment = {"OTEL_RL_AGGREGATION_INTERVAL": "1s", **settings.pop("collector_environment", {})}
-    config = StackConfig(
-        ports=StackPorts.free(), state_dir=state_dir, collector_environment=environment, **settings
-    )
-    with Stack(config, binaries=binaries) as running:
-        yield running
 
 
 def flush_ok(rank: RankProcess, *, timeout_s: float = 60.0) -> None:
