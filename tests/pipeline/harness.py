@@ -151,6 +151,10 @@ class Prometheus:
         result = self.query(promql, at)
         return None if not result else float(result[0]["value"][1])
 
+    def buckets(self, metric: str, selector: str) -> dict[str, float]:
+        """The merged ``<metric>_bucket`` series of ``selector``: ``le`` label -> cumulative count."""
+        return self.by_label(f"sum by (le) ({metric}_bucket{selector})", "le")
+
     def by_label(self, promql: str, label: str) -> dict[str, float]:
         return {item["metric"][label]: float(item["value"][1]) for item in self.query(promql)}
 
@@ -186,6 +190,11 @@ def buckets(values: Sequence[float], bounds: Sequence[float]) -> list[int]:
     """Reference explicit-bucket counts (upper-inclusive), in float64."""
     index = np.searchsorted(np.asarray(bounds, dtype=np.float64), np.asarray(values, dtype=np.float64), side="left")
     return np.bincount(index, minlength=len(bounds) + 1).tolist()
+
+
+def expected_buckets(values: Sequence[float], bounds: Sequence[float]) -> dict[str, float]:
+    """What ``Prometheus.buckets`` must return for exactly ``values``."""
+    return cumulative_buckets(buckets(values, bounds), bounds)
 
 
 def cumulative_buckets(counts: Sequence[int], bounds: Sequence[float]) -> dict[str, float]:

@@ -16,8 +16,7 @@ from tests.pipeline.harness import (
     STALENESS_BOUNDS,
     Prometheus,
     RankProcess,
-    buckets,
-    cumulative_buckets,
+    expected_buckets,
     eventually,
 )
 
@@ -78,8 +77,7 @@ def test_reward_histogram_is_the_exact_sum_over_ranks(
     prometheus = Prometheus(shared_stack.prometheus_url)
     selector = f'{{rl_run_id="{run_id}",rl_reward_fn="{fn}"}}'
     values = expected[fn]
-    got = prometheus.by_label(f"sum by (le) (rl_reward_bucket{selector})", "le")
-    assert got == cumulative_buckets(buckets(values, REWARD_BOUNDS), REWARD_BOUNDS)
+    assert prometheus.buckets("rl_reward", selector) == expected_buckets(values, REWARD_BOUNDS)
     assert prometheus.value(f"rl_reward_count{selector}") == len(values)
     assert prometheus.value(f"rl_reward_sum{selector}") == pytest.approx(sum(values), rel=1e-12, abs=1e-9)
     assert prometheus.value(f"max_over_time(rl_reward_max{selector}[10m])") == max(values)
@@ -97,8 +95,7 @@ def test_staleness_histogram_is_exact_per_token(shared_stack: Any, exact_run: tu
     prometheus = Prometheus(shared_stack.prometheus_url)
     selector = f'{{rl_run_id="{run_id}"}}'
     values = expected["staleness"]
-    got = prometheus.by_label(f"sum by (le) (rl_staleness_bucket{selector})", "le")
-    assert got == cumulative_buckets(buckets(values, STALENESS_BOUNDS), STALENESS_BOUNDS)
+    assert prometheus.buckets("rl_staleness", selector) == expected_buckets(values, STALENESS_BOUNDS)
     assert prometheus.value(f"rl_staleness_count{selector}") == len(values)
     assert prometheus.value(f"rl_staleness_sum{selector}") == sum(values)
     assert prometheus.value(f"max_over_time(rl_staleness_max{selector}[10m])") == max(values)

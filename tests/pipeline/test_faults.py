@@ -14,8 +14,7 @@ from tests.pipeline.harness import (
     REWARD_BOUNDS,
     Prometheus,
     RankProcess,
-    buckets,
-    cumulative_buckets,
+    expected_buckets,
     eventually,
     private_stack,
 )
@@ -54,9 +53,7 @@ def test_killed_and_restarted_rank_keeps_counters_monotone_and_exact(fault_stack
                 assert rank.flush()
             time.sleep(1.2)
         eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == len(recorded), what="the final count")
-        assert prometheus.by_label(f"sum by (le) (rl_reward_bucket{selector})", "le") == cumulative_buckets(
-            buckets(recorded, REWARD_BOUNDS), REWARD_BOUNDS
-        )
+        assert prometheus.buckets("rl_reward", selector) == expected_buckets(recorded, REWARD_BOUNDS)
         history = prometheus.range(f"rl_reward_count{selector}", started, time.time())
         counts = [float(v) for _, v in history[0]["values"]]
         assert counts == sorted(counts), "the aggregated count decreased"
@@ -92,9 +89,7 @@ def test_paused_collector_loses_nothing(fault_stack: Any) -> None:
         for rank in ranks:
             assert rank.flush()
         eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == len(recorded), what="the final count")
-        assert prometheus.by_label(f"sum by (le) (rl_reward_bucket{selector})", "le") == cumulative_buckets(
-            buckets(recorded, REWARD_BOUNDS), REWARD_BOUNDS
-        )
+        assert prometheus.buckets("rl_reward", selector) == expected_buckets(recorded, REWARD_BOUNDS)
         assert prometheus.value(f"rl_reward_sum{selector}") == pytest.approx(sum(recorded), abs=1e-9)
         assert prometheus.value(f"max_over_time(rl_reward_max{selector}[10m])") == max(recorded)
     finally:

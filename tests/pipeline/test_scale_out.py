@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from otel_rl.stack.config import find_free_ports
-from tests.pipeline.harness import REWARD_BOUNDS, Prometheus, RankProcess, buckets, cumulative_buckets, eventually
+from tests.pipeline.harness import REWARD_BOUNDS, Prometheus, RankProcess, expected_buckets, eventually
 
 CONFIGS = Path(__file__).parents[2] / "collector_config"
 
@@ -101,9 +101,7 @@ def test_each_run_is_merged_exactly_by_one_gateway(shared_stack: Any, topology: 
                 lambda: prometheus.value(f"sum(rl_reward_count{selector})") == len(recorded),
                 what=f"run {run_id} merged",
             )
-            assert prometheus.by_label(f"sum by (le) (rl_reward_bucket{selector})", "le") == cumulative_buckets(
-                buckets(recorded, REWARD_BOUNDS), REWARD_BOUNDS
-            )
+            assert prometheus.buckets("rl_reward", selector) == expected_buckets(recorded, REWARD_BOUNDS)
             gateways = {s["metric"].get("otel_rl_gateway") for s in prometheus.query(f"rl_reward_count{selector}")}
             assert len(gateways) == 1 and gateways <= {"gateway-a", "gateway-b"}
     finally:

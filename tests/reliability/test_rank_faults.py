@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.pipeline.harness import REWARD_BOUNDS, Prometheus, RankProcess, buckets, cumulative_buckets, eventually, logsql
+from tests.pipeline.harness import REWARD_BOUNDS, Prometheus, RankProcess, expected_buckets, eventually, logsql
 from tests.reliability.helpers import flush_ok
 
 
@@ -55,9 +55,7 @@ def test_rank_killed_mid_export_then_restarted_with_same_rank_id(shared_stack: A
         eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == len(expected), what="the final count")
         time.sleep(2.5)
         assert prometheus.value(f"rl_reward_count{selector}") == len(expected)
-        assert prometheus.by_label(f"sum by (le) (rl_reward_bucket{selector})", "le") == cumulative_buckets(
-            buckets(expected, REWARD_BOUNDS), REWARD_BOUNDS
-        )
+        assert prometheus.buckets("rl_reward", selector) == expected_buckets(expected, REWARD_BOUNDS)
         history = prometheus.range(f"rl_reward_count{selector}", time.time() - 30, time.time())
         counts = [float(v) for _, v in history[0]["values"]]
         assert counts == sorted(counts), "the aggregated count decreased"
@@ -91,9 +89,7 @@ def test_rank_clocks_seconds_apart_keep_the_aggregate_exact(shared_stack: Any) -
         for rank in ranks:
             flush_ok(rank)
         eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == len(recorded), what="the final count")
-        assert prometheus.by_label(f"sum by (le) (rl_reward_bucket{selector})", "le") == cumulative_buckets(
-            buckets(recorded, REWARD_BOUNDS), REWARD_BOUNDS
-        )
+        assert prometheus.buckets("rl_reward", selector) == expected_buckets(recorded, REWARD_BOUNDS)
         positive = sum(v for v in recorded if v > 0)
         assert prometheus.value(f"rl_reward_positive_total{selector}") == pytest.approx(positive, abs=1e-9)
         assert prometheus.value(f"max_over_time(rl_reward_max{selector}[5m])") == max(recorded)

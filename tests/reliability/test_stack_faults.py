@@ -19,8 +19,7 @@ from tests.pipeline.harness import (
     REWARD_BOUNDS,
     Prometheus,
     RankProcess,
-    buckets,
-    cumulative_buckets,
+    expected_buckets,
     eventually,
     logsql,
 )
@@ -86,8 +85,7 @@ class Run:
         assert self.count() == expected, f"{what}: the count moved past {expected}"
 
     def assert_buckets(self, values: list[float]) -> None:
-        got = self.prometheus.by_label(f"sum by (le) (rl_reward_bucket{self.selector})", "le")
-        assert got == cumulative_buckets(buckets(values, REWARD_BOUNDS), REWARD_BOUNDS)
+        assert self.prometheus.buckets("rl_reward", self.selector) == expected_buckets(values, REWARD_BOUNDS)
 
     def close(self) -> None:
         for rank in self.ranks:
