@@ -74,6 +74,9 @@ class TelemetryConfig:
     collector's aggregation interval (5 s by default), so every flush of the collector holds every rank."""
     export_timeout_s: float | None = None
     """Deadline of one export, retries included; env ``OTEL_EXPORTER_OTLP_TIMEOUT`` (ms); default 5."""
+    extremes_hold_s: float = 10.0
+    """How long each value of the ``*.max``/``*.min`` gauges is repeated in exports: keep it above the collector's
+    aggregation interval (5 s by default), which keeps only the newest point of a rank per interval."""
     shutdown_timeout_s: float = 5.0
     """Longest :meth:`Telemetry.shutdown` may take, however the collector behaves."""
     reward_bounds: tuple[float, ...] = DEFAULT_REWARD_BOUNDS
@@ -167,7 +170,7 @@ class TelemetryConfig:
         assert isinstance(self.rank, int) and isinstance(self.world_size, int)
         if self.rank >= self.world_size:
             raise ValueError(f'"rank" must be < "world_size" ({self.world_size!r}), got {self.rank!r}')
-        for name in ("export_interval_s", "export_timeout_s", "shutdown_timeout_s"):
+        for name in ("export_interval_s", "export_timeout_s", "shutdown_timeout_s", "extremes_hold_s"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f'"{name}" must be a positive number of seconds, got {value!r}')

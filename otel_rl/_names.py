@@ -54,16 +54,22 @@ REWARD_NEGATIVE = MetricName(
     "rl.reward.negative", "counter", "", "Sum of the negative parts of rewards, max(-r, 0): monotone, so rate() works."
 )
 REWARD_SQUARES = MetricName("rl.reward.squares", "counter", "", "Sum of squared rewards, for the standard deviation.")
-REWARD_MAX = MetricName("rl.reward.max", "gauge", "", "Largest reward recorded since the previous export.")
-REWARD_MIN = MetricName("rl.reward.min", "gauge", "", "Smallest reward recorded since the previous export.")
+REWARD_MAX = MetricName("rl.reward.max", "gauge", "", "Largest reward recorded over the last extremes_hold_s (10 s).")
+REWARD_MIN = MetricName("rl.reward.min", "gauge", "", "Smallest reward recorded over the last extremes_hold_s (10 s).")
 STALENESS = MetricName(
     "rl.staleness", "histogram", "{version}", "Policy lag: trainer version minus the version that generated a token."
 )
-STALENESS_MAX = MetricName("rl.staleness.max", "gauge", "{version}", "Largest staleness since the previous export.")
-STALENESS_MIN = MetricName("rl.staleness.min", "gauge", "{version}", "Smallest staleness since the previous export.")
+STALENESS_MAX = MetricName(
+    "rl.staleness.max", "gauge", "{version}", "Largest staleness over the last extremes_hold_s (10 s)."
+)
+STALENESS_MIN = MetricName(
+    "rl.staleness.min", "gauge", "{version}", "Smallest staleness over the last extremes_hold_s (10 s)."
+)
 POLICY_VERSION = MetricName("rl.policy.version", "gauge", "{version}", "The trainer's current policy version.")
 STEP = MetricName("rl.step", "gauge", "{step}", "The training step last declared with Telemetry.step().")
-SAMPLES_EXPORTED = MetricName("otel_rl.samples.exported", "counter", "{sample}", "Sample records handed to the exporter.")
+SAMPLES_EXPORTED = MetricName(
+    "otel_rl.samples.exported", "counter", "{sample}", "Sample records handed to the exporter."
+)
 SAMPLES_DROPPED = MetricName(
     "otel_rl.samples.dropped", "counter", "{sample}", "Sample records lost, by otel_rl.reason."
 )
@@ -81,8 +87,12 @@ METRIC = MetricName("rl.metric", "histogram", "", "Values of torchforge-style re
 METRIC_POSITIVE = MetricName("rl.metric.positive", "counter", "", "Sum of max(v, 0) of record_metric values.")
 METRIC_NEGATIVE = MetricName("rl.metric.negative", "counter", "", "Sum of max(-v, 0) of record_metric values.")
 METRIC_SQUARES = MetricName("rl.metric.squares", "counter", "", "Sum of squared record_metric values.")
-METRIC_MAX = MetricName("rl.metric.max", "gauge", "", "Largest record_metric value since the previous export.")
-METRIC_MIN = MetricName("rl.metric.min", "gauge", "", "Smallest record_metric value since the previous export.")
+METRIC_MAX = MetricName(
+    "rl.metric.max", "gauge", "", "Largest record_metric value over the last extremes_hold_s (10 s)."
+)
+METRIC_MIN = MetricName(
+    "rl.metric.min", "gauge", "", "Smallest record_metric value over the last extremes_hold_s (10 s)."
+)
 
 
 @dataclass(frozen=True)

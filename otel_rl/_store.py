@@ -3,13 +3,18 @@
 otel-rl builds its points itself instead of going through the SDK's instruments, which cannot record negative
 values into a histogram and would cost a Python call per value. That makes this module own temporality: histograms
 and counters are cumulative since ``start_time_ns`` (stable for the life of the process, so a restarted rank is a
-new stream), and the ``*.max``/``*.min`` gauges hold the extremes seen since the last *successful* export, so a
-failed export folds its window into the next one instead of losing it.
+new stream), and the ``*.max``/``*.min`` gauges hold the extremes of the last ``hold_ns`` (and everything since
+the last *successful* export, so a failed export folds its window into the next one instead of losing it).
+
+Why a hold: the collector keeps only the newest point of each rank stream per aggregation interval. If a rank
+exports twice in one interval, an extreme carried only by the older point would be lost; repeating each extreme
+for longer than the aggregation interval puts it in the newest point too. ``max_over_time`` stays exact.
 """
 
 from __future__ import annotations
 
 import bisect
+import collections
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -85,8 +90,10 @@ def _extreme(pick: Callable[[float, float], float], old: float | None, new: floa
 class MetricStore:
     """Thread-safe cumulative state; ``collect`` snapshots it as OTLP ``MetricsData``."""
 
-    def __init__(self, resource: Resource, *, start_time_ns: int, version: str) -> None:
+    def __init__(self, resource: Resource, *, start_time_ns: int, version: str, hold_ns: int = 10**10) -> None:
         self._resource = resource
+        self._hold_ns = hold_ns
+        self._recent: collections.deque[tuple[int, Window]] = collections.deque()
         self._scope = InstrumentationScope(SCOPE_NAME, version)
         self._start_time_ns = start_time_ns
         self._lock = threading.Lock()
@@ -162,7 +169,14 @@ class MetricStore:
             }
             counters = dict(self._counters)
             gauges = dict(self._gauges)
-        gauges.update(window.values)
+            while self._recent and self._recent[0][0] <= now_ns - self._hold_ns:
+                self._recent.popleft()
+            extremes = Window()
+            for _, recent in self._recent:
+                extremes.merge(recent)
+            extremes.merge(window)
+            self._recent.append((now_ns, window))
+        gauges.update(extremes.values)
         metrics: dict[MetricName, list[object]] = {}
         start = self._start_time_ns
         for (metric, attrs), state in histograms.items():

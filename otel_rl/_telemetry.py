@@ -105,7 +105,9 @@ class Telemetry:
         cfg = self.config
         self.resource = build_resource(cfg)
         self._clock = clock
-        self._store = MetricStore(self.resource, start_time_ns=clock(), version=_VERSION)
+        self._store = MetricStore(
+            self.resource, start_time_ns=clock(), version=_VERSION, hold_ns=int(cfg.extremes_hold_s * 1e9)
+        )
         self._rewards = RewardSummarizer(cfg.reward_bounds)
         self._staleness = StalenessSummarizer(cfg.staleness_bounds)
         self._rewards.warm_up()

@@ -84,6 +84,7 @@ def test_torchrun_default_rendezvous_id_is_not_a_run_id(monkeypatch: pytest.Monk
         ({"rank": -1}, r'"rank" must be an integer >= 0, got -1'),
         ({"rank": 2, "world_size": 2}, r'"rank" must be < "world_size" \(2\), got 2'),
         ({"export_interval_s": 0}, r'"export_interval_s" must be a positive number of seconds, got 0'),
+        ({"extremes_hold_s": -1}, r'"extremes_hold_s" must be a positive number of seconds, got -1'),
         ({"top_k": -1}, r'"top_k" must be an integer >= 0, got -1'),
         ({"reward_bounds": (1.0, 0.0)}, r'"reward_bounds" must be strictly increasing'),
         ({"reward_bounds": ()}, r'"reward_bounds" must be a non-empty tuple'),

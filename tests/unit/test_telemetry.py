@@ -56,8 +56,9 @@ def test_negative_rewards_are_exported_with_exact_totals(metric_exporter: Record
 
 
 def test_points_are_cumulative_with_a_stable_start(metric_exporter: RecordingMetricExporter) -> None:
-    """Two exports: the second carries running totals and the same start time; extremes are per window."""
-    telemetry = make(metric_exporter)
+    """Two exports: the second carries running totals and the same start time; with no hold, extremes are per
+    export window."""
+    telemetry = make(metric_exporter, extremes_hold_s=1e-9)
     telemetry.record_rewards([0.5])
     telemetry.flush(5)
     telemetry.record_rewards([-0.5])
@@ -69,6 +70,27 @@ def test_points_are_cumulative_with_a_stable_start(metric_exporter: RecordingMet
     assert (first.count, second.count, second.sum) == (1, 2, 0.0)
     assert first.start_time_unix_nano == second.start_time_unix_nano < second.time_unix_nano
     assert metric_exporter.latest()[("rl.reward.max", (("rl.reward.fn", "total"),))].value == -0.5  # type: ignore[attr-defined]
+    telemetry.shutdown()
+
+
+def test_extremes_are_held_across_exports(metric_exporter: RecordingMetricExporter) -> None:
+    """Within extremes_hold_s, a max goes out again with later exports (the collector keeps only a rank's newest
+    point per aggregation interval); after the hold it gives way to newer values."""
+    now = [10**12]
+    config = TelemetryConfig(run_id="hold", reward_bounds=BOUNDS, export_interval_s=60, extremes_hold_s=5)
+    telemetry = Telemetry(config, metric_exporter=metric_exporter, log_exporter=InMemoryLogRecordExporter(),
+                          clock=lambda: now[0])  # fmt: skip
+    key = ("rl.reward.max", (("rl.reward.fn", "total"),))
+    telemetry.record_rewards([9.0])
+    telemetry.flush(5)
+    now[0] += 2 * 10**9
+    telemetry.record_rewards([0.125])
+    telemetry.flush(5)
+    assert metric_exporter.latest()[key].value == 9.0  # type: ignore[attr-defined]
+    now[0] += 6 * 10**9
+    telemetry.record_rewards([0.25])
+    telemetry.flush(5)
+    assert metric_exporter.latest()[key].value == 0.25  # type: ignore[attr-defined]
     telemetry.shutdown()
 
 
