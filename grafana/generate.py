@@ -2,7 +2,7 @@
 
 Built with the Grafana Foundation SDK (``grafana-foundation-sdk`` on PyPI, the ``dashboards`` extra), which also
 validates the JSON (``Dashboard.from_json``). The committed JSON files are what Grafana provisions and what
-``otel-rl report`` renders; ``tests/dashboards/test_dashboards.py`` checks that they equal this script's output,
+``otel-rl report`` renders; ``tests/dashboards/test_static.py`` checks that they equal this script's output,
 so edit this file and rerun it, never the JSON by hand.
 
 Every PromQL selector carries ``rl_rank=""``: aggregated series (one per run) never have a rank, the optional

@@ -1,7 +1,8 @@
-"""TelemetryConfig: everything one process's telemetry needs, validated at construction.
+"""TelemetryConfig: everything one process's telemetry needs, resolved and validated once, at construction.
 
 Precedence for every setting: the explicit argument, then the environment variable (see ``otel_rl._env``), then
-the default. The environment is read once, here; the hot path never looks at it.
+the default. The environment is read once, here, into a :class:`ResolvedConfig` whose fields are all set and
+typed; the rest of the package reads only that, and the hot path never looks at the environment.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 from otel_rl import _env
 
@@ -19,7 +20,7 @@ Protocol = Literal["grpc", "http/protobuf"]
 
 _EXPORTERS: tuple[str, ...] = ("otlp", "console", "file", "none")
 _PROTOCOLS: tuple[str, ...] = ("grpc", "http/protobuf")
-_DEFAULT_PORTS = {"grpc": 4317, "http/protobuf": 4318}
+_DEFAULT_ENDPOINTS = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
 
 #: Reward buckets: fine around the common [-1, 1] range, coarse tails for shaped rewards.
 DEFAULT_REWARD_BOUNDS: tuple[float, ...] = (
@@ -30,15 +31,12 @@ DEFAULT_REWARD_BOUNDS: tuple[float, ...] = (
 DEFAULT_STALENESS_BOUNDS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512, 1024, 4096)
 
 
-def _resolve(value: object, env_value: object, default: object) -> object:
-    return value if value is not None else env_value if env_value is not None else default
-
-
 @dataclass(frozen=True, kw_only=True)
 class TelemetryConfig:
-    """How one process emits telemetry. Unset (None) fields come from the environment, then defaults.
+    """How one process emits telemetry, as the user says it: unset (None) fields come from the environment, then
+    defaults. Resolved and validated once, at construction; :attr:`resolved` holds the outcome.
 
-    >>> TelemetryConfig(run_id="r1", rank=0, world_size=1, exporter="none").rank
+    >>> TelemetryConfig(run_id="r1", exporter="none").resolved.rank
     0
     """
 
@@ -85,6 +83,8 @@ class TelemetryConfig:
     """Explicit bucket upper bounds of ``rl.staleness`` (strictly increasing integers >= 0)."""
     max_reward_fns: int = 32
     """Distinct ``rl.reward.fn`` names before further names fold into ``_overflow``."""
+    max_metric_keys: int = 32
+    """Distinct ``rl.metric.key`` names (``record_metric``) before further keys fold into ``_overflow``."""
     top_k: int = 2
     """Samples with the highest reward kept per step."""
     bottom_k: int = 2
@@ -104,102 +104,147 @@ class TelemetryConfig:
     """Seed of the reservoir sampler, for reproducible selections."""
     instance_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     """``service.instance.id``: unique per process, so a restarted rank is a new stream."""
+    resolved: ResolvedConfig = field(init=False, repr=False, compare=False)
+    """The settings in force: every field resolved (argument, then environment, then default) and validated."""
 
     def __post_init__(self) -> None:
-        rank = _resolve(self.rank, _env.read_int(_env.RANK_VARS), 0)
-        world_size = _resolve(self.world_size, _env.read_int(_env.WORLD_SIZE_VARS), 1)
-        local_rank = _resolve(self.local_rank, _env.read_int(_env.LOCAL_RANK_VARS), rank)
-        run_id_env = _env.read_first(_env.RUN_ID_VARS)
-        run_id = _resolve(self.run_id, run_id_env[1] if run_id_env else None, None)
-        protocol = _resolve(self.protocol, _env.read(_env.OTEL_EXPORTER_OTLP_PROTOCOL), "grpc")
-        settings = {
-            "rank": rank,
-            "world_size": world_size,
-            "local_rank": local_rank,
-            "protocol": protocol,
-            "service_name": _resolve(self.service_name, _env.read(_env.OTEL_SERVICE_NAME), "rl-trainer"),
-            "role": _resolve(self.role, _env.read(_env.OTEL_RL_ROLE), "trainer"),
-            "exporter": _resolve(self.exporter, _env.read(_env.OTEL_RL_EXPORTER), "otlp"),
-            "certificate_file": _resolve(self.certificate_file, _env.read(_env.OTEL_EXPORTER_OTLP_CERTIFICATE), None),
-            "output_file": _resolve(self.output_file, _env.read(_env.OTEL_RL_OUTPUT_FILE), f"otel-rl-{rank}.jsonl"),
-            "export_interval_s": _resolve(
-                self.export_interval_s, _env.read_float(_env.OTEL_METRIC_EXPORT_INTERVAL, scale=1e-3), 2.0
-            ),
-            "export_timeout_s": _resolve(
-                self.export_timeout_s, _env.read_float(_env.OTEL_EXPORTER_OTLP_TIMEOUT, scale=1e-3), 5.0
-            ),
-        }
-        if self.headers is not None and not isinstance(self.headers, Mapping):
-            raise TypeError(f'"headers" must be a mapping of str to str, got a {type(self.headers).__name__}')
-        env_headers = _env.read(_env.OTEL_EXPORTER_OTLP_HEADERS)
-        settings["headers"] = dict(
-            self.headers
-            if self.headers is not None
-            else _env.parse_headers(env_headers, setting=_env.OTEL_EXPORTER_OTLP_HEADERS)
-            if env_headers
-            else {}
-        )
-        if isinstance(protocol, str) and protocol in _DEFAULT_PORTS:
-            default_endpoint = f"http://localhost:{_DEFAULT_PORTS[str(protocol)]}"
-            settings["endpoint"] = _resolve(
-                self.endpoint, _env.read(_env.OTEL_EXPORTER_OTLP_ENDPOINT), default_endpoint
-            )
-        if run_id is None:
-            if isinstance(world_size, int) and world_size > 1:
-                raise ValueError(
-                    f'"run_id" is required when "world_size" > 1 (got world_size={world_size!r}): set it, or '
-                    f"{_env.OTEL_RL_RUN_ID}, or launch with torchrun --rdzv-id / SLURM"
-                )
-            run_id = f"run-{uuid.uuid4().hex[:12]}"
-        settings["run_id"] = run_id
-        for name, value in settings.items():
-            object.__setattr__(self, name, value)
-        self._validate()
+        object.__setattr__(self, "resolved", _resolve(self))
 
-    def _validate(self) -> None:
-        _check_choice("exporter", self.exporter, _EXPORTERS)
-        _check_choice("protocol", self.protocol, _PROTOCOLS)
-        for name in ("service_name", "run_id", "role"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                raise ValueError(f'"{name}" must be a non-empty string, got {value!r}')
-        for name, minimum in (("rank", 0), ("world_size", 1), ("local_rank", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f'"{name}" must be an integer >= {minimum}, got {value!r}')
-        assert isinstance(self.rank, int) and isinstance(self.world_size, int)
-        if self.rank >= self.world_size:
-            raise ValueError(f'"rank" must be < "world_size" ({self.world_size!r}), got {self.rank!r}')
-        for name in ("export_interval_s", "export_timeout_s", "shutdown_timeout_s", "extremes_hold_s"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f'"{name}" must be a positive number of seconds, got {value!r}')
-        for name, minimum in (
-            ("max_reward_fns", 1),
-            ("top_k", 0),
-            ("bottom_k", 0),
-            ("random_k", 0),
-            ("sample_text_budget_bytes", 0),
-            ("sample_queue_size", 1),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f'"{name}" must be an integer >= {minimum}, got {value!r}')
-        if self.redact is not None and not callable(self.redact):
-            raise ValueError(f'"redact" must be a callable (field, text) -> text, got {self.redact!r}')
-        _check_bounds("reward_bounds", self.reward_bounds, integer=False)
-        _check_bounds("staleness_bounds", self.staleness_bounds, integer=True)
-        if self.exporter == "otlp":
-            endpoint = self.endpoint or ""
-            if not endpoint.startswith(("http://", "https://")):
-                raise ValueError(f'"endpoint" must start with http:// or https://, got {self.endpoint!r}')
-        assert self.headers is not None
-        for key, value in self.headers.items():
-            if not isinstance(key, str) or not key:
-                raise ValueError(f'"headers" keys must be non-empty strings, got {key!r}')
-            if not isinstance(value, str):
-                # the value is not shown: headers carry secrets
-                raise ValueError(f'"headers" values must be strings, got a {type(value).__name__} for {key!r}')
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedConfig:
+    """The settings in force for one process: :class:`TelemetryConfig` with every field resolved and checked.
+
+    Fields mean what the same-named fields of :class:`TelemetryConfig` say; none is left unset.
+    """
+
+    service_name: str
+    run_id: str
+    rank: int
+    world_size: int
+    local_rank: int
+    role: str
+    exporter: ExporterKind
+    endpoint: str
+    protocol: Protocol
+    headers: Mapping[str, str]
+    certificate_file: str | None
+    output_file: str
+    export_interval_s: float
+    export_timeout_s: float
+    extremes_hold_s: float
+    shutdown_timeout_s: float
+    reward_bounds: tuple[float, ...]
+    staleness_bounds: tuple[int, ...]
+    max_reward_fns: int
+    max_metric_keys: int
+    top_k: int
+    bottom_k: int
+    random_k: int
+    sample_text_budget_bytes: int
+    redact: Callable[[str, str], str] | None
+    sample_queue_size: int
+    samples_as_span_events: bool
+    seed: int | None
+    instance_id: str
+
+
+def _pick(value: object, env_value: object, default: object) -> Any:
+    return value if value is not None else env_value if env_value is not None else default
+
+
+def _resolve(config: TelemetryConfig) -> ResolvedConfig:
+    """Apply argument > environment > default to every field of ``config``, then validate the result."""
+    rank = _pick(config.rank, _env.read_int(_env.RANK_VARS), 0)
+    world_size = _pick(config.world_size, _env.read_int(_env.WORLD_SIZE_VARS), 1)
+    run_id_env = _env.read_first(_env.RUN_ID_VARS)
+    run_id = _pick(config.run_id, run_id_env[1] if run_id_env else None, None)
+    protocol = _pick(config.protocol, _env.read(_env.OTEL_EXPORTER_OTLP_PROTOCOL), "grpc")
+    _check_choice("protocol", protocol, _PROTOCOLS)
+    if config.headers is not None and not isinstance(config.headers, Mapping):
+        raise TypeError(f'"headers" must be a mapping of str to str, got a {type(config.headers).__name__}')
+    env_headers = _env.read(_env.OTEL_EXPORTER_OTLP_HEADERS)
+    headers = (
+        config.headers
+        if config.headers is not None
+        else _env.parse_headers(env_headers, variable=_env.OTEL_EXPORTER_OTLP_HEADERS)
+        if env_headers
+        else {}
+    )
+    if run_id is None:
+        if isinstance(world_size, int) and world_size > 1:
+            raise ValueError(
+                f'"run_id" is required when "world_size" > 1 (got world_size={world_size!r}): set it, or '
+                f"{_env.OTEL_RL_RUN_ID}, or launch with torchrun --rdzv-id / SLURM"
+            )
+        run_id = f"run-{uuid.uuid4().hex[:12]}"
+    values: dict[str, Any] = {item.name: getattr(config, item.name) for item in fields(ResolvedConfig)}
+    values.update(
+        service_name=_pick(config.service_name, _env.read(_env.OTEL_SERVICE_NAME), "rl-trainer"),
+        run_id=run_id,
+        rank=rank,
+        world_size=world_size,
+        local_rank=_pick(config.local_rank, _env.read_int(_env.LOCAL_RANK_VARS), rank),
+        role=_pick(config.role, _env.read(_env.OTEL_RL_ROLE), "trainer"),
+        exporter=_pick(config.exporter, _env.read(_env.OTEL_RL_EXPORTER), "otlp"),
+        endpoint=_pick(config.endpoint, _env.read(_env.OTEL_EXPORTER_OTLP_ENDPOINT), _DEFAULT_ENDPOINTS[protocol]),
+        protocol=protocol,
+        headers=dict(headers),
+        certificate_file=_pick(config.certificate_file, _env.read(_env.OTEL_EXPORTER_OTLP_CERTIFICATE), None),
+        output_file=_pick(config.output_file, _env.read(_env.OTEL_RL_OUTPUT_FILE), f"otel-rl-{rank}.jsonl"),
+        export_interval_s=_pick(
+            config.export_interval_s, _env.read_float(_env.OTEL_METRIC_EXPORT_INTERVAL, scale=1e-3), 2.0
+        ),
+        export_timeout_s=_pick(
+            config.export_timeout_s, _env.read_float(_env.OTEL_EXPORTER_OTLP_TIMEOUT, scale=1e-3), 5.0
+        ),
+    )
+    resolved = ResolvedConfig(**values)
+    _validate(resolved)
+    return resolved
+
+
+def _validate(config: ResolvedConfig) -> None:
+    _check_choice("exporter", config.exporter, _EXPORTERS)
+    for name in ("service_name", "run_id", "role"):
+        value = getattr(config, name)
+        if not isinstance(value, str) or not value:
+            raise ValueError(f'"{name}" must be a non-empty string, got {value!r}')
+    for name, minimum in (("rank", 0), ("world_size", 1), ("local_rank", 0)):
+        _check_integer(name, getattr(config, name), minimum)
+    if config.rank >= config.world_size:
+        raise ValueError(f'"rank" must be < "world_size" ({config.world_size!r}), got {config.rank!r}')
+    for name in ("export_interval_s", "export_timeout_s", "shutdown_timeout_s", "extremes_hold_s"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f'"{name}" must be a positive number of seconds, got {value!r}')
+    for name, minimum in (
+        ("max_reward_fns", 1),
+        ("max_metric_keys", 1),
+        ("top_k", 0),
+        ("bottom_k", 0),
+        ("random_k", 0),
+        ("sample_text_budget_bytes", 0),
+        ("sample_queue_size", 1),
+    ):
+        _check_integer(name, getattr(config, name), minimum)
+    if config.redact is not None and not callable(config.redact):
+        raise ValueError(f'"redact" must be a callable (field, text) -> text, got {config.redact!r}')
+    _check_bounds("reward_bounds", config.reward_bounds, integer=False)
+    _check_bounds("staleness_bounds", config.staleness_bounds, integer=True)
+    if config.exporter == "otlp" and not (isinstance(config.endpoint, str) and config.endpoint.startswith(("http://", "https://"))):
+        raise ValueError(f'"endpoint" must start with http:// or https://, got {config.endpoint!r}')
+    for key, value in config.headers.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f'"headers" keys must be non-empty strings, got {key!r}')
+        if not isinstance(value, str):
+            # the value is not shown: headers carry secrets
+            raise ValueError(f'"headers" values must be strings, got a {type(value).__name__} for {key!r}')
+
+
+def _check_integer(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f'"{name}" must be an integer >= {minimum}, got {value!r}')
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:

@@ -106,6 +106,6 @@ class ConsoleLogFormatter:
         body = log.body if isinstance(log.body, dict) else {"body": str(log.body)}
         texts = " | ".join(f"{key}: {str(text)[:80]!r}" for key, text in body.items())
         return (
-            f"[otel-rl sample] {attrs.get(_names.SAMPLE_SELECTION)} step={attrs.get('rl.step')} "
-            f"reward={attrs.get('rl.reward')} episode={attrs.get('rl.episode.id')} {texts}\n"
+            f"[otel-rl sample] {attrs.get(_names.SAMPLE_SELECTION)} step={attrs.get(_names.SAMPLE_STEP)} "
+            f"reward={attrs.get(_names.SAMPLE_REWARD)} episode={attrs.get(_names.SAMPLE_EPISODE_ID)} {texts}\n"
         )

@@ -18,8 +18,6 @@ OTEL_EXPORTER_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 OTEL_EXPORTER_OTLP_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
 #: Path to a PEM file of trusted CA certificates; turns on TLS.
 OTEL_EXPORTER_OTLP_CERTIFICATE = "OTEL_EXPORTER_OTLP_CERTIFICATE"
-#: ``true`` to use a plaintext gRPC channel for an ``https``-less endpoint without a scheme.
-OTEL_EXPORTER_OTLP_INSECURE = "OTEL_EXPORTER_OTLP_INSECURE"
 #: Export timeout in milliseconds.
 OTEL_EXPORTER_OTLP_TIMEOUT = "OTEL_EXPORTER_OTLP_TIMEOUT"
 #: Interval between metric exports in milliseconds.
@@ -85,27 +83,16 @@ def read_float(name: str, *, scale: float = 1.0) -> float | None:
         raise ValueError(f"environment variable {name} must be a number, got {value!r}") from None
 
 
-def read_bool(name: str) -> bool | None:
-    """The variable as a bool (``true``/``false``, any case)."""
-    value = read(name)
-    if value is None:
-        return None
-    lowered = value.lower()
-    if lowered not in ("true", "false"):
-        raise ValueError(f"environment variable {name} must be 'true' or 'false', got {value!r}")
-    return lowered == "true"
-
-
-def parse_headers(text: str, *, setting: str) -> Mapping[str, str]:
+def parse_headers(text: str, *, variable: str) -> Mapping[str, str]:
     """Parse ``k=v,k2=v2`` (values URL-encoded). Errors name the key, never a value: headers carry secrets.
 
-    >>> dict(parse_headers("authorization=Bearer%20abc,x-tenant=a", setting="headers"))
+    >>> dict(parse_headers("authorization=Bearer%20abc,x-tenant=a", variable="OTEL_EXPORTER_OTLP_HEADERS"))
     {'authorization': 'Bearer abc', 'x-tenant': 'a'}
     """
     headers: dict[str, str] = {}
     for position, item in enumerate(part for part in text.split(",") if part.strip()):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"{setting} entry {position} must be 'key=value' (value not shown: it may be secret)")
+            raise ValueError(f"{variable} entry {position} must be 'key=value' (value not shown: it may be secret)")
         headers[unquote(key.strip()).lower()] = unquote(value.strip())
     return headers

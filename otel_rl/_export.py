@@ -9,8 +9,8 @@ overflow drops the oldest records and counts them.
 from __future__ import annotations
 
 import collections
-import sys
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -19,13 +19,14 @@ from typing import IO, Any
 
 import grpc
 import requests
-from opentelemetry.sdk._logs import ReadableLogRecord
+from opentelemetry.sdk._logs import LogRecordProcessor, ReadableLogRecord, ReadWriteLogRecord
 from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter, LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, MetricExportResult
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
 from otel_rl import _names
-from otel_rl._config import TelemetryConfig
+from otel_rl._config import ResolvedConfig
 from otel_rl._console import ConsoleLogFormatter, ConsoleMetricFormatter
 from otel_rl._store import MetricStore, attributes
 
@@ -50,7 +51,7 @@ class Exporters:
     output: IO[str] | None = None
 
 
-def build_exporters(config: TelemetryConfig) -> Exporters:
+def build_exporters(config: ResolvedConfig) -> Exporters:
     """The exporters ``config`` asks for."""
     if config.exporter == "none":
         return Exporters(None, None)
@@ -61,7 +62,6 @@ def build_exporters(config: TelemetryConfig) -> Exporters:
             ConsoleSpanExporter(out=sys.stdout),
         )
     if config.exporter == "file":
-        assert config.output_file is not None
         out = open(config.output_file, "a", encoding="utf-8")  # noqa: SIM115 - closed by Telemetry.shutdown
         return Exporters(
             ConsoleMetricExporter(out=out, formatter=lambda data: data.to_json(indent=None) + "\n"),
@@ -83,11 +83,8 @@ class _PinnedCASession(requests.Session):
         return settings
 
 
-def _otlp_exporters(config: TelemetryConfig) -> Exporters:
-    endpoint = config.endpoint
-    assert endpoint is not None and config.headers is not None
-    timeout = config.export_timeout_s
-    assert timeout is not None
+def _otlp_exporters(config: ResolvedConfig) -> Exporters:
+    endpoint, timeout = config.endpoint, config.export_timeout_s
     # gRPC refuses metadata keys with capitals ("Invalid metadata", every export fails); HTTP header names are
     # case-insensitive, so lower-casing is right for both.
     headers = {str(key).lower(): value for key, value in config.headers.items()}
@@ -175,11 +172,7 @@ class ExportWorker:
             return
         with self._lock:
             self._queue.extend(records)
-            overflow = len(self._queue) - self._queue_size
-            for _ in range(max(overflow, 0)):
-                self._queue.popleft()
-        if overflow > 0:
-            self._store.add(_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL, overflow)
+        self._trim()
 
     def request(self) -> int:
         """Ask for an export cycle now, without waiting; returns a ticket for :meth:`wait`."""
@@ -258,12 +251,17 @@ class ExportWorker:
             self._store.add(_names.EXPORT_FAILURES, _SIGNAL_LOGS, 1)
             with self._lock:
                 self._queue.extendleft(reversed(batch))
-                overflow = len(self._queue) - self._queue_size
-                for _ in range(max(overflow, 0)):
-                    self._queue.popleft()
-            if overflow > 0:
-                self._store.add(_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL, overflow)
+            self._trim()
             return
+
+    def _trim(self) -> None:
+        """Drop (and count) the oldest records beyond the queue's size."""
+        with self._lock:
+            overflow = len(self._queue) - self._queue_size
+            for _ in range(max(overflow, 0)):
+                self._queue.popleft()
+        if overflow > 0:
+            self._store.add(_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL, overflow)
 
     def _export_metrics(self) -> None:
         exporter = self._metric_exporter
@@ -276,6 +274,33 @@ class ExportWorker:
         if _call(lambda: exporter.export(data, timeout_millis=timeout_ms)) != MetricExportResult.SUCCESS:
             self._store.restore(window)
             self._store.add(_names.EXPORT_FAILURES, _SIGNAL_METRICS, 1)
+
+
+class QueueLogProcessor(LogRecordProcessor):
+    """Hands each emitted log record to the export worker, so samples share its bounded queue, byte-capped
+    batches and drop counting."""
+
+    def __init__(self, worker: ExportWorker) -> None:
+        self._worker = worker
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        resource = log_record.resource if log_record.resource is not None else Resource.create({})
+        self._worker.submit(
+            [
+                ReadableLogRecord(
+                    log_record=log_record.log_record,
+                    resource=resource,
+                    instrumentation_scope=log_record.instrumentation_scope,
+                    limits=log_record.limits,
+                )
+            ]
+        )
+
+    def shutdown(self) -> None:
+        """Nothing to release: the worker is shut down by :class:`~otel_rl.Telemetry`."""
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
 
 
 def _record_bytes(record: ReadableLogRecord) -> int:

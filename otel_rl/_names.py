@@ -1,7 +1,9 @@
-"""The wire contract: every metric, attribute and event name otel-rl emits.
+"""The wire contract: every metric, attribute and event name otel-rl emits, and how the collector merges each metric.
 
-Dashboards, alert rules and users depend on these names; ``docs/contract.md`` documents them with the
-Prometheus series they become, and ``tests/test_contract.py`` pins both.
+Dashboards, alert rules and users depend on these names; ``docs/contract.md`` documents them with the Prometheus
+series they become. ``tests/unit/test_contract.py`` pins the names and checks that the collector configurations
+merge every metric the way its ``merge`` rule says; ``tests/pipeline/test_aggregation.py`` pins the Prometheus
+series against the real stack.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 SCOPE_NAME = "otel_rl"
+SCOPE_VERSION = "0.1.0"
 
 # Resource attributes
 RUN_ID = "rl.run.id"
@@ -21,115 +24,111 @@ ROLE = "rl.role"
 # Metric attributes
 REWARD_FN = "rl.reward.fn"
 REWARD_FN_TOTAL = "total"
-REWARD_FN_OVERFLOW = "_overflow"
+OVERFLOW = "_overflow"
+"""The ``rl.reward.fn`` / ``rl.metric.key`` value of every name past the cardinality cap."""
 METRIC_KEY = "rl.metric.key"
 SELF_METRIC = "otel_rl.metric"
 SELF_REASON = "otel_rl.reason"
 SELF_SIGNAL = "otel_rl.signal"
 
-# Sample records
+# Sample records (log records and span events) and exemplars
 SAMPLE_EVENT = "rl.sample"
 SAMPLE_SELECTION = "rl.sample.selection"
 SAMPLE_TRUNCATED = "rl.sample.truncated"
 SAMPLE_EXTRA_PREFIX = "rl.sample.extra."
+SAMPLE_STEP = "rl.step"
+SAMPLE_EPISODE_ID = "rl.episode.id"
+SAMPLE_POLICY_VERSION = "rl.policy.version"
+SAMPLE_REWARD = "rl.reward"
+SAMPLE_REWARD_PREFIX = "rl.reward."
+"""Followed by a reward function's name: one attribute per entry of the reward breakdown."""
+SAMPLE_ADVANTAGE = "rl.advantage"
+SAMPLE_STALENESS = "rl.staleness"
+SAMPLE_REQUEST_LENGTH = "rl.request.length"
+SAMPLE_RESPONSE_LENGTH = "rl.response.length"
+STEP_SPAN = "rl.step"
+"""The per-step span that carries samples as events (``samples_as_span_events``); its attribute ``rl.step``."""
 
 Kind = Literal["histogram", "counter", "gauge"]
+Merge = Literal["sum", "max", "min"]
+"""How the collector merges the ranks' points of one metric into the run's point."""
 
 
 @dataclass(frozen=True)
 class MetricName:
-    """One metric of the contract: its OpenTelemetry name, kind, unit and meaning."""
+    """One metric of the contract: its OpenTelemetry name, kind, unit, meaning, and how ranks merge.
+
+    Histograms and counters always merge by ``sum``; a gauge names its rule (``max`` or ``min``).
+    """
 
     name: str
     kind: Kind
     unit: str
     description: str
+    merge: Merge = "sum"
 
-
-REWARD = MetricName("rl.reward", "histogram", "", "Rewards, one observation per rollout (or per masked element).")
-REWARD_POSITIVE = MetricName(
-    "rl.reward.positive", "counter", "", "Sum of the positive parts of rewards, max(r, 0): monotone, so rate() works."
-)
-REWARD_NEGATIVE = MetricName(
-    "rl.reward.negative", "counter", "", "Sum of the negative parts of rewards, max(-r, 0): monotone, so rate() works."
-)
-REWARD_SQUARES = MetricName("rl.reward.squares", "counter", "", "Sum of squared rewards, for the standard deviation.")
-REWARD_MAX = MetricName("rl.reward.max", "gauge", "", "Largest reward recorded over the last extremes_hold_s (10 s).")
-REWARD_MIN = MetricName("rl.reward.min", "gauge", "", "Smallest reward recorded over the last extremes_hold_s (10 s).")
-STALENESS = MetricName(
-    "rl.staleness", "histogram", "{version}", "Policy lag: trainer version minus the version that generated a token."
-)
-STALENESS_MAX = MetricName(
-    "rl.staleness.max", "gauge", "{version}", "Largest staleness over the last extremes_hold_s (10 s)."
-)
-STALENESS_MIN = MetricName(
-    "rl.staleness.min", "gauge", "{version}", "Smallest staleness over the last extremes_hold_s (10 s)."
-)
-POLICY_VERSION = MetricName("rl.policy.version", "gauge", "{version}", "The trainer's current policy version.")
-STEP = MetricName("rl.step", "gauge", "{step}", "The training step last declared with Telemetry.step().")
-SAMPLES_EXPORTED = MetricName(
-    "otel_rl.samples.exported", "counter", "{sample}", "Sample records handed to the exporter."
-)
-SAMPLES_DROPPED = MetricName(
-    "otel_rl.samples.dropped", "counter", "{sample}", "Sample records lost, by otel_rl.reason."
-)
-VALUES_REJECTED = MetricName(
-    "otel_rl.values.rejected",
-    "counter",
-    "{value}",
-    "Values rejected as bad input, by otel_rl.metric and otel_rl.reason.",
-)
-EXPORT_FAILURES = MetricName(
-    "otel_rl.export.failures", "counter", "{export}", "Failed export attempts, by otel_rl.signal."
-)
-
-METRIC = MetricName("rl.metric", "histogram", "", "Values of torchforge-style record_metric calls, by rl.metric.key.")
-METRIC_POSITIVE = MetricName("rl.metric.positive", "counter", "", "Sum of max(v, 0) of record_metric values.")
-METRIC_NEGATIVE = MetricName("rl.metric.negative", "counter", "", "Sum of max(-v, 0) of record_metric values.")
-METRIC_SQUARES = MetricName("rl.metric.squares", "counter", "", "Sum of squared record_metric values.")
-METRIC_MAX = MetricName(
-    "rl.metric.max", "gauge", "", "Largest record_metric value over the last extremes_hold_s (10 s)."
-)
-METRIC_MIN = MetricName(
-    "rl.metric.min", "gauge", "", "Smallest record_metric value over the last extremes_hold_s (10 s)."
-)
+    def __post_init__(self) -> None:
+        if (self.kind == "gauge") == (self.merge == "sum"):
+            raise ValueError(f'"merge" of {self.name!r} must be "sum" for histograms and counters only, got {self.merge!r}')
 
 
 @dataclass(frozen=True)
 class Distribution:
-    """The metrics one distribution becomes: histogram, monotone sum parts, squares, and window extremes."""
+    """The metrics one recorded distribution becomes: its histogram, the window extremes, and for signed values the
+    monotone sum parts and the sum of squares (``None`` for staleness, whose sum is monotone already)."""
 
     histogram: MetricName
-    positive: MetricName
-    negative: MetricName
-    squares: MetricName
     maximum: MetricName
     minimum: MetricName
+    positive: MetricName | None = None
+    negative: MetricName | None = None
+    squares: MetricName | None = None
+
+    @property
+    def metrics(self) -> tuple[MetricName, ...]:
+        """Every metric of the distribution."""
+        parts = (self.histogram, self.positive, self.negative, self.squares, self.maximum, self.minimum)
+        return tuple(metric for metric in parts if metric is not None)
 
 
-REWARDS = Distribution(REWARD, REWARD_POSITIVE, REWARD_NEGATIVE, REWARD_SQUARES, REWARD_MAX, REWARD_MIN)
-METRICS = Distribution(METRIC, METRIC_POSITIVE, METRIC_NEGATIVE, METRIC_SQUARES, METRIC_MAX, METRIC_MIN)
+def _signed(name: str, what: str, unit: str = "") -> Distribution:
+    """The metrics of a signed distribution ``name``: rewards and ``record_metric`` values."""
+    return Distribution(
+        histogram=MetricName(name, "histogram", unit, f"{what}."),
+        maximum=MetricName(f"{name}.max", "gauge", unit, f"Largest of {what} over the last extremes_hold_s.", "max"),
+        minimum=MetricName(f"{name}.min", "gauge", unit, f"Smallest of {what} over the last extremes_hold_s.", "min"),
+        positive=MetricName(f"{name}.positive", "counter", unit, f"Sum of max(v, 0) of {what}: monotone, so rate() works."),
+        negative=MetricName(f"{name}.negative", "counter", unit, f"Sum of max(-v, 0) of {what}: monotone, so rate() works."),
+        squares=MetricName(f"{name}.squares", "counter", "", f"Sum of squares of {what}, for the standard deviation."),
+    )
+
+
+REWARDS = _signed("rl.reward", "rewards, one per rollout (or per masked element)")
+METRICS = _signed("rl.metric", "record_metric values, by rl.metric.key")
+STALENESS = Distribution(
+    histogram=MetricName(
+        "rl.staleness", "histogram", "{version}", "Policy lag: trainer version minus the version that generated a token."
+    ),
+    maximum=MetricName("rl.staleness.max", "gauge", "{version}", "Largest staleness over the last extremes_hold_s.", "max"),
+    minimum=MetricName("rl.staleness.min", "gauge", "{version}", "Smallest staleness over the last extremes_hold_s.", "min"),
+)
+POLICY_VERSION = MetricName("rl.policy.version", "gauge", "{version}", "The trainer's current policy version.", "max")
+STEP = MetricName("rl.step", "gauge", "{step}", "The training step last declared with Telemetry.step().", "max")
+SAMPLES_EXPORTED = MetricName("otel_rl.samples.exported", "counter", "{sample}", "Sample records handed to the exporter.")
+SAMPLES_DROPPED = MetricName("otel_rl.samples.dropped", "counter", "{sample}", "Sample records lost, by otel_rl.reason.")
+VALUES_REJECTED = MetricName(
+    "otel_rl.values.rejected", "counter", "{value}", "Values rejected as bad input, by otel_rl.metric and otel_rl.reason."
+)
+EXPORT_FAILURES = MetricName("otel_rl.export.failures", "counter", "{export}", "Failed export attempts, by otel_rl.signal.")
 
 ALL_METRICS: tuple[MetricName, ...] = (
-    REWARD,
-    REWARD_POSITIVE,
-    REWARD_NEGATIVE,
-    REWARD_SQUARES,
-    REWARD_MAX,
-    REWARD_MIN,
-    STALENESS,
-    STALENESS_MAX,
-    STALENESS_MIN,
+    *REWARDS.metrics,
+    *STALENESS.metrics,
     POLICY_VERSION,
     STEP,
     SAMPLES_EXPORTED,
     SAMPLES_DROPPED,
     VALUES_REJECTED,
     EXPORT_FAILURES,
-    METRIC,
-    METRIC_POSITIVE,
-    METRIC_NEGATIVE,
-    METRIC_SQUARES,
-    METRIC_MAX,
-    METRIC_MIN,
+    *METRICS.metrics,
 )

@@ -161,19 +161,19 @@ def to_record(
     >>> r.body, r.attributes["rl.sample.truncated"], r.attributes["rl.step"]
     ({'response': 'h'}, True, 3)
     """
-    attrs: dict[str, Any] = {_names.SAMPLE_SELECTION: selection, "rl.reward": float(sample.reward)}
+    attrs: dict[str, Any] = {_names.SAMPLE_SELECTION: selection, _names.SAMPLE_REWARD: float(sample.reward)}
     scalars = {
-        "rl.step": step,
-        "rl.episode.id": None if sample.episode_id is None else str(sample.episode_id),
-        "rl.policy.version": sample.policy_version,
-        "rl.advantage": sample.advantage,
-        "rl.staleness": sample.staleness,
-        "rl.request.length": sample.request_len,
-        "rl.response.length": sample.response_len,
+        _names.SAMPLE_STEP: step,
+        _names.SAMPLE_EPISODE_ID: None if sample.episode_id is None else str(sample.episode_id),
+        _names.SAMPLE_POLICY_VERSION: sample.policy_version,
+        _names.SAMPLE_ADVANTAGE: sample.advantage,
+        _names.SAMPLE_STALENESS: sample.staleness,
+        _names.SAMPLE_REQUEST_LENGTH: sample.request_len,
+        _names.SAMPLE_RESPONSE_LENGTH: sample.response_len,
     }
     attrs.update({key: _scalar(value) for key, value in scalars.items() if value is not None})
     for name, value in sample.reward_breakdown.items():
-        attrs[f"rl.reward.{_attribute_name(name)}"] = float(value)
+        attrs[_names.SAMPLE_REWARD_PREFIX + _attribute_name(name)] = float(value)
     body: dict[str, str] = {}
     truncated = False
     for name in _TEXT_FIELDS:

@@ -23,7 +23,6 @@ from otel_rl import _kernels
 #: faster than ``bucketize``; larger bounds fall back to ``bucketize``.
 _BINCOUNT_LIMIT = 1 << 16
 _INT64_MAX = torch.iinfo(torch.int64).max
-#: Float dtypes computed in natively (exactly: sums accumulate in float64); others are widened first, exactly.
 
 
 class BadInput(ValueError):
@@ -35,9 +34,11 @@ class BadInput(ValueError):
 
 
 @dataclass(frozen=True)
-class Summary:
-    """Host-side statistics of the accepted values of one call. Extremes are None when nothing was accepted."""
+class Statistics:
+    """Host-side statistics of the accepted values of one record call: everything a mergeable distribution needs.
+    Extremes are None when nothing was accepted; ``bucket_counts[i]`` counts ``bounds[i-1] < v <= bounds[i]``."""
 
+    bounds: tuple[float, ...]
     count: int
     total: float
     """Sum of accepted values; an exact int for staleness."""
@@ -50,29 +51,29 @@ class Summary:
     rejected: dict[str, int] = field(default_factory=dict)
 
 
-def as_tensor(values: Any, *, setting: str) -> torch.Tensor:
+def as_tensor(values: Any, *, argument: str) -> torch.Tensor:
     """A tensor view of a torch tensor, numpy array, sequence or scalar (no copy for tensors and arrays)."""
     if isinstance(values, torch.Tensor):
         return values.detach()
     if isinstance(values, np.ndarray):
         if values.dtype == object or values.dtype.kind in "USV":
-            raise BadInput("dtype", f'"{setting}" must be numeric, got an array of dtype {values.dtype}')
+            raise BadInput("dtype", f'"{argument}" must be numeric, got an array of dtype {values.dtype}')
         return torch.from_numpy(np.ascontiguousarray(values))
     if isinstance(values, (bool, int, float)) or isinstance(values, Sequence) and not isinstance(values, (str, bytes)):
         try:
             return torch.as_tensor(values)
         except (TypeError, ValueError, RuntimeError) as error:
-            raise BadInput("type", f'"{setting}" must be numbers, got {type(values).__name__}: {error}') from None
-    raise BadInput("type", f'"{setting}" must be a tensor, array, sequence or number, got {type(values).__name__}')
+            raise BadInput("type", f'"{argument}" must be numbers, got {type(values).__name__}: {error}') from None
+    raise BadInput("type", f'"{argument}" must be a tensor, array, sequence or number, got {type(values).__name__}')
 
 
-def _selection(values: torch.Tensor, mask: Any, *, setting: str) -> torch.Tensor | None:
+def _selection(values: torch.Tensor, mask: Any, *, argument: str) -> torch.Tensor | None:
     if mask is None:
         return None
-    selected = as_tensor(mask, setting="mask")
+    selected = as_tensor(mask, argument="mask")
     if selected.shape != values.shape:
         raise BadInput(
-            "shape", f'"mask" must have the shape of "{setting}" {tuple(values.shape)}, got {tuple(selected.shape)}'
+            "shape", f'"mask" must have the shape of "{argument}" {tuple(values.shape)}, got {tuple(selected.shape)}'
         )
     selected = selected.to(device=values.device)
     return selected if selected.dtype == torch.bool else selected != 0
@@ -111,14 +112,15 @@ def _bincount(index: torch.Tensor, size: int) -> torch.Tensor:
     return torch.zeros(size, dtype=torch.int64, device=index.device).scatter_add_(0, wide, torch.ones_like(wide))
 
 
-class RewardSummarizer:
-    """Summarizes rewards into the explicit buckets ``bounds`` (upper-inclusive, as OpenTelemetry defines them).
+class ValueSummarizer:
+    """Summarizes signed values (rewards, ``record_metric`` values) into the explicit buckets ``bounds``
+    (upper-inclusive, as OpenTelemetry defines them).
 
-    Shapes: ``(n,)`` or a scalar is one reward per rollout; ``(rollouts, tokens)`` is the per-token form in which
+    Shapes: ``(n,)`` or a scalar is one value per rollout; ``(rollouts, tokens)`` is the per-token form in which
     each rollout's reward is broadcast over its tokens (as Fast-LLM carries it): each rollout counts once, with the
     value at its first unmasked token, and rollouts with no unmasked token are skipped.
 
-    >>> s = RewardSummarizer((0.0, 1.0)).summarize(torch.tensor([-1.0, 0.5, float("nan"), 2.0]), None)
+    >>> s = ValueSummarizer((0.0, 1.0)).summarize(torch.tensor([-1.0, 0.5, float("nan"), 2.0]), None)
     >>> (s.count, s.total, s.minimum, s.maximum, s.bucket_counts, s.rejected)
     (3, 1.5, -1.0, 2.0, (1, 1, 1), {'nonfinite': 1})
     """
@@ -127,8 +129,9 @@ class RewardSummarizer:
     """Devices summarized by the compiled one-pass kernels; tensors elsewhere use torch operations on the device."""
 
     def __init__(self, bounds: Sequence[float]) -> None:
-        self._bound_values = tuple(float(b) for b in bounds)
-        self._bounds = torch.tensor(self._bound_values, dtype=torch.float64)
+        self.bounds = tuple(float(b) for b in bounds)
+        """The bucket upper bounds, as floats."""
+        self._bounds = torch.tensor(self.bounds, dtype=torch.float64)
         self._on_device: dict[torch.device, torch.Tensor] = {}
 
     def _bounds_on(self, device: torch.device) -> torch.Tensor:
@@ -136,13 +139,13 @@ class RewardSummarizer:
             self._on_device[device] = self._bounds.to(device)
         return self._on_device[device]
 
-    def summarize(self, values: Any, mask: Any, *, setting: str = "rewards") -> Summary:
-        rewards = as_tensor(values, setting=setting)
+    def summarize(self, values: Any, mask: Any, *, argument: str = "rewards") -> Statistics:
+        rewards = as_tensor(values, argument=argument)
         if rewards.dtype == torch.bool or rewards.is_complex():
-            raise BadInput("dtype", f'"{setting}" must be real numbers, got dtype {rewards.dtype}')
-        selected = _selection(rewards, mask, setting=setting)
+            raise BadInput("dtype", f'"{argument}" must be real numbers, got dtype {rewards.dtype}')
+        selected = _selection(rewards, mask, argument=argument)
         if rewards.dim() > 2:
-            raise BadInput("shape", f'"{setting}" must have 0, 1 or 2 dimensions, got shape {tuple(rewards.shape)}')
+            raise BadInput("shape", f'"{argument}" must have 0, 1 or 2 dimensions, got shape {tuple(rewards.shape)}')
         if rewards.device.type in self.kernel_devices:
             return self._summarize_on_cpu(rewards, selected)
         if rewards.dim() == 2:
@@ -150,7 +153,7 @@ class RewardSummarizer:
         rewards = rewards.reshape(-1)
         buckets = len(self._bounds) + 1
         if rewards.numel() == 0:
-            return Summary(0, 0.0, 0.0, 0.0, 0.0, None, None, (0,) * buckets)
+            return Statistics(self.bounds, 0, 0.0, 0.0, 0.0, 0.0, None, None, (0,) * buckets)
         x = rewards.to(torch.float64)
         selected = selected.reshape(-1) if selected is not None else torch.ones_like(x, dtype=torch.bool)
         finite = torch.isfinite(x)
@@ -174,7 +177,9 @@ class RewardSummarizer:
         ).cpu()
         count, positive, negative, squares, minimum, maximum, nonfinite = packed[:7].tolist()
         bucket_counts = [int(c) for c in packed[7:].tolist()]
-        return _reward_summary(int(count), positive, negative, squares, minimum, maximum, int(nonfinite), bucket_counts)
+        return _value_statistics(
+            self.bounds, int(count), positive, negative, squares, minimum, maximum, int(nonfinite), bucket_counts
+        )
 
     def warm_up(self) -> None:
         """Compile the CPU kernels for the common dtypes now (once per machine: numba caches them), so the first
@@ -183,7 +188,7 @@ class RewardSummarizer:
             self.summarize(torch.zeros(1, dtype=dtype), torch.ones(1, dtype=torch.bool))
             self.summarize(torch.zeros((1, 1), dtype=dtype), torch.ones((1, 1), dtype=torch.bool))
 
-    def _summarize_on_cpu(self, rewards: torch.Tensor, selected: torch.Tensor | None) -> Summary:
+    def _summarize_on_cpu(self, rewards: torch.Tensor, selected: torch.Tensor | None) -> Statistics:
         """The same statistics in one compiled pass (see ``otel_rl._kernels``)."""
         values = _numpy(rewards)
         keep, use_keep = _keep_arrays(selected, values.ndim)
@@ -192,14 +197,17 @@ class RewardSummarizer:
             present = np.zeros(values.shape[0], dtype=np.bool_)
             _kernels.first_unmasked(values, keep, use_keep, first, present)
             values, keep, use_keep = first, present, True
-        counts = np.zeros(len(self._bound_values) + 1, dtype=np.int64)
+        counts = np.zeros(len(self.bounds) + 1, dtype=np.int64)
         count, positive, negative, squares, minimum, maximum, nonfinite = _kernels.summarize_values(
             values.reshape(-1), keep.reshape(-1), use_keep, self._bounds.numpy(), counts
         )
-        return _reward_summary(count, positive, negative, squares, minimum, maximum, nonfinite, counts.tolist())
+        return _value_statistics(
+            self.bounds, count, positive, negative, squares, minimum, maximum, nonfinite, counts.tolist()
+        )
 
 
-def _reward_summary(
+def _value_statistics(
+    bounds: tuple[float, ...],
     count: int,
     positive: float,
     negative: float,
@@ -208,8 +216,9 @@ def _reward_summary(
     maximum: float,
     nonfinite: int,
     bucket_counts: list[int],
-) -> Summary:
-    return Summary(
+) -> Statistics:
+    return Statistics(
+        bounds=bounds,
         count=count,
         total=positive - negative,
         squares=squares,
@@ -247,6 +256,8 @@ class StalenessSummarizer:
     """Devices summarized by the compiled one-pass kernel; tensors elsewhere use torch operations on the device."""
 
     def __init__(self, bounds: Sequence[int]) -> None:
+        self.bounds = tuple(float(b) for b in bounds)
+        """The bucket upper bounds, as floats."""
         self._bounds = torch.tensor(bounds, dtype=torch.int64)
         self._cap = int(bounds[-1]) + 1
         self._use_bincount = self._cap <= _BINCOUNT_LIMIT
@@ -261,15 +272,15 @@ class StalenessSummarizer:
             self._on_device[device] = (self._bounds.to(device), self._lookup.to(device))
         return self._on_device[device]
 
-    def summarize(self, versions: Any, current_version: int, mask: Any, *, setting: str = "versions") -> Summary:
-        generated = as_tensor(versions, setting=setting)
+    def summarize(self, versions: Any, current_version: int, mask: Any, *, argument: str = "versions") -> Statistics:
+        generated = as_tensor(versions, argument=argument)
         if generated.dtype == torch.bool or generated.is_complex():
-            raise BadInput("dtype", f'"{setting}" must be integer versions, got dtype {generated.dtype}')
-        selected = _selection(generated, mask, setting=setting)
+            raise BadInput("dtype", f'"{argument}" must be integer versions, got dtype {generated.dtype}')
+        selected = _selection(generated, mask, argument=argument)
         buckets = len(self._bounds) + 1
         generated = generated.reshape(-1)
         if generated.numel() == 0:
-            return Summary(0, 0.0, 0.0, 0.0, 0.0, None, None, (0,) * buckets)
+            return Statistics(self.bounds, 0, 0.0, 0.0, 0.0, 0.0, None, None, (0,) * buckets)
         keep = selected.reshape(-1) if selected is not None else None
         nonintegral = torch.zeros((), dtype=torch.int64, device=generated.device)
         if generated.is_floating_point():
@@ -291,7 +302,8 @@ class StalenessSummarizer:
                 generated.to(torch.int64), keep, current_version, nonintegral
             )
         rejected = {reason: n for reason, n in (("negative", future), ("nonintegral", nonint)) if n}
-        return Summary(
+        return Statistics(
+            bounds=self.bounds,
             count=count,
             total=total,
             squares=0.0,
@@ -304,7 +316,7 @@ class StalenessSummarizer:
         )
 
     def warm_up(self) -> None:
-        """Compile the CPU kernel for the common dtypes now (see :meth:`RewardSummarizer.warm_up`)."""
+        """Compile the CPU kernel for the common dtypes now (see :meth:`ValueSummarizer.warm_up`)."""
         for dtype in (torch.int64, torch.int32):
             self.summarize(torch.zeros(1, dtype=dtype), 0, torch.ones(1, dtype=torch.bool))
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import collections
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from opentelemetry.sdk.metrics import Exemplar
@@ -35,8 +35,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from otel_rl._names import SCOPE_NAME, MetricName
-from otel_rl._stats import Summary
+from otel_rl._names import SCOPE_NAME, Distribution, MetricName
+from otel_rl._stats import Statistics
 
 Attributes = tuple[tuple[str, str], ...]
 _Key = tuple[MetricName, Attributes]
@@ -58,27 +58,31 @@ class _HistogramState:
     exemplars: dict[int, Exemplar] = field(default_factory=dict)
     """The latest exemplar of each bucket, by bucket index."""
 
-    def merge(self, summary: Summary) -> None:
-        self.bucket_counts = [a + b for a, b in zip(self.bucket_counts, summary.bucket_counts)]
-        self.count += summary.count
-        self.total += summary.total
-        self.minimum = _extreme(min, self.minimum, summary.minimum)
-        self.maximum = _extreme(max, self.maximum, summary.maximum)
+    def merge(self, statistics: Statistics) -> None:
+        self.bucket_counts = [a + b for a, b in zip(self.bucket_counts, statistics.bucket_counts)]
+        self.count += statistics.count
+        self.total += statistics.total
+        self.minimum = _extreme(min, self.minimum, statistics.minimum)
+        self.maximum = _extreme(max, self.maximum, statistics.maximum)
+
+
+_PICK: dict[str, Callable[[float, float], float]] = {"max": max, "min": min}
 
 
 @dataclass
-class Window:
-    """Extremes since the last successful export, keyed like the gauges they become."""
+class Extremes:
+    """Values of the ``*.max``/``*.min`` gauges not yet exported, keyed like the gauges they become; each gauge
+    folds by its contract ``merge`` rule."""
 
     values: dict[_Key, float] = field(default_factory=dict)
 
-    def fold(self, key: _Key, value: float, pick: Callable[[float, float], float]) -> None:
+    def fold(self, key: _Key, value: float) -> None:
         old = self.values.get(key)
-        self.values[key] = value if old is None else pick(old, value)
+        self.values[key] = value if old is None else _PICK[key[0].merge](old, value)
 
-    def merge(self, other: Window) -> None:
+    def merge(self, other: Extremes) -> None:
         for key, value in other.values.items():
-            self.fold(key, value, max if key[0].name.endswith(".max") else min)
+            self.fold(key, value)
 
 
 def _extreme(pick: Callable[[float, float], float], old: float | None, new: float | None) -> float | None:
@@ -93,37 +97,36 @@ class MetricStore:
     def __init__(self, resource: Resource, *, start_time_ns: int, version: str, hold_ns: int = 10**10) -> None:
         self._resource = resource
         self._hold_ns = hold_ns
-        self._recent: collections.deque[tuple[int, Window]] = collections.deque()
+        self._recent: collections.deque[tuple[int, Extremes]] = collections.deque()
         self._scope = InstrumentationScope(SCOPE_NAME, version)
         self._start_time_ns = start_time_ns
         self._lock = threading.Lock()
         self._histograms: dict[_Key, _HistogramState] = {}
         self._counters: dict[_Key, float] = {}
         self._gauges: dict[_Key, float] = {}
-        self._window = Window()
+        self._window = Extremes()
 
-    def record(
-        self,
-        histogram: MetricName,
-        attrs: Attributes,
-        summary: Summary,
-        *,
-        extremes: tuple[MetricName, MetricName],
-        bounds: tuple[float, ...],
-    ) -> None:
-        """Fold one call's summary into ``histogram`` and the window gauges ``extremes`` (max, min)."""
-        if summary.count == 0:
+    def record(self, distribution: Distribution, attrs: Attributes, statistics: Statistics) -> None:
+        """Fold one call's statistics into every metric of ``distribution``: the histogram, the sum parts and
+        squares (when the distribution has them) and the extremes gauges. A call that accepted nothing adds nothing."""
+        if statistics.count == 0 or statistics.maximum is None or statistics.minimum is None:
             return
-        key = (histogram, attrs)
-        maximum_metric, minimum_metric = extremes
+        key = (distribution.histogram, attrs)
         with self._lock:
             state = self._histograms.get(key)
             if state is None:
+                bounds = statistics.bounds
                 state = self._histograms[key] = _HistogramState(bounds, [0] * (len(bounds) + 1))
-            state.merge(summary)
-            assert summary.maximum is not None and summary.minimum is not None
-            self._window.fold((maximum_metric, attrs), summary.maximum, max)
-            self._window.fold((minimum_metric, attrs), summary.minimum, min)
+            state.merge(statistics)
+            for counter, amount in (
+                (distribution.positive, statistics.positive),
+                (distribution.negative, statistics.negative),
+                (distribution.squares, statistics.squares),
+            ):
+                if counter is not None:
+                    self._counters[(counter, attrs)] = self._counters.get((counter, attrs), 0) + amount
+            self._window.fold((distribution.maximum, attrs), statistics.maximum)
+            self._window.fold((distribution.minimum, attrs), statistics.minimum)
 
     def add_exemplar(self, histogram: MetricName, attrs: Attributes, exemplar: Exemplar) -> None:
         """Keep ``exemplar`` as the latest of its bucket, on a histogram stream that has values."""
@@ -139,13 +142,6 @@ class MetricStore:
         with self._lock:
             self._counters[(counter, attrs)] = self._counters.get((counter, attrs), 0) + amount
 
-    def add_many(self, amounts: Mapping[_Key, float]) -> None:
-        """Add several counter amounts under one lock acquisition."""
-        with self._lock:
-            for key, amount in amounts.items():
-                if amount >= 0:
-                    self._counters[key] = self._counters.get(key, 0) + amount
-
     def set(self, gauge: MetricName, attrs: Attributes, value: float) -> None:
         """Set a last-value gauge."""
         with self._lock:
@@ -156,13 +152,13 @@ class MetricStore:
         with self._lock:
             return self._counters.get((counter, attrs), 0)
 
-    def collect(self, now_ns: int) -> tuple[MetricsData | None, Window]:
+    def collect(self, now_ns: int) -> tuple[MetricsData | None, Extremes]:
         """Snapshot everything as cumulative points at ``now_ns``, and hand over the current window.
 
         The caller passes the window back to :meth:`restore` when the export fails.
         """
         with self._lock:
-            window, self._window = self._window, Window()
+            window, self._window = self._window, Extremes()
             histograms = {
                 key: _HistogramState(**{**vars(state), "exemplars": dict(state.exemplars)})
                 for key, state in self._histograms.items()
@@ -171,7 +167,7 @@ class MetricStore:
             gauges = dict(self._gauges)
             while self._recent and self._recent[0][0] <= now_ns - self._hold_ns:
                 self._recent.popleft()
-            extremes = Window()
+            extremes = Extremes()
             for _, recent in self._recent:
                 extremes.merge(recent)
             extremes.merge(window)
@@ -211,7 +207,7 @@ class MetricStore:
         data = MetricsData([ResourceMetrics(resource=self._resource, scope_metrics=[scope_metrics], schema_url="")])
         return data, window
 
-    def restore(self, window: Window) -> None:
+    def restore(self, window: Extremes) -> None:
         """Fold a window whose export failed back in, so its extremes go out with the next export."""
         with self._lock:
             window.merge(self._window)

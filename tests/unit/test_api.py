@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 
 import otel_rl
 from otel_rl.torchforge import Reduce, record_episode_sample, record_metric
@@ -15,6 +16,7 @@ def test_public_api_is_pinned() -> None:
         "DEFAULT_REWARD_BOUNDS",
         "DEFAULT_STALENESS_BOUNDS",
         "EpisodeSample",
+        "ResolvedConfig",
         "SampleFilter",
         "Telemetry",
         "TelemetryConfig",
@@ -40,7 +42,10 @@ def test_setup_is_once_per_process() -> None:
 
 def test_torchforge_shim_exports_mergeable_statistics(metric_exporter: RecordingMetricExporter) -> None:
     """record_metric keeps sum, count, squares and extremes so MEAN/SUM/MAX/MIN/STD are all derivable."""
-    telemetry = otel_rl.setup(otel_rl.TelemetryConfig(run_id="tf", export_interval_s=60), metric_exporter=metric_exporter)
+    logs = InMemoryLogRecordExporter()
+    telemetry = otel_rl.setup(
+        otel_rl.TelemetryConfig(run_id="tf", export_interval_s=60), metric_exporter=metric_exporter, log_exporter=logs
+    )
     try:
         for value, reduce in ((2.0, Reduce.MEAN), (-4.0, Reduce.STD), (1.0, Reduce.MAX)):
             record_metric("loss/policy", value, reduce)
@@ -55,6 +60,9 @@ def test_torchforge_shim_exports_mergeable_statistics(metric_exporter: Recording
         assert points[("rl.metric.squares", key)].value == 21.0  # type: ignore[attr-defined]
         assert points[("rl.metric.max", key)].value == 2.0  # type: ignore[attr-defined]
         assert points[("rl.metric.min", key)].value == -4.0  # type: ignore[attr-defined]
-        assert telemetry._filter.drain()[0][1].extra == {"table": "rollouts"}  # type: ignore[attr-defined]
+        telemetry.step(1)
+        telemetry.flush(5)
+        (record,) = logs.get_finished_logs()
+        assert record.log_record.attributes["rl.sample.extra.table"] == "rollouts"  # type: ignore[index]
     finally:
         otel_rl.reset()

@@ -24,7 +24,7 @@ def test_torchrun_variables_are_detected(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("WORLD_SIZE", "8")
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-42")
-    config = TelemetryConfig()
+    config = TelemetryConfig().resolved
     assert (config.rank, config.world_size, config.local_rank, config.run_id) == (3, 8, 1, "job-42")
 
 
@@ -34,7 +34,7 @@ def test_slurm_variables_are_detected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURM_NTASKS", "6")
     monkeypatch.setenv("SLURM_LOCALID", "2")
     monkeypatch.setenv("SLURM_JOB_ID", "777")
-    config = TelemetryConfig()
+    config = TelemetryConfig().resolved
     assert (config.rank, config.world_size, config.local_rank, config.run_id) == (5, 6, 2, "777")
 
 
@@ -44,7 +44,7 @@ def test_arguments_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("WORLD_SIZE", "8")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4317")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "2500")
-    config = TelemetryConfig(rank=1, world_size=2, run_id="r", endpoint="http://arg:4317")
+    config = TelemetryConfig(rank=1, world_size=2, run_id="r", endpoint="http://arg:4317").resolved
     assert (config.rank, config.world_size, config.endpoint) == (1, 2, "http://arg:4317")
     assert config.export_interval_s == pytest.approx(2.5)
 
@@ -52,13 +52,13 @@ def test_arguments_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None
 def test_headers_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """OTEL_EXPORTER_OTLP_HEADERS is parsed with URL-decoding."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20s3cret")
-    assert TelemetryConfig(run_id="r").headers == {"authorization": "Bearer s3cret"}
+    assert TelemetryConfig(run_id="r").resolved.headers == {"authorization": "Bearer s3cret"}
 
 
 def test_malformed_header_error_hides_the_value() -> None:
     """A malformed header names its position, never its content (it may be a token)."""
     with pytest.raises(ValueError, match="entry 1 must be 'key=value'") as error:
-        parse_headers("a=b,s3cret-token", setting="OTEL_EXPORTER_OTLP_HEADERS")
+        parse_headers("a=b,s3cret-token", variable="OTEL_EXPORTER_OTLP_HEADERS")
     assert "s3cret" not in str(error.value)
 
 
@@ -93,6 +93,7 @@ def test_torchrun_default_rendezvous_id_is_not_a_run_id(monkeypatch: pytest.Monk
         ({"endpoint": "collector:4317"}, r'"endpoint" must start with http:// or https://'),
         ({"role": ""}, r'"role" must be a non-empty string'),
         ({"max_reward_fns": 0}, r'"max_reward_fns" must be an integer >= 1, got 0'),
+        ({"max_metric_keys": True}, r'"max_metric_keys" must be an integer >= 1, got True'),
         ({"sample_queue_size": 0}, r'"sample_queue_size" must be an integer >= 1, got 0'),
         ({"redact": "mask"}, r'"redact" must be a callable \(field, text\) -> text, got \'mask\''),
     ],

@@ -1,12 +1,20 @@
-"""The OpenTelemetry side of the wire contract: names, kinds and units, and that docs/contract.md lists them."""
+"""The OpenTelemetry side of the wire contract: names, kinds, units and merge rules; that docs/contract.md lists
+them; and that the collector configurations merge every metric the way its rule says."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from otel_rl import _names
 
-CONTRACT = (Path(__file__).parents[2] / "docs" / "contract.md").read_text()
+ROOT = Path(__file__).parents[2]
+CONTRACT = (ROOT / "docs" / "contract.md").read_text()
+COLLECTOR = yaml.safe_load((ROOT / "collector_config" / "collector.yaml").read_text())
 
 
 def test_metric_names_are_pinned() -> None:
@@ -34,6 +42,79 @@ def test_metric_names_are_pinned() -> None:
         ("otel_rl.values.rejected", "counter", "{value}"),
         ("otel_rl.export.failures", "counter", "{export}"),
     }
+
+
+def test_gauge_merge_rules_are_pinned() -> None:
+    """How ranks merge each gauge is part of the contract: extremes by max/min, version and step by max."""
+    assert {m.name: m.merge for m in _names.ALL_METRICS if m.kind == "gauge"} == {
+        "rl.reward.max": "max",
+        "rl.reward.min": "min",
+        "rl.staleness.max": "max",
+        "rl.staleness.min": "min",
+        "rl.metric.max": "max",
+        "rl.metric.min": "min",
+        "rl.policy.version": "max",
+        "rl.step": "max",
+    }
+    assert {m.merge for m in _names.ALL_METRICS if m.kind != "gauge"} == {"sum"}
+
+
+def _ottl_condition(condition: str) -> Callable[[dict[str, Any]], bool]:
+    """A Python predicate over a metric's fields for the OTTL conditions our collector configs use: comparisons of
+    ``metric.<field>`` with enum constants, strings and booleans, ``IsMatch(metric.name, "regex")``, and/or/not."""
+    patterns: list[re.Pattern[str]] = []
+
+    def is_match(found: re.Match[str]) -> str:
+        patterns.append(re.compile(found.group(1).replace("\\\\", "\\")))
+        return f'(patterns[{len(patterns) - 1}].search(metric["name"]) is not None)'
+
+    python = re.sub(r'IsMatch\(metric\.name, "((?:[^"\\]|\\.)*)"\)', is_match, condition)
+    python = re.sub(r"\bmetric\.(\w+)", r'metric["\1"]', python)
+    python = re.sub(r"\b(?:METRIC_DATA_TYPE|AGGREGATION_TEMPORALITY)_(\w+)", r'"\1"', python)
+    python = re.sub(r"\bfalse\b", "False", re.sub(r"\btrue\b", "True", python))
+    code = compile(python, condition, "eval")
+    return lambda metric: bool(eval(code, {"__builtins__": {}}, {"metric": metric, "patterns": patterns}))  # noqa: S307
+
+
+def _as_ottl_metric(metric: _names.MetricName) -> dict[str, Any]:
+    kind = {"histogram": "HISTOGRAM", "counter": "SUM", "gauge": "GAUGE"}[metric.kind]
+    return {"name": metric.name, "type": kind, "aggregation_temporality": "CUMULATIVE", "is_monotonic": True}
+
+
+def test_collector_admits_every_contract_metric() -> None:
+    """No metric of the contract is dropped by the aggregated pipeline's filter/mergeable."""
+    conditions = [_ottl_condition(c) for c in COLLECTOR["processors"]["filter/mergeable"]["metric_conditions"]]
+    dropped = [m.name for m in _names.ALL_METRICS if any(drops(_as_ottl_metric(m)) for drops in conditions)]
+    assert dropped == []
+
+
+def test_collector_merges_each_metric_by_its_contract_rule() -> None:
+    """transform/merge_ranks applies exactly one aggregate_on_attributes to each metric: the contract's rule."""
+    statements = [
+        statement
+        for group in COLLECTOR["processors"]["transform/merge_ranks"]["metric_statements"]
+        if group["context"] == "metric"
+        for statement in group["statements"]
+    ]
+    rules: list[tuple[str, Callable[[dict[str, Any]], bool]]] = []
+    for statement in statements:
+        found = re.fullmatch(r'aggregate_on_attributes\("(\w+)"\) where (.+)', statement)
+        if found:
+            rules.append((found.group(1), _ottl_condition(found.group(2))))
+    assert len(rules) == 3, statements
+    merged = {m.name: [rule for rule, applies in rules if applies(_as_ottl_metric(m))] for m in _names.ALL_METRICS}
+    assert merged == {m.name: [m.merge] for m in _names.ALL_METRICS}
+
+
+def test_collector_configs_name_only_contract_metrics() -> None:
+    """Every metric name a collector configuration spells out is a metric of the contract (renames show up)."""
+    known = {m.name for m in _names.ALL_METRICS}
+    spelled = {
+        (path.name, name)
+        for path in sorted((ROOT / "collector_config").glob("*.yaml"))
+        for name in re.findall(r'metric\.name == "([^"]+)"', path.read_text())
+    }
+    assert spelled and {(path, name) for path, name in spelled if name not in known} == set()
 
 
 def test_contract_document_lists_every_name() -> None:

@@ -384,3 +384,38 @@ def test_histograms_carry_exemplars_that_lead_to_the_sample(metric_exporter: Rec
         assert exemplar.filtered_attributes == {"rl.episode.id": "ep-9"}
         assert (exemplar.trace_id, exemplar.span_id) == (record.trace_id, record.span_id) and record.trace_id
     telemetry.shutdown()
+
+
+def test_reward_breakdown_values_become_exemplars_of_their_reward_function(
+    metric_exporter: RecordingMetricExporter,
+) -> None:
+    """A run that records only per-function rewards still gets exemplars: each breakdown value goes to its own
+    rl.reward{fn} stream; a function with no recorded rewards takes none."""
+    telemetry = make(metric_exporter, top_k=1, bottom_k=0)
+    telemetry.step(1)
+    telemetry.record_rewards([0.0, 1.0], fn="correctness")
+    telemetry.record_rewards([0.5], fn="format")
+    breakdown = {"correctness": 1.0, "format": 0.5, "length": -0.2}
+    telemetry.record_sample(EpisodeSample(reward=1.3, episode_id="ep-1", reward_breakdown=breakdown))
+    telemetry.step(2)
+    telemetry.flush(5)
+    exemplars = {
+        dict(attrs)["rl.reward.fn"]: [e.value for e in point.exemplars]  # type: ignore[attr-defined]
+        for (name, attrs), point in metric_exporter.latest().items()
+        if name == "rl.reward"
+    }
+    assert exemplars == {"correctness": [1.0], "format": [0.5]}
+    telemetry.shutdown()
+
+
+def test_metric_keys_have_their_own_cap(metric_exporter: RecordingMetricExporter) -> None:
+    """max_metric_keys caps rl.metric.key independently of max_reward_fns."""
+    telemetry = make(metric_exporter, max_reward_fns=1, max_metric_keys=2)
+    for key in ("loss", "kl", "entropy"):
+        telemetry.record_metric(key, 1.0)
+    telemetry.record_rewards([1.0], fn="a")
+    telemetry.flush(5)
+    keys = {dict(a)["rl.metric.key"] for (name, a) in metric_exporter.latest() if name == "rl.metric"}
+    assert keys == {"loss", "kl", "_overflow"}
+    assert rejected(metric_exporter) == {("rl.metric", "name_overflow"): 1}
+    telemetry.shutdown()
