@@ -16,13 +16,12 @@ import time
 import uuid
 from typing import Any
 
-import requests
-
 from otel_rl import TelemetryConfig
-from otel_rl._names import REWARDS, STALENESS, STALENESS_MAX, STALENESS_MIN, STEP
-from otel_rl._stats import RewardSummarizer, StalenessSummarizer
+from otel_rl._names import REWARD_FN, REWARD_FN_TOTAL, REWARDS, SCOPE_VERSION, STALENESS, STEP
+from otel_rl._stats import StalenessSummarizer, ValueSummarizer
 from otel_rl._store import MetricStore, attributes
 from otel_rl._telemetry import build_resource
+from otel_rl.query import Prometheus
 
 _VALUES_PER_TICK = 16
 _TICK_S = 1.0
@@ -36,23 +35,20 @@ def _sender(
     from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
     from opentelemetry.sdk.metrics.export import MetricsData
 
-    config = TelemetryConfig(run_id=run_id, rank=0, world_size=world_size, exporter="none")
-    rewards = RewardSummarizer(config.reward_bounds).summarize([0.5 * (i % 5) - 1.0 for i in range(_VALUES_PER_TICK)], None)
+    config = TelemetryConfig(run_id=run_id, rank=0, world_size=world_size, exporter="none").resolved
+    rewards = ValueSummarizer(config.reward_bounds).summarize([0.5 * (i % 5) - 1.0 for i in range(_VALUES_PER_TICK)], None)
     staleness = StalenessSummarizer(config.staleness_bounds).summarize(list(range(_VALUES_PER_TICK)), 20, None)
-    reward_bounds = tuple(float(b) for b in config.reward_bounds)
-    staleness_bounds = tuple(float(b) for b in config.staleness_bounds)
-    fn = attributes(**{"rl.reward.fn": "total"})
+    fn = attributes(**{REWARD_FN: REWARD_FN_TOTAL})
     stores = []
     for rank in ranks:
-        rank_config = TelemetryConfig(run_id=run_id, rank=rank, world_size=world_size, exporter="none")
-        stores.append(MetricStore(build_resource(rank_config), start_time_ns=time.time_ns(), version="bench"))
+        rank_config = TelemetryConfig(run_id=run_id, rank=rank, world_size=world_size, exporter="none").resolved
+        stores.append(MetricStore(build_resource(rank_config), start_time_ns=time.time_ns(), version=SCOPE_VERSION))
     exporter = OTLPMetricExporter(endpoint=endpoint, insecure=True, timeout=10)
     time.sleep(max(0.0, start_at - time.time()))
     for tick in range(ticks):
         for store in stores:
-            store.record(REWARDS.histogram, fn, rewards, extremes=(REWARDS.maximum, REWARDS.minimum), bounds=reward_bounds)
-            store.add_many({(REWARDS.positive, fn): rewards.positive, (REWARDS.negative, fn): rewards.negative})
-            store.record(STALENESS, (), staleness, extremes=(STALENESS_MAX, STALENESS_MIN), bounds=staleness_bounds)
+            store.record(REWARDS, fn, rewards)
+            store.record(STALENESS, (), staleness)
             store.set(STEP, (), tick)
         now = time.time_ns()
         resource_metrics: list[Any] = []
@@ -79,9 +75,8 @@ def _proc(pid: int) -> tuple[float, int]:
 
 def _total(prometheus_url: str, run_id: str) -> float:
     query = f'sum(rl_reward_count{{rl_run_id="{run_id}",rl_reward_fn="total"}})'
-    result = requests.get(f"{prometheus_url}/api/v1/query", params={"query": query}, timeout=10).json()
-    items = result["data"]["result"]
-    return float(items[0]["value"][1]) if items else 0.0
+    value = Prometheus(prometheus_url, timeout_s=10).value(query)
+    return 0.0 if value is None else value
 
 
 def measure(stack: Any, ranks: int, *, ticks: int, senders: int = 2, timeout_s: float = 60) -> dict[str, Any]:

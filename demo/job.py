@@ -10,7 +10,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +147,3 @@ def train_step(
         "zero_variance_groups": int(zero_variance.sum()),
     }
 
-
-def settings_json(settings: JobSettings) -> str:
-    return json.dumps(asdict(settings))

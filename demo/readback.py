@@ -10,9 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import requests
-
-from otel_rl.report.fetch import logs_query
+from otel_rl.query import Prometheus, VictoriaLogs
 
 _TIMEOUT_S = 10
 
@@ -23,21 +21,19 @@ class Sources:
     victorialogs_url: str
     run_id: str
 
+    @property
+    def prometheus(self) -> Prometheus:
+        """The client of ``prometheus_url``."""
+        return Prometheus(self.prometheus_url, timeout_s=_TIMEOUT_S)
+
+    @property
+    def logs(self) -> VictoriaLogs:
+        """The client of ``victorialogs_url``."""
+        return VictoriaLogs(self.victorialogs_url, timeout_s=_TIMEOUT_S)
+
     def selector(self, **labels: str) -> str:
         pairs = {"rl_run_id": self.run_id, **labels}
         return "{" + ",".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
-
-
-def instant(sources: Sources, query: str, at: float) -> float | None:
-    """The single value of an instant PromQL query at ``at`` (unix seconds), or None when it has no result."""
-    response = requests.get(
-        f"{sources.prometheus_url}/api/v1/query", params={"query": query, "time": f"{at:.3f}"}, timeout=_TIMEOUT_S
-    )
-    response.raise_for_status()
-    result = response.json()["data"]["result"]
-    if not result:
-        return None
-    return float(result[0]["value"][1])
 
 
 def wait_until_settled(sources: Sources, *, expected_count: int | None, timeout_s: float = 60) -> float:
@@ -47,7 +43,7 @@ def wait_until_settled(sources: Sources, *, expected_count: int | None, timeout_
     previous, stable = None, 0
     while time.time() < deadline:
         now = time.time()
-        value = instant(sources, query, now)
+        value = sources.prometheus.value(query, now)
         if value is not None and expected_count is not None and value >= expected_count:
             return now
         stable = stable + 1 if value is not None and value == previous else 0
@@ -61,13 +57,8 @@ def wait_until_settled(sources: Sources, *, expected_count: int | None, timeout_
 def reporting_span(sources: Sources, now: float, lookback_s: float) -> tuple[float, float]:
     """When the run's reward count first appeared in Prometheus, and when it reached its final value."""
     query = f"sum(rl_reward_count{sources.selector(rl_reward_fn='total')})"
-    response = requests.get(
-        f"{sources.prometheus_url}/api/v1/query_range",
-        params={"query": query, "start": f"{now - lookback_s:.3f}", "end": f"{now:.3f}", "step": "0.5"},
-        timeout=_TIMEOUT_S,
-    )
-    response.raise_for_status()
-    values = [(float(t), float(v)) for t, v in response.json()["data"]["result"][0]["values"]]
+    series = sources.prometheus.range(query, now - lookback_s, now, step=0.5)[0]
+    values = [(float(t), float(v)) for t, v in series["values"]]
     final = values[-1][1]
     settled = next(t for t, v in values if v == final)
     return values[0][0], settled
@@ -76,6 +67,7 @@ def reporting_span(sources: Sources, now: float, lookback_s: float) -> tuple[flo
 def window_stats(sources: Sources, fn: str, start: float | None, end: float) -> dict[str, float | None]:
     """Mean, p50 and p90 of ``rl.reward{fn}`` recorded between ``start`` (None: the beginning) and ``end``."""
     sel = sources.selector(rl_reward_fn=fn)
+    prometheus = sources.prometheus
 
     def delta(metric: str, by_le: bool = False) -> str:
         agg = f"sum by (le) ({metric}{sel})" if by_le else f"sum({metric}{sel})"
@@ -83,14 +75,13 @@ def window_stats(sources: Sources, fn: str, start: float | None, end: float) -> 
             return agg
         return f"({agg} - {agg.replace(sel, sel + f' offset {round((end - start) * 1000)}ms')})"
 
-    mean = instant(
-        sources,
+    mean = prometheus.value(
         f"({delta('rl_reward_positive_total')} - {delta('rl_reward_negative_total')}) / {delta('rl_reward_count')}",
         end,
     )
-    p50 = instant(sources, f"histogram_quantile(0.5, {delta('rl_reward_bucket', True)})", end)
-    p90 = instant(sources, f"histogram_quantile(0.9, {delta('rl_reward_bucket', True)})", end)
-    count = instant(sources, delta("rl_reward_count"), end)
+    p50 = prometheus.value(f"histogram_quantile(0.5, {delta('rl_reward_bucket', True)})", end)
+    p90 = prometheus.value(f"histogram_quantile(0.9, {delta('rl_reward_bucket', True)})", end)
+    count = prometheus.value(delta("rl_reward_count"), end)
     return {"count": count, "mean": mean, "p50": p50, "p90": p90}
 
 
@@ -103,7 +94,7 @@ def samples(sources: Sources, selection: str, limit: int) -> list[dict[str, Any]
         f"| sort by (rl.reward {order}, rl.step desc) | limit {limit * 20}"
     )
     distinct: dict[tuple[str, str], dict[str, Any]] = {}
-    for record in logs_query(sources.victorialogs_url, query):
+    for record in sources.logs.query(query):
         distinct.setdefault((record.get("prompt", ""), record.get("_msg", "")), record)
     return list(distinct.values())[:limit]
 
@@ -113,6 +104,7 @@ def summarize(sources: Sources, *, expected_count: int | None) -> dict[str, Any]
     begin, end = reporting_span(sources, wait_until_settled(sources, expected_count=expected_count), 3600)
     quarter = max((end - begin) / 4, 1.0)
     sel = sources.selector()
+    prometheus = sources.prometheus
     return {
         "run_id": sources.run_id,
         "window_s": round(end - begin, 3),
@@ -123,11 +115,11 @@ def summarize(sources: Sources, *, expected_count: int | None) -> dict[str, Any]
             "by_fn": {fn: window_stats(sources, fn, None, end) for fn in ("correctness", "format")},
         },
         "staleness": {
-            "count": instant(sources, f"sum(rl_staleness_count{sel})", end),
-            "sum": instant(sources, f"sum(rl_staleness_sum{sel})", end),
-            "p50": instant(sources, f"histogram_quantile(0.5, sum by (le) (rl_staleness_bucket{sel}))", end),
-            "p99": instant(sources, f"histogram_quantile(0.99, sum by (le) (rl_staleness_bucket{sel}))", end),
-            "max": instant(sources, f"max(max_over_time(rl_staleness_max{sel}[{int(end - begin) + 60}s]))", end),
+            "count": prometheus.value(f"sum(rl_staleness_count{sel})", end),
+            "sum": prometheus.value(f"sum(rl_staleness_sum{sel})", end),
+            "p50": prometheus.value(f"histogram_quantile(0.5, sum by (le) (rl_staleness_bucket{sel}))", end),
+            "p99": prometheus.value(f"histogram_quantile(0.99, sum by (le) (rl_staleness_bucket{sel}))", end),
+            "max": prometheus.value(f"max(max_over_time(rl_staleness_max{sel}[{int(end - begin) + 60}s]))", end),
         },
         "samples": {"top": samples(sources, "top", 3), "bottom": samples(sources, "bottom", 3)},
     }

@@ -1,4 +1,4 @@
-"""``otel-rl report``: registered in :data:`otel_rl.stack.cli.SUBCOMMANDS`; imports matplotlib only when run."""
+"""``otel-rl report``: registered on the ``otel-rl`` parser of :mod:`otel_rl.cli`; imports matplotlib only when run."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from otel_rl.report.dashboard import DEFAULT_DASHBOARD
 
 def _report(args: argparse.Namespace) -> int:
     """Build the report of one run and write it to ``--out``."""
+    from otel_rl.query import QueryError
     from otel_rl.report.fetch import ReportError
     from otel_rl.report.render import build_report, panels_without_data, write_report
 
@@ -22,7 +23,7 @@ def _report(args: argparse.Namespace) -> int:
             scrape_interval_s=args.scrape_interval,
             lookback_s=args.lookback_hours * 3600,
         )
-    except ReportError as error:
+    except (QueryError, ReportError) as error:
         raise ValueError(str(error)) from error
     write_report(report, args.out)
     empty = panels_without_data(report)

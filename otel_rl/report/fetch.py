@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import requests
-
+from otel_rl.query import Prometheus, VictoriaLogs
 from otel_rl.report.dashboard import Panel, legend_for, substitute
-
-_TIMEOUT_S = 30
 
 
 class ReportError(RuntimeError):
-    """A query failed, or the run has no data in the searched range."""
+    """The run has no data in the searched range."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,33 +77,28 @@ def _duration(seconds: float) -> str:
     return f"{max(round(seconds * 1000), 1)}ms"
 
 
-def _prometheus(url: str, path: str, params: dict[str, str]) -> list[dict[str, Any]]:
-    response = requests.post(f"{url}{path}", data=params, timeout=_TIMEOUT_S)
-    body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
-    if response.status_code != 200 or body.get("status") != "success":
-        raise ReportError(f"Prometheus query {params.get('query')!r} failed: {response.status_code} {response.text[:300]}")
-    result: list[dict[str, Any]] = body["data"]["result"]
-    return result
-
-
-def run_span(prometheus_url: str, run_id: str, *, lookback_s: float, now: float) -> tuple[float, float]:
+def run_span(prometheus: Prometheus, run_id: str, *, lookback_s: float, now: float) -> tuple[float, float]:
     """Return the first and last time the run's ``rl_step`` reached Prometheus within ``lookback_s`` of ``now``.
 
     Raises:
         ReportError: when the run has no ``rl_step`` sample in that range.
+        QueryError: when the query fails.
     """
     selector = f'rl_step{{rl_run_id="{run_id}",rl_rank=""}}[{_duration(lookback_s)}]'
-    result = _prometheus(prometheus_url, "/api/v1/query", {"query": selector, "time": f"{now:.3f}"})
-    times = [float(t) for series in result for t, _ in series.get("values", ())]
+    times = [float(t) for series in prometheus.query(selector, now) for t, _ in series.get("values", ())]
     if not times:
         raise ReportError(f"run {run_id!r} has no rl_step sample in Prometheus in the last {lookback_s:.0f} s")
     return min(times), max(times)
 
 
 def fetch_panel(
-    panel: Panel, *, run_id: str, window: Window, prometheus_url: str, victorialogs_url: str
+    panel: Panel, *, run_id: str, window: Window, prometheus: Prometheus, logs: VictoriaLogs
 ) -> PanelData:
-    """Run every query of ``panel`` over ``window``: range queries for time series, instant ones at the end."""
+    """Run every query of ``panel`` over ``window``: range queries for time series, instant ones at the end.
+
+    Raises:
+        QueryError: when a query fails.
+    """
     data = PanelData(panel=panel)
     for target in panel.targets:
         query = substitute(
@@ -118,34 +109,15 @@ def fetch_panel(
         )
         data.queries.append(query)
         if target.language == "logsql":
-            data.rows.extend(logs_query(victorialogs_url, query, start=window.start, end=window.end + 60))
+            data.rows.extend(logs.query(query, start=window.start, end=window.end + 60))
         elif target.instant:
-            for item in _prometheus(prometheus_url, "/api/v1/query", {"query": query, "time": f"{window.end:.3f}"}):
+            for item in prometheus.query(query, window.end):
                 t, v = item["value"]
                 labels = dict(item["metric"])
                 data.series.append(Series(legend_for(target.legend, labels), labels, [(float(t), float(v))]))
         else:
-            params = {
-                "query": query,
-                "start": f"{window.start:.3f}",
-                "end": f"{window.end:.3f}",
-                "step": f"{window.step_s:.3f}",
-            }
-            for item in _prometheus(prometheus_url, "/api/v1/query_range", params):
+            for item in prometheus.range(query, window.start, window.end, step=window.step_s):
                 labels = dict(item["metric"])
                 points = [(float(t), float(v)) for t, v in item["values"]]
                 data.series.append(Series(legend_for(target.legend, labels), labels, points))
     return data
-
-
-def logs_query(victorialogs_url: str, query: str, *, start: float | None = None, end: float | None = None) -> list[dict[str, Any]]:
-    """Run a LogsQL query (``/select/logsql/query``) and return its records, optionally limited to a time range."""
-    params = {"query": query}
-    if start is not None:
-        params["start"] = f"{start:.3f}"
-    if end is not None:
-        params["end"] = f"{end:.3f}"
-    response = requests.post(f"{victorialogs_url}/select/logsql/query", data=params, timeout=_TIMEOUT_S)
-    if response.status_code != 200:
-        raise ReportError(f"VictoriaLogs query {query!r} failed: {response.status_code} {response.text[:300]}")
-    return [json.loads(line) for line in response.text.splitlines() if line.strip()]

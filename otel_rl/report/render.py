@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from otel_rl.query import Prometheus, VictoriaLogs
 from otel_rl.report.dashboard import Panel, default_dashboard_path, load_panels
 from otel_rl.report.fetch import PanelData, Series, Window, fetch_panel, run_span
 
@@ -65,19 +66,18 @@ def build_report(
     default); it sizes ``$__rate_interval`` as Grafana does with the datasource's scrape interval.
 
     Raises:
-        ReportError: when the run has no data, or a query fails.
+        ReportError: when the run has no data.
+        QueryError: when a query fails.
         FileNotFoundError, ValueError: when the dashboard file is missing or not a dashboard.
     """
     path = dashboard or default_dashboard_path()
     panels = load_panels(path)
     at = time.time() if now is None else now
-    first, last = run_span(prometheus_url, run_id, lookback_s=lookback_s, now=at)
+    prometheus, logs = Prometheus(prometheus_url), VictoriaLogs(victorialogs_url)
+    first, last = run_span(prometheus, run_id, lookback_s=lookback_s, now=at)
     # A little margin on both sides: rate windows need points before the first step, and the last flush.
     window = Window.for_range(first - scrape_interval_s, last + scrape_interval_s, scrape_interval_s=scrape_interval_s)
-    data = [
-        fetch_panel(panel, run_id=run_id, window=window, prometheus_url=prometheus_url, victorialogs_url=victorialogs_url)
-        for panel in panels
-    ]
+    data = [fetch_panel(panel, run_id=run_id, window=window, prometheus=prometheus, logs=logs) for panel in panels]
     return Report(run_id=run_id, window=window, panels=data, dashboard=path)
 
 

@@ -1,29 +1,21 @@
-"""The ``otel-rl`` command line: a subcommand dispatcher; ``otel-rl stack install|up|down|status`` lives here.
-
-Other subcommands (``demo``, ``report``) register themselves by adding a function to :data:`SUBCOMMANDS` that
-adds a subparser and sets its ``handler`` default; :func:`main` parses and calls ``args.handler(args)``.
-"""
+"""``otel-rl stack install|up|down|status``: the stack actions, registered on the ``otel-rl`` parser of
+:mod:`otel_rl.cli` by :func:`add_stack_command`."""
 
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 
-from otel_rl.report.cli import add_report_command
-from otel_rl.stack import install, layout
+from otel_rl.stack import install
 from otel_rl.stack.config import StackConfig, StackPorts
 from otel_rl.stack.env import otel_rl_home
-from otel_rl.stack.services import COMPONENTS, Stack, StackError
+from otel_rl.stack.services import COMPONENTS, Stack
 
-_logger = logging.getLogger(__name__)
-
-Handler = Callable[[argparse.Namespace], int]
-"""A subcommand: takes the parsed arguments, returns the process exit status."""
+_Action = Callable[[argparse.Namespace], int]
+"""A stack action: takes the parsed arguments, returns the process exit status."""
 
 
 def _add_stack_options(parser: argparse.ArgumentParser) -> None:
@@ -127,7 +119,7 @@ def _stack_status(args: argparse.Namespace) -> int:
     return 0 if all(status.healthy for status in statuses.values()) else 1
 
 
-_STACK_ACTIONS: dict[str, tuple[Handler, str]] = {
+_STACK_ACTIONS: dict[str, tuple[_Action, str]] = {
     "install": (_stack_install, "install the collector, VictoriaLogs and Prometheus if missing"),
     "up": (_stack_up, "install what is missing, start the stack and wait until it is healthy"),
     "down": (_stack_down, "stop the stack (SIGTERM, then SIGKILL)"),
@@ -135,46 +127,11 @@ _STACK_ACTIONS: dict[str, tuple[Handler, str]] = {
 }
 
 
-def _add_stack_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``otel-rl stack ...``."""
+def add_stack_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``otel-rl stack ...``: one action subparser each, with the ``stack`` options and a ``handler``."""
     stack = subparsers.add_parser("stack", help="install and run the local collector, Prometheus and VictoriaLogs")
     actions = stack.add_subparsers(dest="action", metavar="ACTION", required=True)
     for action, (handler, help_text) in _STACK_ACTIONS.items():
         parser = actions.add_parser(action, help=help_text, description=help_text)
         _add_stack_options(parser)
         parser.set_defaults(handler=handler)
-
-
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
-    _add_stack_command,
-    add_report_command,
-]
-"""Functions that each register one top-level subcommand (a subparser with a ``handler`` default)."""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Return the ``otel-rl`` argument parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(prog="otel-rl", description="otel-rl tooling")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for register in SUBCOMMANDS:
-        register(subparsers)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``otel-rl`` command line; return the exit status (also the console script's entry point)."""
-    args = build_parser().parse_args(argv)
-    if args.verbose or getattr(args, "command", None) == "stack":
-        # The CLI owns this process, so configuring logging output here touches no library user's handlers.
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
-    handler: Handler = args.handler
-    try:
-        return handler(args)
-    except (StackError, install.InstallError, FileNotFoundError, ValueError) as error:
-        print(f"otel-rl: error: {error}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

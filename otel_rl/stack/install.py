@@ -4,12 +4,14 @@
   build the manifest into ``$OTEL_RL_HOME/collector/<digest>/otelcol-rl`` where ``<digest>`` is the first 16 hex
   digits of the SHA-256 of the manifest bytes. A changed manifest is a new digest, hence a new build; an
   unchanged one is never rebuilt.
-* VictoriaLogs: ``go install`` at :data:`VICTORIALOGS_VERSION` into ``$OTEL_RL_HOME/bin``, with a version stamp.
+* VictoriaLogs: ``go install`` at :data:`VICTORIALOGS_VERSION` into ``$OTEL_RL_HOME/bin``, with a version stamp
+  (the builder is installed the same way, by :func:`ensure_go_binary`).
 * Prometheus and promtool: taken from ``PATH``, else from Debian's ``prometheus`` package (needs root). The
   package's own service is stopped: the stack runs its own Prometheus process.
 
-All installs hold an exclusive lock on ``$OTEL_RL_HOME/install.lock`` so that concurrent ``up`` calls (a test
-session and a shell) do not build the same thing twice or read a half-written binary.
+The Go installs and the collector build hold an exclusive lock on ``$OTEL_RL_HOME/install.lock`` so that
+concurrent ``up`` calls (a test session and a shell) do not build the same thing twice or read a half-written
+binary. Each ``ensure_*`` function takes the lock itself and never while holding it (see :func:`install_lock`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ _logger = logging.getLogger(__name__)
 BUILDER_PACKAGE: Final = "go.opentelemetry.io/collector/cmd/builder"
 """Go package of the OpenTelemetry Collector Builder (``ocb``)."""
 
+BUILDER_BINARY_NAME: Final = "builder"
+"""File name of the installed collector builder."""
+
 CORE_MODULE_PREFIX: Final = "go.opentelemetry.io/collector/"
 """Module path prefix of the collector core; its v0.x modules carry the release version the builder must match."""
 
@@ -49,6 +54,9 @@ VICTORIALOGS_PACKAGE: Final = "github.com/VictoriaMetrics/VictoriaLogs/app/victo
 
 VICTORIALOGS_VERSION: Final = "v1.52.1"
 """Pinned VictoriaLogs release."""
+
+VICTORIALOGS_BINARY_NAME: Final = "victoria-logs"
+"""File name of the installed VictoriaLogs server."""
 
 _MANIFEST_COMPONENT_KEYS: Final = ("receivers", "processors", "exporters", "connectors", "extensions", "providers")
 
@@ -110,7 +118,11 @@ def collector_binary_path(manifest: Path, *, home: Path) -> Path:
 
 @contextlib.contextmanager
 def install_lock(home: Path) -> Iterator[None]:
-    """Hold the exclusive install lock of ``home`` (blocking) for the duration of the ``with`` block."""
+    """Hold the exclusive install lock of ``home`` (blocking) for the duration of the ``with`` block.
+
+    Not re-entrant: a second ``flock`` by the same process on another descriptor waits for the first, forever.
+    So each ``ensure_*`` function takes the lock itself and never calls another one while holding it.
+    """
     home.mkdir(parents=True, exist_ok=True)
     with open(home / "install.lock", "a", encoding="utf-8") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -166,33 +178,41 @@ def _go_env(gobin: Path) -> dict[str, str]:
     return env
 
 
-def ensure_builder(version: str, *, home: Path) -> Path:
-    """Return the collector builder at ``version`` in ``$OTEL_RL_HOME/bin``, installing it if missing or different.
+def ensure_go_binary(package: str, version: str, binary_name: str, *, home: Path) -> Path:
+    """Return ``binary_name`` at ``version`` in ``$OTEL_RL_HOME/bin``, installing ``package@version`` if needed.
 
-    The call must hold :func:`install_lock`.
+    ``go install`` runs when the binary is missing or its version stamp (``<binary_name>.version`` beside it)
+    names another version. It writes into a temporary GOBIN and the binary is then renamed into place, so a
+    failed install leaves nothing half-written. Takes :func:`install_lock` itself: the caller must not hold it.
+
+    Raises:
+        InstallError: when ``go install`` fails or produces no ``binary_name``.
     """
-    builder = layout.bin_dir(home) / "builder"
-    stamp = builder.with_name("builder.version")
-    if builder.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == version:
-        return builder
-    _logger.info("installing the collector builder %s into %s", version, builder.parent)
-    started = time.monotonic()
-    _go_install(f"{BUILDER_PACKAGE}@{version}", "builder", home=home)
-    stamp.write_text(version + "\n", encoding="utf-8")
-    _logger.info("installed the collector builder %s in %.1f s", version, time.monotonic() - started)
-    return builder
-
-
-def _go_install(target: str, binary_name: str, *, home: Path) -> None:
-    """``go install target`` into a temporary GOBIN, then move ``binary_name`` into ``$OTEL_RL_HOME/bin``."""
     bin_dir = layout.bin_dir(home)
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".go-install-", dir=bin_dir) as scratch:
-        _run([go_executable(), "install", target], env=_go_env(Path(scratch)))
-        built = Path(scratch) / binary_name
-        if not built.is_file():
-            raise InstallError(f"'go install {target}' succeeded but produced no {binary_name!r} in GOBIN")
-        os.replace(built, bin_dir / binary_name)
+    binary = bin_dir / binary_name
+    stamp = bin_dir / f"{binary_name}.version"
+
+    def current() -> bool:
+        return binary.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == version
+
+    if current():
+        return binary
+    with install_lock(home):
+        if current():
+            return binary
+        target = f"{package}@{version}"
+        _logger.info("installing %s into %s", target, bin_dir)
+        started = time.monotonic()
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".go-install-", dir=bin_dir) as scratch:
+            _run([go_executable(), "install", target], env=_go_env(Path(scratch)))
+            built = Path(scratch) / binary_name
+            if not built.is_file():
+                raise InstallError(f"'go install {target}' succeeded but produced no {binary_name!r} in GOBIN")
+            os.replace(built, binary)
+        stamp.write_text(version + "\n", encoding="utf-8")
+        _logger.info("installed %s in %.1f s", target, time.monotonic() - started)
+    return binary
 
 
 def ensure_collector(manifest: Path, *, home: Path) -> Path:
@@ -200,7 +220,8 @@ def ensure_collector(manifest: Path, *, home: Path) -> Path:
 
     The builder writes into a temporary folder next to the destination (its ``dist.output_path`` is overridden
     through the environment variable ``dist.output_path``, which the builder reads on top of the manifest); the
-    binary is then renamed into place, so a crashed build never leaves a half-written collector behind.
+    binary is then renamed into place, so a crashed build never leaves a half-written collector behind. The
+    builder is installed (:func:`ensure_go_binary`) before this function takes the install lock for the build.
 
     Raises:
         FileNotFoundError: when ``manifest`` does not exist.
@@ -212,11 +233,11 @@ def ensure_collector(manifest: Path, *, home: Path) -> Path:
     target = collector_binary_path(manifest, home=home)
     if target.is_file():
         return target
+    version = collector_core_version(manifest)
+    builder = ensure_go_binary(BUILDER_PACKAGE, version, BUILDER_BINARY_NAME, home=home)
     with install_lock(home):
         if target.is_file():
             return target
-        version = collector_core_version(manifest)
-        builder = ensure_builder(version, home=home)
         name = _manifest_binary_name(manifest)
         target.parent.parent.mkdir(parents=True, exist_ok=True)
         _logger.info("building the collector from %s (core %s) into %s; this takes minutes", manifest, version, target)
@@ -241,33 +262,6 @@ def _manifest_binary_name(manifest: Path) -> str:
     data = yaml.safe_load(manifest.read_text(encoding="utf-8")) or {}
     dist = data.get("dist") or {}
     return str(dist.get("name") or "otelcol-custom")
-
-
-def ensure_victorialogs(*, home: Path, version: str = VICTORIALOGS_VERSION) -> Path:
-    """Return VictoriaLogs at ``version`` in ``$OTEL_RL_HOME/bin``, installing it if missing or at another version.
-
-    The installed version is recorded in ``victoria-logs.version`` beside the binary.
-
-    Raises:
-        InstallError: when ``go install`` fails.
-    """
-    binary = layout.bin_dir(home) / "victoria-logs"
-    stamp = binary.with_name("victoria-logs.version")
-
-    def current() -> bool:
-        return binary.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == version
-
-    if current():
-        return binary
-    with install_lock(home):
-        if current():
-            return binary
-        _logger.info("installing VictoriaLogs %s into %s", version, binary.parent)
-        started = time.monotonic()
-        _go_install(f"{VICTORIALOGS_PACKAGE}@{version}", "victoria-logs", home=home)
-        stamp.write_text(version + "\n", encoding="utf-8")
-        _logger.info("installed VictoriaLogs %s in %.1f s", version, time.monotonic() - started)
-    return binary
 
 
 def ensure_prometheus() -> tuple[Path, Path]:
@@ -317,6 +311,6 @@ def install_all(*, root: Path | None = None, home: Path | None = None) -> Binari
     root = layout.repository_root() if root is None else root
     home = otel_rl_home() if home is None else home
     prometheus, promtool = ensure_prometheus()
-    victorialogs = ensure_victorialogs(home=home)
+    victorialogs = ensure_go_binary(VICTORIALOGS_PACKAGE, VICTORIALOGS_VERSION, VICTORIALOGS_BINARY_NAME, home=home)
     collector = ensure_collector(layout.collector_manifest(root), home=home)
     return Binaries(collector=collector, victorialogs=victorialogs, prometheus=prometheus, promtool=promtool)

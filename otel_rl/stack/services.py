@@ -9,7 +9,8 @@ A :class:`Stack` keeps everything in its state directory::
     <state_dir>/data/<name>/        Prometheus TSDB and VictoriaLogs storage
 
 so that another process (the CLI) can report on it and stop it. Start order is VictoriaLogs, Prometheus, then the
-collector (which writes to both); stop order is the reverse, so the collector can flush on SIGTERM.
+collector (which writes to both); stop order is the reverse, so the collector can flush on SIGTERM. What differs
+between the components (ports, health endpoint, command line) is in their specs, :data:`components.SPECS`.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Literal, get_args
+from typing import Final
 
-from otel_rl.stack import env as stack_env
-from otel_rl.stack import install, layout
-from otel_rl.stack.config import StackConfig, StackPorts, find_free_ports, render_prometheus_config
+from otel_rl.stack import components, install
+from otel_rl.stack.components import COMPONENTS, SPECS, ComponentName
+from otel_rl.stack.config import StackConfig, StackPorts, find_free_ports
 from otel_rl.stack.process import ManagedProcess, ProcessState, tail
 
 __all__ = [
@@ -46,12 +47,6 @@ __all__ = [
 ]
 
 _logger = logging.getLogger(__name__)
-
-ComponentName = Literal["victorialogs", "prometheus", "collector"]
-"""The components of a stack."""
-
-COMPONENTS: Final[tuple[ComponentName, ...]] = get_args(ComponentName)
-"""All components, in start order."""
 
 _STATE_FILE: Final = "stack.json"
 _LOG_TAIL_LINES: Final = 30
@@ -151,36 +146,31 @@ class Stack:
     @property
     def otlp_grpc_endpoint(self) -> str:
         """OTLP/gRPC endpoint for ``OTLPMetricExporter(endpoint=..., insecure=True)``: ``http://host:port``."""
-        return f"http://{self.config.host}:{self.config.ports.otlp_grpc}"
+        return components.base_url(self.config, self.config.ports.otlp_grpc)
 
     @property
     def otlp_http_endpoint(self) -> str:
         """OTLP/HTTP base URL (``OTEL_EXPORTER_OTLP_ENDPOINT`` form); signal paths are ``/v1/metrics``, ``/v1/logs``."""
-        return f"http://{self.config.host}:{self.config.ports.otlp_http}"
+        return components.base_url(self.config, self.config.ports.otlp_http)
 
     @property
     def prometheus_url(self) -> str:
         """Prometheus base URL, e.g. ``http://127.0.0.1:9090`` (API under ``/api/v1/``)."""
-        return f"http://{self.config.host}:{self.config.ports.prometheus}"
+        return components.base_url(self.config, self.config.ports.prometheus)
 
     @property
     def victorialogs_url(self) -> str:
         """VictoriaLogs base URL, e.g. ``http://127.0.0.1:9428`` (LogsQL under ``/select/logsql/query``)."""
-        return f"http://{self.config.host}:{self.config.ports.victorialogs}"
+        return components.base_url(self.config, self.config.ports.victorialogs)
 
     @property
     def collector_health_url(self) -> str:
         """The collector's ``health_check`` URL."""
-        return f"http://{self.config.host}:{self.config.ports.collector_health}/"
+        return self.health_url("collector")
 
     def health_url(self, name: ComponentName) -> str:
         """Return the URL that answers 200 when component ``name`` is ready."""
-        name = _check_name(name)
-        if name == "prometheus":
-            return f"{self.prometheus_url}/-/ready"
-        if name == "victorialogs":
-            return f"{self.victorialogs_url}/health"
-        return self.collector_health_url
+        return SPECS[_check_name(name)].health_url(self.config)
 
     def log_file(self, name: ComponentName) -> Path:
         """Return the log file of component ``name``."""
@@ -188,16 +178,7 @@ class Stack:
 
     def collector_environment(self) -> dict[str, str]:
         """Return the variables (see :mod:`otel_rl.stack.env`) the collector configuration reads for this stack."""
-        ports, host = self.config.ports, self.config.host
-        return {
-            stack_env.COLLECTOR_OTLP_GRPC_ENDPOINT: f"{host}:{ports.otlp_grpc}",
-            stack_env.COLLECTOR_OTLP_HTTP_ENDPOINT: f"{host}:{ports.otlp_http}",
-            stack_env.COLLECTOR_HEALTH_ENDPOINT: f"{host}:{ports.collector_health}",
-            stack_env.COLLECTOR_METRICS_HOST: host,
-            stack_env.COLLECTOR_METRICS_PORT: str(ports.collector_metrics),
-            stack_env.COLLECTOR_PROMETHEUS_URL: self.prometheus_url,
-            stack_env.COLLECTOR_VICTORIALOGS_URL: self.victorialogs_url,
-        }
+        return components.collector_environment(self.config)
 
     # Lifecycle ---------------------------------------------------------------------------------------------------
 
@@ -218,7 +199,7 @@ class Stack:
         try:
             for name in COMPONENTS:
                 running = self._processes[name].pid() is not None
-                if running and self._launch_digest(name) != self._recorded_digest(name):
+                if running and _launch_digest(self._command(name)) != self._recorded_digest(name):
                     _logger.info("restarting %s: its binary or configuration changed since it started", name)
                     self.stop_component(name)
                     running = False
@@ -262,16 +243,16 @@ class Stack:
             if wait:
                 self.wait_healthy(name)
             return
-        for port_name, port in self._listen_ports(name):
+        for port_name, port in SPECS[name].ports(self.config):
             if _port_in_use(self.config.host, port):
                 raise StackError(
                     f"cannot start {name}: port {port_name}={port!r} on {self.config.host!r} is already in use "
                     "(another stack, or the Debian prometheus service?); choose other ports"
                 )
-        argv, environment = self._command(name)
+        command = self._command(name)
         self._write_state()
-        self._digest_file(name).write_text(self._launch_digest(name), encoding="utf-8")
-        process.start(argv, env=environment, cwd=self.state_dir)
+        self._digest_file(name).write_text(_launch_digest(command), encoding="utf-8")
+        process.start(list(command.argv), env=_environment(command), cwd=self.state_dir)
         if wait:
             self.wait_healthy(name)
 
@@ -362,79 +343,17 @@ class Stack:
         log_file = self._processes[name].log_file
         return f"{message}; last {_LOG_TAIL_LINES} lines of {log_file}:\n{tail(log_file, _LOG_TAIL_LINES)}"
 
-    def _listen_ports(self, name: ComponentName) -> list[tuple[str, int]]:
-        """Return the ``(field, port)`` pairs component ``name`` listens on."""
-        ports = self.config.ports
-        if name == "prometheus":
-            return [("prometheus", ports.prometheus)]
-        if name == "victorialogs":
-            return [("victorialogs", ports.victorialogs)]
-        return [
-            ("otlp_grpc", ports.otlp_grpc),
-            ("otlp_http", ports.otlp_http),
-            ("collector_health", ports.collector_health),
-            ("collector_metrics", ports.collector_metrics),
-        ]
+    def _command(self, name: ComponentName) -> components.Command:
+        """Return the command that starts component ``name`` (writing its rendered config, if any).
 
-    def _command(self, name: ComponentName) -> tuple[list[str], dict[str, str]]:
-        """Return the argv and environment that start component ``name``; writes its rendered config if any."""
-        binaries = self.binaries()
-        environment = dict(os.environ)
-        data_dir = self.state_dir / "data" / name
-        data_dir.mkdir(parents=True, exist_ok=True)
-        listen = f"{self.config.host}:"
-        if name == "victorialogs":
-            argv = [
-                str(binaries.victorialogs),
-                f"-storageDataPath={data_dir}",
-                f"-httpListenAddr={listen}{self.config.ports.victorialogs}",
-                f"-retentionPeriod={self.config.victorialogs_retention}",
-                *self.config.victorialogs_flags,
-            ]
-        elif name == "prometheus":
-            root = self.config.resolved_root()
-            rendered = self.state_dir / "prometheus.yml"
-            rendered.write_text(
-                render_prometheus_config(
-                    layout.prometheus_config(root),
-                    ports=self.config.ports,
-                    host=self.config.host,
-                    rules_dir=layout.prometheus_rules_dir(root),
-                ),
-                encoding="utf-8",
-            )
-            argv = [
-                str(binaries.prometheus),
-                f"--config.file={rendered}",
-                f"--storage.tsdb.path={data_dir}",
-                f"--storage.tsdb.retention.time={self.config.prometheus_retention}",
-                f"--web.listen-address={listen}{self.config.ports.prometheus}",
-                "--web.enable-remote-write-receiver",
-                "--web.enable-lifecycle",
-                "--enable-feature=native-histograms,exemplar-storage",
-            ]
-        else:
-            configs = self.config.resolved_collector_configs()
-            for path in configs:
-                if not path.is_file():
-                    raise StackError(f"cannot start collector: config file {str(path)!r} does not exist")
-            argv = [str(binaries.collector), *(f"--config={path}" for path in configs)]
-            environment.update(self.config.collector_environment)
-            environment.update(self.collector_environment())
-        return argv, environment
-
-    def _launch_digest(self, name: ComponentName) -> str:
-        """A hash of what a start of ``name`` would run: its command line, the otel-rl environment it gets, and
-        the files it reads (collector configs, Prometheus rules). ``up`` restarts a component whose digest moved."""
-        argv, environment = self._command(name)
-        digest = hashlib.sha256(json.dumps(argv).encode())
-        digest.update(json.dumps(sorted((k, v) for k, v in environment.items() if k.startswith("OTEL_RL_"))).encode())
-        files = [Path(arg.split("=", 1)[1]) for arg in argv if arg.startswith(("--config=", "--config.file="))]
-        if name == "prometheus":
-            files += sorted(layout.prometheus_rules_dir(self.config.resolved_root()).glob("*.yml"))
-        for path in files:
-            digest.update(path.read_bytes() if path.is_file() else b"")
-        return digest.hexdigest()
+        Raises:
+            StackError: when one of the files it reads does not exist.
+        """
+        command = SPECS[name].command(self.config, self.binaries(), self.state_dir)
+        for path in command.inputs:
+            if not path.is_file():
+                raise StackError(f"cannot start {name}: config file {str(path)!r} does not exist")
+        return command
 
     def _digest_file(self, name: ComponentName) -> Path:
         return self.state_dir / f"{name}.digest"
@@ -453,3 +372,19 @@ class Stack:
             encoding="utf-8",
         )
         os.replace(temporary, path)
+
+
+def _environment(command: components.Command) -> dict[str, str]:
+    """Return the full environment a component starts with: this process's, plus the command's variables."""
+    return {**os.environ, **command.environment}
+
+
+def _launch_digest(command: components.Command) -> str:
+    """A hash of what ``command`` would run: its command line, the otel-rl environment it gets (``OTEL_RL_*``), and
+    the contents of the files it reads. ``up`` restarts a component whose digest moved."""
+    digest = hashlib.sha256(json.dumps(list(command.argv)).encode())
+    environment = _environment(command)
+    digest.update(json.dumps(sorted((k, v) for k, v in environment.items() if k.startswith("OTEL_RL_"))).encode())
+    for path in command.inputs:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()

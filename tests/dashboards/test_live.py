@@ -8,7 +8,6 @@ rejections). Grafana variables are substituted with concrete values: ``$run`` wi
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 import requests
 
+from otel_rl.query import Prometheus, VictoriaLogs
 from tests.dashboards.conftest import ROOT, dashboard_targets, metric_names, rules
 
 RUN_ID = "dashboards-live"
@@ -36,13 +36,10 @@ class LiveRun:
     last: float
     """Time of its last one."""
 
-
-def _prom(url: str, path: str, **params: Any) -> list[dict[str, Any]]:
-    response = requests.post(f"{url}{path}", data=params, timeout=30)
-    body = response.json()
-    assert body["status"] == "success", (params, body)
-    result: list[dict[str, Any]] = body["data"]["result"]
-    return result
+    @property
+    def prometheus(self) -> Prometheus:
+        """The client of ``prometheus_url``."""
+        return Prometheus(self.prometheus_url)
 
 
 def _recorded_names() -> set[str]:
@@ -70,22 +67,22 @@ def live_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Liv
     finally:
         if demo.poll() is None:
             demo.kill()
-    url = shared_stack.prometheus_url
+    prometheus = Prometheus(shared_stack.prometheus_url)
     # Recording rules run every 15 s: wait until each has recorded this run twice (their windows still hold its
     # data for a minute after the run), so that alerts comparing a recorded series with its past can be checked.
     deadline = time.time() + 120
     while time.time() < deadline:
         match = f'{{__name__=~"rl:.+|rl_alert_threshold",rl_run_id="{RUN_ID}"}}[10m]'
         counts: dict[str, int] = {}
-        for item in _prom(url, "/api/v1/query", query=match):
+        for item in prometheus.query(match):
             name = item["metric"]["__name__"]
             counts[name] = max(counts.get(name, 0), len(item["values"]))
         if all(counts.get(name, 0) >= 2 for name in _recorded_names()):
             break
         time.sleep(2)
-    samples = _prom(url, "/api/v1/query", query=f'rl_step{{rl_run_id="{RUN_ID}",rl_rank=""}}[1h]')
+    samples = prometheus.query(f'rl_step{{rl_run_id="{RUN_ID}",rl_rank=""}}[1h]')
     times = [float(t) for series in samples for t, _ in series["values"]]
-    return LiveRun(url, shared_stack.victorialogs_url, min(times), max(times))
+    return LiveRun(shared_stack.prometheus_url, shared_stack.victorialogs_url, min(times), max(times))
 
 
 def _substitute(expr: str) -> str:
@@ -101,11 +98,10 @@ def test_dashboard_promql_returns_data(live_run: LiveRun, dashboard: str, title:
     """The panel query, run as Grafana runs it (range or instant), returns at least one finite value for the run."""
     query = _substitute(target["expr"])
     if target.get("instant"):
-        result = _prom(live_run.prometheus_url, "/api/v1/query", query=query, time=f"{live_run.last:.3f}")
+        result = live_run.prometheus.query(query, live_run.last)
         values = [float(item["value"][1]) for item in result]
     else:
-        result = _prom(live_run.prometheus_url, "/api/v1/query_range", query=query, start=f"{live_run.first:.3f}",
-                       end=f"{live_run.last:.3f}", step=STEP_S)  # fmt: skip
+        result = live_run.prometheus.range(query, live_run.first, live_run.last, step=STEP_S)
         values = [float(v) for item in result for _, v in item["values"]]
     assert any(v == v and abs(v) != float("inf") for v in values), f"{dashboard} / {title}: no data for {query}"
 
@@ -113,9 +109,7 @@ def test_dashboard_promql_returns_data(live_run: LiveRun, dashboard: str, title:
 @pytest.mark.parametrize(("dashboard", "title", "target"), LOGSQL, ids=[f"{t}/{q['refId']}" for _, t, q in LOGSQL])
 def test_dashboard_logsql_returns_readable_samples(live_run: LiveRun, dashboard: str, title: str, target: dict[str, Any]) -> None:
     """The samples query returns the run's top/bottom samples with their prompt, response and target texts."""
-    response = requests.post(f"{live_run.victorialogs_url}/select/logsql/query", data={"query": _substitute(target["expr"])}, timeout=30)
-    response.raise_for_status()
-    rows = [json.loads(line) for line in response.text.splitlines() if line.strip()]
+    rows = VictoriaLogs(live_run.victorialogs_url).query(_substitute(target["expr"]))
     assert rows, f"{dashboard} / {title}: no samples"
     for row in rows:
         assert row["rl.sample.selection"] in ("top", "bottom")
@@ -139,7 +133,7 @@ def test_prometheus_loaded_every_rule_and_evaluates_it_without_error(live_run: L
 @pytest.mark.parametrize("name", sorted(_recorded_names()))
 def test_recording_rule_recorded_the_run(live_run: LiveRun, name: str) -> None:
     """Each recording rule produced a finite value for the demo run (rl_alert_threshold: all four defaults)."""
-    result = _prom(live_run.prometheus_url, "/api/v1/query", query=f'last_over_time({name}{{rl_run_id="{RUN_ID}"}}[10m])')
+    result = live_run.prometheus.query(f'last_over_time({name}{{rl_run_id="{RUN_ID}"}}[10m])')
     values = [float(item["value"][1]) for item in result]
     assert any(v == v for v in values), f"{name}: nothing recorded for {RUN_ID}"
     if name == "rl_alert_threshold":
@@ -153,11 +147,11 @@ def _provoked(expr: str, shift_ms: int) -> str:
     return expr.replace("offset 1h", f"offset {shift_ms}ms")
 
 
-def _recorded_span(url: str, expr: str) -> tuple[float, float]:
+def _recorded_span(prometheus: Prometheus, expr: str) -> tuple[float, float]:
     """First and last time the recorded series used in ``expr`` hold a finite value for the run."""
     times = []
     for name in {n for n in metric_names(expr) if ":" in n}:
-        for item in _prom(url, "/api/v1/query", query=f'{name}{{rl_run_id="{RUN_ID}"}}[10m]'):
+        for item in prometheus.query(f'{name}{{rl_run_id="{RUN_ID}"}}[10m]'):
             times += [float(t) for t, v in item["values"] if v not in ("NaN", "+Inf", "-Inf")]
     return min(times), max(times)
 
@@ -177,10 +171,10 @@ def test_alert_expression_matches_the_run(live_run: LiveRun, rule: dict[str, Any
     if rule["alert"] == "RLTelemetryAbsent":
         at = live_run.last + 400
     elif "offset 1h" in rule["expr"]:
-        earliest, at = _recorded_span(live_run.prometheus_url, rule["expr"])
+        earliest, at = _recorded_span(live_run.prometheus, rule["expr"])
         shift_ms = round((at - earliest) * 1000)
         assert shift_ms > 0
-    result = _prom(live_run.prometheus_url, "/api/v1/query", query=_provoked(rule["expr"], shift_ms), time=f"{at:.3f}")
+    result = live_run.prometheus.query(_provoked(rule["expr"], shift_ms), at)
     assert RUN_ID in {item["metric"].get("rl_run_id") for item in result}, (rule["alert"], result)
 
 
@@ -189,8 +183,7 @@ def test_every_metric_name_in_dashboards_and_rules_exists_for_the_run(live_run: 
     names = {n for _, _, target in dashboard_targets() if target["datasource"]["type"] == "prometheus" for n in metric_names(target["expr"])}
     names |= {n for rule in rules() for n in metric_names(rule["expr"])}
     raw = {n for n in names if ":" not in n and not n.startswith("rl_alert_threshold")}
-    present = {item["__name__"] for item in requests.get(f"{live_run.prometheus_url}/api/v1/series",
-               params={"match[]": f'{{rl_run_id="{RUN_ID}"}}'}, timeout=30).json()["data"]}  # fmt: skip
+    present = {item["__name__"] for item in live_run.prometheus.series(f'{{rl_run_id="{RUN_ID}"}}')}
     assert raw and raw <= present, raw - present
 
 
@@ -214,7 +207,7 @@ def test_report_renders_every_panel_with_data(live_run: LiveRun, tmp_path: Path)
 def test_report_command_writes_a_png(live_run: LiveRun, tmp_path: Path) -> None:
     """``otel-rl report ... --out x.png`` (the registered CLI subcommand) exits 0 and writes the picture."""
     pytest.importorskip("matplotlib")
-    from otel_rl.stack.cli import main
+    from otel_rl.cli import main
 
     out = tmp_path / "cli.png"
     assert main(["report", "--prometheus-url", live_run.prometheus_url, "--victorialogs-url", live_run.victorialogs_url,

@@ -148,7 +148,7 @@ def test_compose_mounts_exist_and_provisioning_agrees() -> None:
     assert prometheus["image"] == "prom/prometheus:v2.42.0"
     flags = set(prometheus["command"])
     assert {"--web.enable-remote-write-receiver", "--enable-feature=native-histograms,exemplar-storage"} <= flags
-    stack_flags = (ROOT / "otel_rl" / "stack" / "services.py").read_text(encoding="utf-8")
+    stack_flags = (ROOT / "otel_rl" / "stack" / "components.py").read_text(encoding="utf-8")
     assert '"--web.enable-remote-write-receiver"' in stack_flags and '"--enable-feature=native-histograms,exemplar-storage"' in stack_flags
     assert mounts["prometheus"]["/etc/prometheus/prometheus.yml"] == "./prometheus/prometheus.compose.yml"
     assert mounts["prometheus"]["/etc/prometheus/rules"] == "./prometheus/rules"

@@ -1,4 +1,4 @@
-"""Test harness for the real pipeline: rank processes driven over pipes, and Prometheus/VictoriaLogs queries."""
+"""Test harness for the real pipeline: rank processes driven over pipes, and what Prometheus must hold for them."""
 
 from __future__ import annotations
 
@@ -12,10 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import requests
-
 from otel_rl import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS
+from tests.reference import bucket_counts
 
 ROOT = Path(__file__).parents[2]
 WAIT_S = 90.0
@@ -137,43 +135,6 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-class Prometheus:
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
-        params = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
-        response = requests.get(f"{self.url}/api/v1/query", params=params, timeout=10)
-        response.raise_for_status()
-        return list(response.json()["data"]["result"])
-
-    def value(self, promql: str, at: float | None = None) -> float | None:
-        result = self.query(promql, at)
-        return None if not result else float(result[0]["value"][1])
-
-    def buckets(self, metric: str, selector: str) -> dict[str, float]:
-        """The merged ``<metric>_bucket`` series of ``selector``: ``le`` label -> cumulative count."""
-        return self.by_label(f"sum by (le) ({metric}_bucket{selector})", "le")
-
-    def by_label(self, promql: str, label: str) -> dict[str, float]:
-        return {item["metric"][label]: float(item["value"][1]) for item in self.query(promql)}
-
-    def range(self, promql: str, start: float, end: float, step: float = 0.5) -> list[dict[str, Any]]:
-        response = requests.get(
-            f"{self.url}/api/v1/query_range",
-            params={"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": str(step)},
-            timeout=10,
-        )
-        response.raise_for_status()
-        return list(response.json()["data"]["result"])
-
-
-def logsql(victorialogs_url: str, query: str) -> list[dict[str, Any]]:
-    response = requests.post(f"{victorialogs_url}/select/logsql/query", data={"query": query}, timeout=10)
-    response.raise_for_status()
-    return [json.loads(line) for line in response.text.splitlines() if line.strip()]
-
-
 def eventually(check: Callable[[], Any], *, what: str, timeout_s: float = WAIT_S) -> Any:
     """Call ``check`` until it returns something truthy; raise naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
@@ -186,15 +147,9 @@ def eventually(check: Callable[[], Any], *, what: str, timeout_s: float = WAIT_S
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last result {last!r}")
 
 
-def buckets(values: Sequence[float], bounds: Sequence[float]) -> list[int]:
-    """Reference explicit-bucket counts (upper-inclusive), in float64."""
-    index = np.searchsorted(np.asarray(bounds, dtype=np.float64), np.asarray(values, dtype=np.float64), side="left")
-    return np.bincount(index, minlength=len(bounds) + 1).tolist()
-
-
 def expected_buckets(values: Sequence[float], bounds: Sequence[float]) -> dict[str, float]:
     """What ``Prometheus.buckets`` must return for exactly ``values``."""
-    return cumulative_buckets(buckets(values, bounds), bounds)
+    return cumulative_buckets(bucket_counts(values, bounds), bounds)
 
 
 def cumulative_buckets(counts: Sequence[int], bounds: Sequence[float]) -> dict[str, float]:

@@ -18,13 +18,15 @@ import numpy as np
 import torch
 
 import otel_rl
+from tests.reference import bucket_counts
 
 
 def main() -> None:
     settings = json.loads(sys.argv[1])
     offset_ns = int(float(settings.pop("clock_offset_s", 0.0)) * 1e9)
     clock = (lambda: time.time_ns() + offset_ns) if offset_ns else time.time_ns
-    telemetry = otel_rl.Telemetry(otel_rl.TelemetryConfig(**settings), clock=clock)
+    config = otel_rl.TelemetryConfig(**settings)
+    telemetry = otel_rl.Telemetry(config, clock=clock)
     print("ready", flush=True)
     for line in sys.stdin:
         command = json.loads(line)
@@ -54,7 +56,7 @@ def main() -> None:
             print(json.dumps(_stats(telemetry)), flush=True)
             continue
         elif kind == "synthetic":
-            print(json.dumps(_synthetic(telemetry, **command)), flush=True)
+            print(json.dumps(_synthetic(telemetry, reward_bounds=config.reward_bounds, **command)), flush=True)
             continue
         elif kind == "shutdown":
             print(json.dumps({"finished": telemetry.shutdown(command.get("timeout_s", 30))}), flush=True)
@@ -92,6 +94,7 @@ def _rss_kib() -> int:
 def _synthetic(
     telemetry: otel_rl.Telemetry,
     *,
+    reward_bounds: tuple[float, ...],
     seed: int,
     rollouts: int,
     tokens: int,
@@ -101,17 +104,15 @@ def _synthetic(
 ) -> dict[str, Any]:
     """One step of a realistic job: ``rollouts`` rewards (rounded to 1e-3, so sums are exact in float64),
     ``rollouts x tokens`` staleness values, ``samples`` episode samples with ~1 KiB responses (or, with
-    ``text_bytes``, prompt, response and target of that many bytes each)."""
+    ``text_bytes``, prompt, response and target of that many bytes each). ``reward_bounds`` are the rank's
+    configured ones, for the reference bucket counts."""
     rng = np.random.default_rng(seed)
     rewards = rng.normal(0.2, 1.0, rollouts).round(3)
     telemetry.record_rewards(torch.from_numpy(rewards), fn=fn)
     reply: dict[str, Any] = {
         "reward_count": int(rewards.size),
         "reward_sum": float(rewards.sum()),
-        "reward_buckets": np.bincount(
-            np.searchsorted(np.asarray(telemetry._reward_bounds), rewards, side="left"),  # noqa: SLF001
-            minlength=len(telemetry._reward_bounds) + 1,  # noqa: SLF001
-        ).tolist(),
+        "reward_buckets": bucket_counts(rewards, reward_bounds),
         "staleness_count": 0,
     }
     if tokens:

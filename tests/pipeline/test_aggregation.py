@@ -11,14 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.pipeline.harness import (
-    REWARD_BOUNDS,
-    STALENESS_BOUNDS,
-    Prometheus,
-    RankProcess,
-    expected_buckets,
-    eventually,
-)
+from otel_rl.query import Prometheus
+from tests.pipeline.harness import REWARD_BOUNDS, STALENESS_BOUNDS, RankProcess, expected_buckets, eventually
 
 RANKS = 4
 STEPS = 3
@@ -180,12 +174,9 @@ GOLDEN_SERIES = {
 
 def test_golden_prometheus_names(shared_stack: Any, exact_run: tuple[str, dict[str, Any]]) -> None:
     """The series a run produces are exactly the golden names, and docs/contract.md documents each of them."""
-    import requests
-
     run_id, _ = exact_run
     raw_series = f'{{rl_run_id="{run_id}",otel_scope_name="otel_rl"}}'  # not the recording rules' series
-    response = requests.get(f"{shared_stack.prometheus_url}/api/v1/series", params={"match[]": raw_series}, timeout=10)
-    names = {series["__name__"] for series in response.json()["data"]}
+    names = {series["__name__"] for series in Prometheus(shared_stack.prometheus_url).series(raw_series)}
     assert names == GOLDEN_SERIES
     contract = (Path(__file__).parents[2] / "docs" / "contract.md").read_text()
     assert [name for name in sorted(GOLDEN_SERIES | {"otel_rl_values_rejected_total"}) if f"`{name}`" not in contract] == []

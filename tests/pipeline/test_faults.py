@@ -10,14 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.pipeline.harness import (
-    REWARD_BOUNDS,
-    Prometheus,
-    RankProcess,
-    expected_buckets,
-    eventually,
-    private_stack,
-)
+from otel_rl.query import Prometheus
+from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, expected_buckets, eventually, private_stack
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +48,12 @@ def test_killed_and_restarted_rank_keeps_counters_monotone_and_exact(fault_stack
             time.sleep(1.2)
         eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == len(recorded), what="the final count")
         assert prometheus.buckets("rl_reward", selector) == expected_buckets(recorded, REWARD_BOUNDS)
-        history = prometheus.range(f"rl_reward_count{selector}", started, time.time())
+        history = prometheus.range(f"rl_reward_count{selector}", started, time.time(), step=0.5)
         counts = [float(v) for _, v in history[0]["values"]]
         assert counts == sorted(counts), "the aggregated count decreased"
         for metric in ("rl_reward_positive_total", "rl_reward_negative_total"):
-            values = [float(v) for _, v in prometheus.range(f"{metric}{selector}", started, time.time())[0]["values"]]
+            (series,) = prometheus.range(f"{metric}{selector}", started, time.time(), step=0.5)
+            values = [float(v) for _, v in series["values"]]
             assert values == sorted(values), f"{metric} decreased"
     finally:
         for rank in ranks:

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.pipeline.harness import RankProcess, eventually, logsql
+from otel_rl.query import Prometheus, VictoriaLogs
+from tests.pipeline.harness import RankProcess, eventually
 
 RANKS = 4
 
@@ -34,8 +35,10 @@ def test_samples_from_every_rank_give_the_global_extremes(shared_stack: Any) -> 
             rank.step(6)
             assert rank.flush()
         query = f'{{rl.run.id="{run_id}"}} rl.step:=5'
-        records = eventually(lambda: len(logsql(shared_stack.victorialogs_url, query)) == 4 * RANKS and
-                             logsql(shared_stack.victorialogs_url, query), what="16 sample records")  # fmt: skip
+        logs = VictoriaLogs(shared_stack.victorialogs_url)
+        records = eventually(
+            lambda: len(logs.query(query)) == 4 * RANKS and logs.query(query), what="16 sample records"
+        )
         assert {r["rl.rank"] for r in records} == {str(rank) for rank in range(RANKS)}
         for record in records:
             episode = record["rl.episode.id"]
@@ -44,8 +47,8 @@ def test_samples_from_every_rank_give_the_global_extremes(shared_stack: Any) -> 
             assert record["rl.sample.selection"] in ("top", "bottom") and record["rl.policy.version"] == "7"
             assert record["_stream"] == f'{{rl.run.id="{run_id}",service.name="otel-rl-test"}}'
         ranked = sorted(rewards.values())
-        top = logsql(shared_stack.victorialogs_url, f"{query} | sort by (rl.reward desc) | limit 2")
-        bottom = logsql(shared_stack.victorialogs_url, f"{query} | sort by (rl.reward) | limit 2")
+        top = logs.query(f"{query} | sort by (rl.reward desc) | limit 2")
+        bottom = logs.query(f"{query} | sort by (rl.reward) | limit 2")
         assert [float(r["rl.reward"]) for r in top] == ranked[::-1][:2]
         assert [float(r["rl.reward"]) for r in bottom] == ranked[:2]
     finally:
@@ -57,8 +60,6 @@ def test_an_exemplar_leads_to_the_sample_record(shared_stack: Any) -> None:
     """A reward exemplar read from Prometheus's exemplar API names an episode and a step trace that the log store
     returns as that sample's record, with the same reward."""
     import time
-
-    import requests
 
     run_id = f"exemplar-{uuid.uuid4().hex[:8]}"
     ranks = [
@@ -75,14 +76,11 @@ def test_an_exemplar_leads_to_the_sample_record(shared_stack: Any) -> None:
             rank.step(2)
             assert rank.flush()
 
+        prometheus = Prometheus(shared_stack.prometheus_url)
+
         def exemplars() -> list[dict[str, Any]]:
-            response = requests.get(
-                f"{shared_stack.prometheus_url}/api/v1/query_exemplars",
-                params={"query": f'rl_reward_exemplars_bucket{{rl_run_id="{run_id}"}}', "start": time.time() - 600,
-                        "end": time.time() + 60},  # fmt: skip
-                timeout=10,
-            )
-            return [e for series in response.json()["data"] for e in series["exemplars"]]
+            query, now = f'rl_reward_exemplars_bucket{{rl_run_id="{run_id}"}}', time.time()
+            return [e for series in prometheus.exemplars(query, now - 600, now + 60) for e in series["exemplars"]]
 
         found = eventually(lambda: len(exemplars()) >= RANKS and exemplars(), what="reward exemplars of every rank")
         assert {e["labels"]["rl.episode.id"][:2] for e in found} == {f"r{rank}" for rank in range(RANKS)}
@@ -98,4 +96,4 @@ def test_an_exemplar_leads_to_the_sample_record(shared_stack: Any) -> None:
 
 
 def logs_for(stack: Any, query: str) -> list[dict[str, Any]]:
-    return eventually(lambda: logsql(stack.victorialogs_url, query), what=f"log records for {query}")  # type: ignore[no-any-return]
+    return eventually(lambda: VictoriaLogs(stack.victorialogs_url).query(query), what=f"log records for {query}")  # type: ignore[no-any-return]

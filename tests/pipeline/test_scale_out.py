@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import requests
 
+from otel_rl.query import Prometheus
 from otel_rl.stack.config import find_free_ports
-from tests.pipeline.harness import REWARD_BOUNDS, Prometheus, RankProcess, expected_buckets, eventually
+from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, expected_buckets, eventually
 
 CONFIGS = Path(__file__).parents[2] / "collector_config"
 

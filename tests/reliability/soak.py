@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.pipeline.harness import REWARD_BOUNDS, Prometheus, RankProcess, cumulative_buckets, eventually, logsql, rss_kib
+from otel_rl.query import Prometheus, VictoriaLogs
+from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, cumulative_buckets, eventually, rss_kib
 from tests.reliability.helpers import collector_metrics, flush_ok, private_stack, slope_per_minute
 
 FAULTS = ("collector_pause", "victorialogs_stop", "rank_restart")
@@ -215,7 +216,7 @@ def _final_checks(stack: Any, run_id: str, report: SoakReport, reward_buckets: l
     query = f'{{rl.run.id="{run_id}"}} | stats count() as n, count_uniq(rl.episode.id) as distinct'
 
     def samples() -> tuple[int, int]:
-        rows = logsql(stack.victorialogs_url, query)
+        rows = VictoriaLogs(stack.victorialogs_url).query(query)
         return (int(rows[0]["n"]), int(rows[0]["distinct"])) if rows else (0, 0)
 
     try:

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.pipeline.harness import REWARD_BOUNDS, Prometheus, RankProcess, expected_buckets, eventually, logsql
+from otel_rl.query import Prometheus, VictoriaLogs
+from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, expected_buckets, eventually
 from tests.reliability.helpers import flush_ok
 
 
@@ -56,7 +57,7 @@ def test_rank_killed_mid_export_then_restarted_with_same_rank_id(shared_stack: A
         time.sleep(2.5)
         assert prometheus.value(f"rl_reward_count{selector}") == len(expected)
         assert prometheus.buckets("rl_reward", selector) == expected_buckets(expected, REWARD_BOUNDS)
-        history = prometheus.range(f"rl_reward_count{selector}", time.time() - 30, time.time())
+        history = prometheus.range(f"rl_reward_count{selector}", time.time() - 30, time.time(), step=0.5)
         counts = [float(v) for _, v in history[0]["values"]]
         assert counts == sorted(counts), "the aggregated count decreased"
     finally:
@@ -113,7 +114,7 @@ def test_a_backlog_of_large_samples_is_exported_under_the_receiver_limit(shared_
         rank.step(1)
         count = f'{{rl.run.id="{run_id}"}} | stats count() as n'
         eventually(
-            lambda: (rows := logsql(shared_stack.victorialogs_url, count)) and rows[0]["n"] == "500",
+            lambda: (rows := VictoriaLogs(shared_stack.victorialogs_url).query(count)) and rows[0]["n"] == "500",
             what="500 samples in VictoriaLogs",
             timeout_s=60,
         )

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.pipeline.harness import Prometheus, RankProcess, eventually, logsql
+from otel_rl.query import Prometheus, VictoriaLogs
+from tests.pipeline.harness import RankProcess, eventually
 from tests.reliability.helpers import CONFIG_DIR, flush_ok, private_stack
 
 
@@ -135,7 +136,7 @@ def test_tls_and_bearer_token_accept_the_authenticated_and_reject_the_rest(secur
         time.sleep(2.5)  # two collector ticks after the accepted ones arrived
         for name, rank in rejected.items():
             assert prometheus.query(f'{{rl_run_id="{rank.run_id}"}}') == [], name
-            assert logsql(secure.stack.victorialogs_url, f'{{rl.run.id="{rank.run_id}"}}') == [], name
+            assert VictoriaLogs(secure.stack.victorialogs_url).query(f'{{rl.run.id="{rank.run_id}"}}') == [], name
     finally:
         for rank in everyone.values():
             rank.kill()
@@ -209,8 +210,9 @@ def test_log_store_limits_requests_not_otlp_record_sizes(shared_stack: Any) -> N
         rank.sample(reward=1.0, episode_id="short", response="fine")
         rank.step(1)
         flush_ok(rank)
+        logs = VictoriaLogs(shared_stack.victorialogs_url)
         found = eventually(
-            lambda: len(got := logsql(shared_stack.victorialogs_url, f'{{rl.run.id="{run_id}"}}')) == 2 and got,
+            lambda: len(got := logs.query(f'{{rl.run.id="{run_id}"}}')) == 2 and got,
             what="both samples",
         )
         lengths = {record["rl.episode.id"]: len(record["_msg"]) for record in found}

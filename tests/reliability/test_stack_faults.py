@@ -15,14 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.pipeline.harness import (
-    REWARD_BOUNDS,
-    Prometheus,
-    RankProcess,
-    expected_buckets,
-    eventually,
-    logsql,
-)
+from otel_rl.query import Prometheus, VictoriaLogs
+from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, expected_buckets, eventually
 from tests.reliability.helpers import collector_metrics, flush_ok, private_stack
 
 RANKS = 2
@@ -166,9 +160,9 @@ def test_log_store_down_samples_arrive_after_recovery(healthy_stack: Any) -> Non
         time.sleep(3.0)
         stack.start_component("victorialogs")
         expected = 6 * RANKS * 4  # top 2 + bottom 2 of 5 samples per step and rank
+        logs = VictoriaLogs(stack.victorialogs_url)
         records = eventually(
-            lambda: (found := logsql(stack.victorialogs_url, f'{{rl.run.id="{run.run_id}"}}')) and len(found) >= expected
-            and found,
+            lambda: (found := logs.query(f'{{rl.run.id="{run.run_id}"}}')) and len(found) >= expected and found,
             what=f"{expected} samples in VictoriaLogs",
         )
         assert len(records) == expected

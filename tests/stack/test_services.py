@@ -6,6 +6,7 @@ The first run installs what is missing (building the collector takes minutes); l
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import socket
@@ -21,8 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
+from otel_rl.cli import main
 from otel_rl.stack import install, layout
-from otel_rl.stack.cli import main
+from otel_rl.stack.components import SPECS
 from otel_rl.stack.config import render_prometheus_config
 from otel_rl.stack.install import InstallError
 from otel_rl.stack.process import process_alive
@@ -126,6 +128,40 @@ def test_unknown_component_is_rejected(tmp_path: Path) -> None:
         Stack(StackConfig(state_dir=tmp_path)).pid("grafana")  # type: ignore[arg-type]
 
 
+def test_health_urls_follow_the_component_specs(tmp_path: Path) -> None:
+    """Each component's health URL is its spec's health port and path on the stack's host."""
+    stack = Stack(StackConfig(ports=StackPorts.free(), state_dir=tmp_path))
+    ports = stack.config.ports
+    assert stack.health_url("victorialogs") == f"http://127.0.0.1:{ports.victorialogs}/health"
+    assert stack.health_url("prometheus") == f"http://127.0.0.1:{ports.prometheus}/-/ready"
+    assert stack.health_url("collector") == stack.collector_health_url == f"http://127.0.0.1:{ports.collector_health}/"
+
+
+def test_component_specs_cover_every_port() -> None:
+    """Every StackPorts field is listened on by exactly one component."""
+    listened = [port for spec in SPECS.values() for port in spec.listen_ports]
+    assert sorted(listened) == sorted(StackPorts().as_dict())
+
+
+def test_component_spec_rejects_unknown_port() -> None:
+    """A spec listening on a name that is no StackPorts field is a ValueError naming it."""
+    with pytest.raises(ValueError, match=r"\"listen_ports\" must be StackPorts fields .*, got \['grafana'\]"):
+        dataclasses.replace(SPECS["prometheus"], listen_ports=("grafana",))
+
+
+def test_component_spec_rejects_health_port_it_does_not_listen_on() -> None:
+    """A spec whose health port is not among its listen ports is a ValueError naming both."""
+    message = r"\"health_port\" must be one of \"listen_ports\" \('prometheus',\), got 'otlp_grpc'"
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(SPECS["prometheus"], health_port="otlp_grpc")
+
+
+def test_component_spec_rejects_relative_health_path() -> None:
+    """A health path without a leading slash is a ValueError showing it."""
+    with pytest.raises(ValueError, match="\"health_path\" must start with \"/\", got 'health'"):
+        dataclasses.replace(SPECS["victorialogs"], health_path="health")
+
+
 def test_rendered_prometheus_config_is_valid(tmp_path: Path, binaries: install.Binaries) -> None:
     """The rendered Prometheus config passes promtool and points its jobs at the stack's ports."""
     root = layout.repository_root()
@@ -187,7 +223,9 @@ def test_missing_manifest_is_reported(tmp_path: Path) -> None:
 def test_failed_go_install_is_an_install_error(tmp_path: Path) -> None:
     """A go install that fails raises InstallError with the command and its output."""
     with pytest.raises(InstallError, match=r"(?s)go install .*victoria-logs@v0\.0\.0-nonexistent.* failed with exit"):
-        install.ensure_victorialogs(home=tmp_path, version="v0.0.0-nonexistent")
+        install.ensure_go_binary(
+            install.VICTORIALOGS_PACKAGE, "v0.0.0-nonexistent", install.VICTORIALOGS_BINARY_NAME, home=tmp_path
+        )
     assert not (tmp_path / "bin" / "victoria-logs.version").exists()
 
 

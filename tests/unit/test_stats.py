@@ -12,9 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from otel_rl._stats import BadInput, RewardSummarizer, StalenessSummarizer
+from otel_rl._stats import BadInput, ValueSummarizer, StalenessSummarizer
+from tests.reference import bucket_counts
 
-class TorchRewards(RewardSummarizer):
+
+class TorchRewards(ValueSummarizer):
     """The device (torch) path, run on the CPU: what a GPU tensor goes through."""
 
     kernel_devices = frozenset()
@@ -26,16 +28,10 @@ class TorchStaleness(StalenessSummarizer):
     kernel_devices = frozenset()
 
 
-REWARDS = pytest.mark.parametrize("summarizer", [RewardSummarizer, TorchRewards])
+REWARDS = pytest.mark.parametrize("summarizer", [ValueSummarizer, TorchRewards])
 STALENESS = pytest.mark.parametrize("summarizer", [StalenessSummarizer, TorchStaleness])
 REWARD_BOUNDS = (-2.0, -0.5, 0.0, 0.5, 1.0, 3.0)
 STALENESS_BOUNDS = (0, 1, 2, 4, 8, 100)
-
-
-def reference_buckets(values: np.ndarray, bounds: tuple[float, ...]) -> list[int]:
-    """Upper-inclusive buckets: bucket i counts bounds[i-1] < v <= bounds[i]."""
-    index = np.searchsorted(np.asarray(bounds, dtype=np.float64), values, side="left")
-    return np.bincount(index, minlength=len(bounds) + 1).tolist()
 
 
 floats = st.floats(allow_nan=True, allow_infinity=True, width=32)
@@ -45,7 +41,7 @@ floats = st.floats(allow_nan=True, allow_infinity=True, width=32)
 @settings(max_examples=200, deadline=None)
 @given(values=arrays(np.float32, st.integers(0, 300), elements=floats), data=st.data())
 def test_rewards_match_numpy_reference(
-    values: np.ndarray, data: st.DataObject, summarizer: type[RewardSummarizer]
+    values: np.ndarray, data: st.DataObject, summarizer: type[ValueSummarizer]
 ) -> None:
     """Count, sum, squares, extremes and buckets of masked rewards equal numpy in float64; non-finite counted."""
     mask = data.draw(arrays(np.bool_, values.shape)) if data.draw(st.booleans()) else None
@@ -57,7 +53,7 @@ def test_rewards_match_numpy_reference(
     assert summary.squares == pytest.approx((finite**2).sum(), rel=1e-9, abs=1e-6)
     assert summary.positive == pytest.approx(finite[finite > 0].sum(), rel=1e-9, abs=1e-6)
     assert summary.negative == pytest.approx(-finite[finite < 0].sum(), rel=1e-9, abs=1e-6)
-    assert list(summary.bucket_counts) == reference_buckets(finite, REWARD_BOUNDS)
+    assert list(summary.bucket_counts) == bucket_counts(finite, REWARD_BOUNDS)
     assert summary.rejected.get("nonfinite", 0) == selected.size - finite.size
     if finite.size:
         assert summary.minimum == finite.min() and summary.maximum == finite.max()
@@ -85,7 +81,7 @@ def test_staleness_matches_numpy_reference(
     valid = staleness[staleness >= 0]
     assert summary.count == valid.size
     assert summary.total == int(valid.sum())
-    assert list(summary.bucket_counts) == reference_buckets(valid.astype(np.float64), bounds)
+    assert list(summary.bucket_counts) == bucket_counts(valid.astype(np.float64), bounds)
     assert summary.rejected.get("negative", 0) == int((staleness < 0).sum())
     if valid.size:
         assert (summary.minimum, summary.maximum) == (int(valid.min()), int(valid.max()))
@@ -107,7 +103,7 @@ def test_large_staleness_bounds_use_bucketize_path(summarizer: type[StalenessSum
     mask = np.array([1, 1, 1, 1, 1, 1, 0], dtype=bool)
     summary = summarizer(bounds).summarize(versions, 10_000_000, mask)
     staleness = (10_000_000 - versions)[mask]
-    assert list(summary.bucket_counts) == reference_buckets(staleness[staleness >= 0].astype(np.float64), bounds)
+    assert list(summary.bucket_counts) == bucket_counts(staleness[staleness >= 0].astype(np.float64), bounds)
     assert (summary.count, summary.rejected) == (5, {"negative": 1})
 
 
@@ -119,7 +115,7 @@ def test_float_versions_must_be_integral(summarizer: type[StalenessSummarizer]) 
 
 
 @REWARDS
-def test_per_token_rewards_count_once_per_rollout(summarizer: type[RewardSummarizer]) -> None:
+def test_per_token_rewards_count_once_per_rollout(summarizer: type[ValueSummarizer]) -> None:
     """A (rollouts, tokens) broadcast reward counts each rollout once, at its first unmasked token."""
     rewards = torch.tensor([[-1.0] * 4, [2.0] * 4, [9.0] * 4])
     mask = torch.tensor([[0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
@@ -128,7 +124,7 @@ def test_per_token_rewards_count_once_per_rollout(summarizer: type[RewardSummari
 
 
 @REWARDS
-def test_all_negative_rewards_keep_their_sum(summarizer: type[RewardSummarizer]) -> None:
+def test_all_negative_rewards_keep_their_sum(summarizer: type[ValueSummarizer]) -> None:
     """Negative rewards are recorded (the SDK's Histogram.record would drop them)."""
     summary = summarizer(REWARD_BOUNDS).summarize(np.array([-1.0, -3.0]), None)
     assert (summary.count, summary.total, summary.negative, summary.positive) == (2, -4.0, 4.0, 0.0)
@@ -147,7 +143,7 @@ def test_all_negative_rewards_keep_their_sum(summarizer: type[RewardSummarizer])
     ],
 )
 def test_unusable_calls_raise_bad_input(
-    values: object, mask: object, reason: str, summarizer: type[RewardSummarizer]
+    values: object, mask: object, reason: str, summarizer: type[ValueSummarizer]
 ) -> None:
     """Type, dtype and shape errors are reported with a reason (the facade counts them)."""
     with pytest.raises(BadInput, match=r'"(rewards|mask)"') as error:
@@ -156,10 +152,10 @@ def test_unusable_calls_raise_bad_input(
 
 
 @pytest.mark.parametrize(
-    ("rewards", "staleness"), [(RewardSummarizer, StalenessSummarizer), (TorchRewards, TorchStaleness)]
+    ("rewards", "staleness"), [(ValueSummarizer, StalenessSummarizer), (TorchRewards, TorchStaleness)]
 )
 def test_empty_inputs_give_empty_summaries(
-    rewards: type[RewardSummarizer], staleness: type[StalenessSummarizer]
+    rewards: type[ValueSummarizer], staleness: type[StalenessSummarizer]
 ) -> None:
     """Empty tensors (and fully masked ones) give count 0 and no extremes."""
     for values, mask in ((torch.empty(0), None), (torch.ones(3), torch.zeros(3)), (torch.ones(2, 0), None)):
@@ -169,7 +165,7 @@ def test_empty_inputs_give_empty_summaries(
 
 
 @REWARDS
-def test_scalar_reward(summarizer: type[RewardSummarizer]) -> None:
+def test_scalar_reward(summarizer: type[ValueSummarizer]) -> None:
     """A Python scalar is one observation."""
     summary = summarizer(REWARD_BOUNDS).summarize(0.25, None)
     assert (summary.count, summary.total) == (1, 0.25) and not math.isnan(summary.squares)

@@ -1,0 +1,55 @@
+"""The ``otel-rl`` command line (the console script's entry point): ``otel-rl stack ...`` and ``otel-rl report``.
+
+Each subcommand module registers its subparser with an ``add_*_command(subparsers)`` function that sets a
+``handler`` default (a function of the parsed arguments returning the exit status); :func:`main` parses and calls
+``args.handler(args)``. The subcommands need the ``stack`` and ``report`` extras, which a trainer's install lacks:
+they are imported on use, so that case ends in one clear error line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+_EXTRAS_HINT = "the otel-rl command line needs the tooling extras: pip install 'otel-rl[stack,report]'"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the ``otel-rl`` argument parser with every subcommand."""
+    from otel_rl.report.cli import add_report_command
+    from otel_rl.stack.cli import add_stack_command
+
+    parser = argparse.ArgumentParser(prog="otel-rl", description="otel-rl tooling")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_stack_command(subparsers)
+    add_report_command(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``otel-rl`` command line; return the exit status (also the console script's entry point)."""
+    try:
+        parser = build_parser()
+    except ModuleNotFoundError as missing:
+        print(f"otel-rl: error: {missing}; {_EXTRAS_HINT}", file=sys.stderr)
+        return 1
+    from otel_rl.stack.install import InstallError
+    from otel_rl.stack.services import StackError
+
+    args = parser.parse_args(argv)
+    if args.verbose or args.command == "stack":
+        # The CLI owns this process, so configuring logging output here touches no library user's handlers.
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        status: int = args.handler(args)
+    except (StackError, InstallError, FileNotFoundError, ValueError) as error:
+        print(f"otel-rl: error: {error}", file=sys.stderr)
+        return 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

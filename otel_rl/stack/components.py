@@ -1,0 +1,182 @@
+"""The stack's components, one :class:`ComponentSpec` each: where it listens, how its health is asked, how it starts.
+
+:class:`~otel_rl.stack.services.Stack` runs every component the same way from its spec; what differs between
+VictoriaLogs, Prometheus and the collector is written here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+from otel_rl.stack import env as stack_env
+from otel_rl.stack import layout
+from otel_rl.stack.config import StackConfig, StackPorts, render_prometheus_config
+from otel_rl.stack.install import Binaries
+
+ComponentName = Literal["victorialogs", "prometheus", "collector"]
+"""The components of a stack."""
+
+_PORT_NAMES: Final = frozenset(item.name for item in dataclasses.fields(StackPorts))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command:
+    """What starts one component."""
+
+    argv: tuple[str, ...]
+    """Executable and arguments."""
+    environment: Mapping[str, str]
+    """Variables set on top of the starting process's environment."""
+    inputs: tuple[Path, ...]
+    """Files the component reads (configs, rules): each must exist, and their contents go into the launch digest,
+    so that ``Stack.up`` restarts a component whose files changed."""
+
+
+CommandBuilder = Callable[[StackConfig, Binaries, Path], Command]
+"""Returns the command that starts a component of the stack with this configuration, these binaries and this
+state directory (which may not exist yet); it creates the component's data folder and writes its rendered config,
+if any."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComponentSpec:
+    """Everything that distinguishes one component from the others."""
+
+    name: ComponentName
+    """The component."""
+    listen_ports: tuple[str, ...]
+    """The :class:`~otel_rl.stack.config.StackPorts` fields it listens on (checked free before it starts)."""
+    health_port: str
+    """The :class:`~otel_rl.stack.config.StackPorts` field of its health endpoint; one of :attr:`listen_ports`."""
+    health_path: str
+    """The path that answers HTTP 200 when it is ready, e.g. ``"/health"``."""
+    command: CommandBuilder
+    """Builds its command line, environment and input files."""
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.listen_ports) - _PORT_NAMES)
+        if unknown:
+            raise ValueError(f'"listen_ports" must be StackPorts fields {sorted(_PORT_NAMES)!r}, got {unknown!r}')
+        if self.health_port not in self.listen_ports:
+            raise ValueError(
+                f'"health_port" must be one of "listen_ports" {self.listen_ports!r}, got {self.health_port!r}'
+            )
+        if not self.health_path.startswith("/"):
+            raise ValueError(f'"health_path" must start with "/", got {self.health_path!r}')
+
+    def ports(self, config: StackConfig) -> list[tuple[str, int]]:
+        """Return the ``(field, port)`` pairs it listens on in the stack configured by ``config``."""
+        return [(port_name, getattr(config.ports, port_name)) for port_name in self.listen_ports]
+
+    def health_url(self, config: StackConfig) -> str:
+        """Return the URL that answers 200 when it is ready, in the stack configured by ``config``."""
+        return base_url(config, getattr(config.ports, self.health_port)) + self.health_path
+
+
+def base_url(config: StackConfig, port: int) -> str:
+    """Return ``http://<host>:<port>`` for the stack configured by ``config``."""
+    return f"http://{config.host}:{port}"
+
+
+def collector_environment(config: StackConfig) -> dict[str, str]:
+    """Return the variables (see :mod:`otel_rl.stack.env`) the collector configuration reads for this stack."""
+    ports, host = config.ports, config.host
+    return {
+        stack_env.COLLECTOR_OTLP_GRPC_ENDPOINT: f"{host}:{ports.otlp_grpc}",
+        stack_env.COLLECTOR_OTLP_HTTP_ENDPOINT: f"{host}:{ports.otlp_http}",
+        stack_env.COLLECTOR_HEALTH_ENDPOINT: f"{host}:{ports.collector_health}",
+        stack_env.COLLECTOR_METRICS_HOST: host,
+        stack_env.COLLECTOR_METRICS_PORT: str(ports.collector_metrics),
+        stack_env.COLLECTOR_PROMETHEUS_URL: base_url(config, ports.prometheus),
+        stack_env.COLLECTOR_VICTORIALOGS_URL: base_url(config, ports.victorialogs),
+    }
+
+
+def _data_dir(state_dir: Path, name: ComponentName) -> Path:
+    """Create and return ``<state_dir>/data/<name>``, the storage of component ``name``."""
+    path = state_dir / "data" / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _victorialogs_command(config: StackConfig, binaries: Binaries, state_dir: Path) -> Command:
+    """VictoriaLogs: storage under the state directory, retention and limits from the configuration."""
+    argv = (
+        str(binaries.victorialogs),
+        f"-storageDataPath={_data_dir(state_dir, 'victorialogs')}",
+        f"-httpListenAddr={config.host}:{config.ports.victorialogs}",
+        f"-retentionPeriod={config.victorialogs_retention}",
+        *config.victorialogs_flags,
+    )
+    return Command(argv=argv, environment={}, inputs=())
+
+
+def _prometheus_command(config: StackConfig, binaries: Binaries, state_dir: Path) -> Command:
+    """Prometheus: renders ``<state_dir>/prometheus.yml`` from the repository's template for this stack's ports."""
+    data_dir = _data_dir(state_dir, "prometheus")  # also creates the state directory, where the config goes
+    root = config.resolved_root()
+    rules_dir = layout.prometheus_rules_dir(root)
+    rendered = state_dir / "prometheus.yml"
+    rendered.write_text(
+        render_prometheus_config(
+            layout.prometheus_config(root), ports=config.ports, host=config.host, rules_dir=rules_dir
+        ),
+        encoding="utf-8",
+    )
+    argv = (
+        str(binaries.prometheus),
+        f"--config.file={rendered}",
+        f"--storage.tsdb.path={data_dir}",
+        f"--storage.tsdb.retention.time={config.prometheus_retention}",
+        f"--web.listen-address={config.host}:{config.ports.prometheus}",
+        "--web.enable-remote-write-receiver",
+        "--web.enable-lifecycle",
+        "--enable-feature=native-histograms,exemplar-storage",
+    )
+    return Command(argv=argv, environment={}, inputs=(rendered, *sorted(rules_dir.glob("*.yml"))))
+
+
+def _collector_command(config: StackConfig, binaries: Binaries, state_dir: Path) -> Command:
+    """The collector: the configured ``--config`` files, with the stack's variables on top of the extra ones."""
+    configs = config.resolved_collector_configs()
+    return Command(
+        argv=(str(binaries.collector), *(f"--config={path}" for path in configs)),
+        environment={**config.collector_environment, **collector_environment(config)},
+        inputs=configs,
+    )
+
+
+SPECS: Final[Mapping[ComponentName, ComponentSpec]] = {
+    spec.name: spec
+    for spec in (
+        ComponentSpec(
+            name="victorialogs",
+            listen_ports=("victorialogs",),
+            health_port="victorialogs",
+            health_path="/health",
+            command=_victorialogs_command,
+        ),
+        ComponentSpec(
+            name="prometheus",
+            listen_ports=("prometheus",),
+            health_port="prometheus",
+            health_path="/-/ready",
+            command=_prometheus_command,
+        ),
+        ComponentSpec(
+            name="collector",
+            listen_ports=("otlp_grpc", "otlp_http", "collector_health", "collector_metrics"),
+            health_port="collector_health",
+            health_path="/",
+            command=_collector_command,
+        ),
+    )
+}
+"""Every component's spec, in start order (VictoriaLogs and Prometheus before the collector that writes to them)."""
+
+COMPONENTS: Final[tuple[ComponentName, ...]] = tuple(SPECS)
+"""All components, in start order."""
