@@ -85,12 +85,14 @@ class TelemetryConfig:
     """Distinct ``rl.reward.fn`` names before further names fold into ``_overflow``."""
     max_metric_keys: int = 32
     """Distinct ``rl.metric.key`` names (``record_metric``) before further keys fold into ``_overflow``."""
+    max_sample_tables: int = 16
+    """Distinct sample tables (``record_sample(..., table=...)``) before further tables fold into ``_overflow``."""
     top_k: int = 2
-    """Samples with the highest reward kept per step."""
+    """Samples with the highest reward kept per step and table."""
     bottom_k: int = 2
-    """Samples with the lowest reward kept per step."""
+    """Samples with the lowest reward kept per step and table."""
     random_k: int = 0
-    """Samples kept per step by uniform reservoir sampling, besides the top and bottom."""
+    """Samples kept per step and table by uniform reservoir sampling, besides the top and bottom."""
     sample_text_budget_bytes: int = 16_384
     """UTF-8 bytes kept of each text (prompt, response, target); longer texts are cut and flagged."""
     redact: Callable[[str, str], str] | None = None
@@ -138,6 +140,7 @@ class ResolvedConfig:
     staleness_bounds: tuple[int, ...]
     max_reward_fns: int
     max_metric_keys: int
+    max_sample_tables: int
     top_k: int
     bottom_k: int
     random_k: int
@@ -221,6 +224,7 @@ def _validate(config: ResolvedConfig) -> None:
     for name, minimum in (
         ("max_reward_fns", 1),
         ("max_metric_keys", 1),
+        ("max_sample_tables", 1),
         ("top_k", 0),
         ("bottom_k", 0),
         ("random_k", 0),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.sdk.metrics.export import MetricExporter
@@ -22,7 +23,7 @@ def setup(
     metric_exporter: MetricExporter | None = None,
     log_exporter: LogRecordExporter | None = None,
     span_exporter: SpanExporter | None = None,
-    sample_filter: SampleFilter | None = None,
+    sample_filter: Callable[[], SampleFilter] | None = None,
 ) -> Telemetry:
     """Configure telemetry for this process (once) and return it.
 
@@ -51,6 +52,11 @@ def get_telemetry() -> Telemetry:
     """The Telemetry made by :func:`setup`; raises ``RuntimeError`` before it."""
     if _current is None:
         raise RuntimeError("otel_rl.setup() has not been called in this process")
+    return _current
+
+
+def current() -> Telemetry | None:
+    """The Telemetry made by :func:`setup`, or None before it (for helpers that must not raise)."""
     return _current
 
 

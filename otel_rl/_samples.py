@@ -150,6 +150,7 @@ def to_record(
     *,
     step: int | None,
     selection: Selection,
+    table: str,
     budget_bytes: int,
     redact: Redactor | None = None,
 ) -> SampleRecord:
@@ -157,11 +158,15 @@ def to_record(
     ``budget_bytes`` UTF-8 bytes. An exception from ``redact`` propagates: the caller drops the whole sample
     rather than export an unredacted text.
 
-    >>> r = to_record(EpisodeSample(reward=1.0, response="héllo"), step=3, selection="top", budget_bytes=2)
+    >>> r = to_record(EpisodeSample(reward=1.0, response="héllo"), step=3, selection="top", table="t", budget_bytes=2)
     >>> r.body, r.attributes["rl.sample.truncated"], r.attributes["rl.step"]
     ({'response': 'h'}, True, 3)
     """
-    attrs: dict[str, Any] = {_names.SAMPLE_SELECTION: selection, _names.SAMPLE_REWARD: float(sample.reward)}
+    attrs: dict[str, Any] = {
+        _names.SAMPLE_SELECTION: selection,
+        _names.SAMPLE_TABLE: table,
+        _names.SAMPLE_REWARD: float(sample.reward),
+    }
     scalars = {
         _names.SAMPLE_STEP: step,
         _names.SAMPLE_EPISODE_ID: None if sample.episode_id is None else str(sample.episode_id),

@@ -52,19 +52,32 @@ class Statistics:
 
 
 def as_tensor(values: Any, *, argument: str) -> torch.Tensor:
-    """A tensor view of a torch tensor, numpy array, sequence or scalar (no copy for tensors and arrays)."""
+    """A tensor view of a torch tensor, numpy array, sequence or scalar (no copy for tensors and arrays); anything
+    else with ``.item()`` (numpy scalars such as ``np.float32``) counts as the number it holds."""
     if isinstance(values, torch.Tensor):
         return values.detach()
     if isinstance(values, np.ndarray):
         if values.dtype == object or values.dtype.kind in "USV":
             raise BadInput("dtype", f'"{argument}" must be numeric, got an array of dtype {values.dtype}')
         return torch.from_numpy(np.ascontiguousarray(values))
+    if isinstance(values, np.generic) or not isinstance(values, (bool, int, float, Sequence)) and callable(
+        getattr(values, "item", None)
+    ):
+        values = _item(values, argument=argument)
     if isinstance(values, (bool, int, float)) or isinstance(values, Sequence) and not isinstance(values, (str, bytes)):
         try:
             return torch.as_tensor(values)
         except (TypeError, ValueError, RuntimeError) as error:
             raise BadInput("type", f'"{argument}" must be numbers, got {type(values).__name__}: {error}') from None
     raise BadInput("type", f'"{argument}" must be a tensor, array, sequence or number, got {type(values).__name__}')
+
+
+def _item(value: Any, *, argument: str) -> Any:
+    """The Python number of a scalar that has ``.item()`` (numpy scalars, 0-d arrays of other libraries)."""
+    try:
+        return value.item()
+    except Exception as error:  # noqa: BLE001 - any failure means "not a number"
+        raise BadInput("type", f'"{argument}" must be numbers, got {type(value).__name__}: {error}') from None
 
 
 def _selection(values: torch.Tensor, mask: Any, *, argument: str) -> torch.Tensor | None:

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from otel_rl import _names
 from otel_rl._config import ResolvedConfig
 from otel_rl._samples import EpisodeSample, SampleFilter, sample_from_mapping, to_record
-from otel_rl._self_telemetry import SelfTelemetry
+from otel_rl._self_telemetry import LabelCap, SelfTelemetry
 from otel_rl._store import MetricStore, attributes
 
 _MAX_EXEMPLAR_ID = 40
@@ -30,13 +30,17 @@ _MAX_EXEMPLAR_ID = 40
 
 
 class StepSamples:
-    """The samples of the open step, and what happens to the kept ones when it closes."""
+    """The samples of the open step, one filter per sample table, and what happens to the kept ones when it closes.
+
+    Tables are independent (torchforge keeps top/bottom-k per table): an ``eval`` table's samples are kept whatever
+    the rewards of the ``train`` table. Their number is capped by ``max_sample_tables``.
+    """
 
     def __init__(
         self,
         config: ResolvedConfig,
         *,
-        sample_filter: SampleFilter,
+        new_filter: Callable[[], SampleFilter],
         logger: Logger,
         tracer_provider: TracerProvider | None,
         store: MetricStore,
@@ -44,7 +48,9 @@ class StepSamples:
         clock: Callable[[], int],
     ) -> None:
         self._config = config
-        self._filter = sample_filter
+        self._new_filter = new_filter
+        self._filters: dict[str, SampleFilter] = {}
+        self._tables = LabelCap(_names.SAMPLE_EVENT, "max_sample_tables", config.max_sample_tables, self_telemetry)
         self._logger = logger
         self._tracer_provider = tracer_provider
         self._store = store
@@ -55,8 +61,8 @@ class StepSamples:
         self._step: int | None = None
         self._started_ns = clock()
 
-    def offer(self, sample: EpisodeSample | Mapping[str, Any]) -> None:
-        """Offer one sample to the step's filter; raises on a sample without a numeric reward."""
+    def offer(self, sample: EpisodeSample | Mapping[str, Any], table: str) -> None:
+        """Offer one sample to the step's filter of ``table``; raises on a sample without a numeric reward."""
         if isinstance(sample, EpisodeSample):
             episode = sample
         else:
@@ -66,26 +72,31 @@ class StepSamples:
                     _names.SAMPLE_EVENT, "unknown_key", len(unknown), f"unknown sample keys {unknown!r} dropped"
                 )
         float(episode.reward)
+        label = self._tables.label(table)
         with self._lock:
-            self._filter.add(episode)
+            sample_filter = self._filters.get(label)
+            if sample_filter is None:
+                sample_filter = self._filters[label] = self._new_filter()
+            sample_filter.add(episode)
 
     def close(self, next_step: int | None) -> None:
         """Emit the kept samples of the open step and open ``next_step`` (None: no step follows)."""
         now = self._clock()
         with self._lock:
-            kept = self._filter.drain()
+            kept = [(table, *item) for table, each in self._filters.items() for item in each.drain()]
             step, started = self._step, self._started_ns
             self._step, self._started_ns = next_step, now
         if not kept:
             return
         span = self._span(step, started)
         context = trace.set_span_in_context(span)
-        for selection, sample in kept:
+        for table, selection, sample in kept:
             try:
                 record = to_record(
                     sample,
                     step=step,
                     selection=selection,
+                    table=table,
                     budget_bytes=self._config.sample_text_budget_bytes,
                     redact=self._config.redact,
                 )

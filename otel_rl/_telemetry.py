@@ -54,7 +54,8 @@ class Telemetry:
     """Records rewards, staleness and samples of one process and exports them in the background.
 
     ``metric_exporter``, ``log_exporter`` and ``span_exporter`` replace the exporters ``config`` would build
-    (tests pass the SDK's in-memory ones); ``sample_filter`` replaces the default top/bottom-k filter.
+    (tests pass the SDK's in-memory ones); ``sample_filter`` makes the filter of each sample table in place of the
+    default top/bottom-k one (called once per table).
     """
 
     def __init__(
@@ -64,7 +65,7 @@ class Telemetry:
         metric_exporter: MetricExporter | None = None,
         log_exporter: LogRecordExporter | None = None,
         span_exporter: SpanExporter | None = None,
-        sample_filter: SampleFilter | None = None,
+        sample_filter: Callable[[], SampleFilter] | None = None,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.config = config if config is not None else TelemetryConfig()
@@ -109,9 +110,11 @@ class Telemetry:
             self._tracer_provider.add_span_processor(BatchSpanProcessor(exporters.spans))
         self._steps = StepSamples(
             settings,
-            sample_filter=sample_filter
-            or TopBottomFilter(
-                top_k=settings.top_k, bottom_k=settings.bottom_k, random_k=settings.random_k, seed=settings.seed
+            new_filter=sample_filter
+            or (
+                lambda: TopBottomFilter(
+                    top_k=settings.top_k, bottom_k=settings.bottom_k, random_k=settings.random_k, seed=settings.seed
+                )
             ),
             logger=self._logger_provider.get_logger(_names.SCOPE_NAME, _names.SCOPE_VERSION),
             tracer_provider=self._tracer_provider,
@@ -183,14 +186,17 @@ class Telemetry:
         except Exception as error:  # noqa: BLE001 - the hot path never raises into training
             self._self_telemetry.reject_call(_names.POLICY_VERSION.name, error, version)
 
-    def record_sample(self, sample: EpisodeSample | Mapping[str, Any]) -> None:
-        """Offer one episode to this step's sample filter (by default top/bottom-k by reward).
+    def record_sample(
+        self, sample: EpisodeSample | Mapping[str, Any], *, table: str = _names.SAMPLE_TABLE_DEFAULT
+    ) -> None:
+        """Offer one episode to this step's sample filter of ``table`` (by default top/bottom-k by reward).
 
         A dict uses :class:`EpisodeSample`'s field names; unknown keys are dropped and counted (put them under
-        ``extra``). A sample without a numeric ``reward`` is dropped and counted.
+        ``extra``). A sample without a numeric ``reward`` is dropped and counted. Each table (``train``, ``eval``,
+        torchforge's table names) keeps its own top/bottom-k; records carry ``rl.sample.table``.
         """
         try:
-            self._steps.offer(sample)
+            self._steps.offer(sample, table)
         except Exception as error:  # noqa: BLE001 - the hot path never raises into training
             self._self_telemetry.drop_sample("invalid", f"sample dropped: {error}")
 

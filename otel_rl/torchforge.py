@@ -1,56 +1,160 @@
-"""A migration shim for torchforge users: ``record_metric`` and ``record_episode_sample`` on top of otel-rl.
+"""A drop-in for torchforge's ``record_metric`` and ``record_episode_sample``, on top of otel-rl.
 
-torchforge reduces each metric across ranks with a :class:`Reduce`. otel-rl never reduces in the trainer: every
-value goes out as a mergeable distribution (``rl.metric`` histogram with sum parts, squares and window extremes,
-see ``docs/contract.md``), so MEAN, SUM, MAX, MIN and STD are all derived after the collector merges the ranks.
-``reduce`` is validated and recorded as the ``rl.metric.reduce`` hint of the key's first call only in the docs:
-it does not change what is exported. Keys containing ``reward`` still go to ``rl.metric``; record rewards with
-:meth:`otel_rl.Telemetry.record_rewards` to get the reward histogram and its dashboards.
+Called the way torchforge's own code calls them (``forge.observability.metrics``): ``record_metric(key, value,
+reduction=Reduce.MEAN)``, ``record_metric(table, sample_dict, Reduce.SAMPLE)`` and ``record_episode_sample(table,
+episode)`` with torchforge's ``Episode`` objects. What differs, on purpose (docs/contract.md lists it):
+
+- torchforge reduces each key across ranks with its ``Reduce``. otel-rl never reduces in the trainer: every value
+  goes out as a mergeable distribution (``rl.metric{rl.metric.key}``: count, sum parts, squares, held extremes),
+  so MEAN, SUM, MAX, MIN and STD are all derived after the collector merges the ranks; ``reduction`` only picks
+  between a value (all of them) and a sample (``Reduce.SAMPLE``).
+- Samples: torchforge keeps the top-1 and bottom-1 of each table per rank and step; here each table keeps its own
+  top/bottom-k too (``top_k``/``bottom_k``, default 2 and 2), emitted as ``rl.sample`` log records with
+  ``rl.sample.table``. Ties keep the earliest sample.
+- Before ``otel_rl.setup()`` every call is a no-op with one warning (torchforge skips and warns once too); nothing
+  is configured implicitly. ``FORGE_DISABLE_METRICS=true`` turns every call into a silent no-op, read per call as
+  torchforge does.
+- Bad input never raises: it is dropped and counted in ``otel_rl.values.rejected`` like any other record call.
 
 >>> import otel_rl
 >>> telemetry = otel_rl.setup(otel_rl.TelemetryConfig(run_id="doc", exporter="none"))
 >>> record_metric("loss/policy", 0.25, Reduce.MEAN)
->>> record_episode_sample("rollouts", {"reward": 1.0, "response": "42"})
+>>> record_episode_sample("rollout/sample", {"reward": 1.0, "response": "42"})
 >>> otel_rl.reset()
 """
 
 from __future__ import annotations
 
 import enum
+import logging
+import os
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
-from otel_rl._global import get_telemetry
+from otel_rl import _global
 from otel_rl._samples import EpisodeSample
+from otel_rl._telemetry import Telemetry
 
 __all__ = ["Reduce", "record_episode_sample", "record_metric"]
 
+_logger = logging.getLogger(__name__)
+_DISABLE = "FORGE_DISABLE_METRICS"
+_FIELDS = frozenset(field.name for field in fields(EpisodeSample))
+_warned: set[str] = set()
+
 
 class Reduce(enum.Enum):
-    """torchforge's reductions; all are derivable from what otel-rl exports."""
+    """torchforge's reductions; MEAN..STD are all derivable from what otel-rl exports, SAMPLE marks a sample."""
 
     MEAN = "mean"
     SUM = "sum"
     MAX = "max"
     MIN = "min"
     STD = "std"
+    SAMPLE = "sample"
 
 
-def record_metric(key: str, value: Any, reduce: Reduce = Reduce.MEAN) -> None:
-    """Record ``value`` (a number or tensor of numbers) under ``key``; see :meth:`otel_rl.Telemetry.record_metric`.
+def record_metric(key: str, value: Any, reduction: Reduce = Reduce.MEAN) -> None:
+    """Record ``value`` under ``key`` (:meth:`otel_rl.Telemetry.record_metric`); with ``Reduce.SAMPLE``, ``value``
+    is a sample dict of table ``key`` (torchforge's form: episode fields plus the reward breakdown's keys)."""
+    telemetry = _telemetry()
+    if telemetry is None:
+        return
+    if reduction is Reduce.SAMPLE:
+        telemetry.record_sample(_sample(value), table=key)
+        return
+    if not isinstance(reduction, Reduce):
+        _warn_once("reduction", f'"reduction" must be a Reduce, got {reduction!r}; the value is recorded all the same')
+    telemetry.record_metric(key, value)
 
-    An unknown ``reduce`` is a programming error and raises ``ValueError`` at once.
-    """
-    if not isinstance(reduce, Reduce):
-        raise ValueError(f'"reduce" must be a Reduce ({", ".join(r.name for r in Reduce)}), got {reduce!r}')
-    get_telemetry().record_metric(key, value)
+
+def record_episode_sample(table: str, episode: Any) -> None:
+    """Offer an episode to the step's top/bottom-k of ``table``: an ``EpisodeSample``, a dict, or a torchforge
+    ``Episode`` (read by attribute: episode_id, policy_version, request/prompt, response, target, reward,
+    reward_breakdown, advantage, request_len, response_len, truncated)."""
+    telemetry = _telemetry()
+    if telemetry is not None:
+        telemetry.record_sample(_sample(episode), table=table)
 
 
-def record_episode_sample(key: str, sample: EpisodeSample | Mapping[str, Any]) -> None:
-    """Offer an episode to the step's sample filter; ``key`` (torchforge's table name) goes to ``extra["table"]``."""
-    if isinstance(sample, EpisodeSample):
-        extra = {**sample.extra, "table": key}
-        sample = EpisodeSample(**{**{f: getattr(sample, f) for f in sample.__dataclass_fields__}, "extra": extra})
-    else:
-        sample = {**sample, "extra": {**dict(sample.get("extra") or {}), "table": key}}
-    get_telemetry().record_sample(sample)
+def _telemetry() -> Telemetry | None:
+    """The process's Telemetry, or None (warned once) before setup; None too when metrics are disabled."""
+    if os.environ.get(_DISABLE, "false").strip().lower() == "true":
+        return None
+    telemetry = _global.current()
+    if telemetry is None:
+        _warn_once("setup", f"skipping metrics until otel_rl.setup() is called (or set {_DISABLE}=true)")
+    return telemetry
+
+
+def _warn_once(topic: str, message: str) -> None:
+    if topic not in _warned:
+        _warned.add(topic)
+        _logger.warning("otel-rl torchforge shim: %s", message)
+
+
+def _sample(value: Any) -> Any:
+    """An otel-rl sample from what torchforge code passes; anything unusable is returned as is, so that
+    ``record_sample`` drops and counts it."""
+    if isinstance(value, EpisodeSample):
+        return value
+    if isinstance(value, Mapping):
+        return _from_mapping(value)
+    if hasattr(value, "episode_id") or hasattr(value, "reward_breakdown"):
+        return _from_episode(value)
+    return value
+
+
+def _from_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
+    """torchforge's sample dict: episode fields, plus the reward breakdown flattened into the dict (its ``reward``
+    key is the total). Other numbers join the breakdown; anything else goes to ``extra``."""
+    sample: dict[str, Any] = {}
+    breakdown: dict[str, float] = dict(values.get("reward_breakdown") or {})
+    extra: dict[str, Any] = dict(values.get("extra") or {})
+    for key, item in values.items():
+        if key in ("reward_breakdown", "extra"):
+            continue
+        if key == "request" and "prompt" not in values:
+            sample["prompt"] = item
+        elif key in _FIELDS:
+            sample[key] = item
+        elif isinstance(item, (int, float)) and not isinstance(item, bool) or _is_number(item):
+            breakdown[str(key)] = item
+        else:
+            extra[str(key)] = item
+    if "reward" not in sample and "reward" in breakdown:
+        sample["reward"] = breakdown["reward"]
+    breakdown.pop("reward", None)
+    sample["reward_breakdown"] = breakdown
+    sample["extra"] = extra
+    return sample
+
+
+def _from_episode(episode: Any) -> dict[str, Any]:
+    """torchforge's ``Episode`` read by attribute (``request`` is its prompt text; ``truncated`` goes to extra)."""
+    values: dict[str, Any] = {}
+    for name in ("episode_id", "policy_version", "request", "prompt", "response", "target", "reward",
+                 "reward_breakdown", "advantage", "request_len", "response_len", "truncated"):  # fmt: skip
+        try:
+            item = getattr(episode, name, None)
+        except Exception:  # noqa: BLE001 - a property that fails (no completion yet) is just absent
+            item = None
+        if item is not None:
+            values[name] = item
+    if "target" in values and not isinstance(values["target"], (str, bytes)):
+        values["target"] = str(values["target"])
+    if "truncated" in values:
+        values["extra"] = {"truncated": bool(values.pop("truncated"))}
+    return _from_mapping(values)
+
+
+def _is_number(value: Any) -> bool:
+    """Whether ``value`` is a numpy (or similar) scalar number."""
+    item = getattr(value, "item", None)
+    if not callable(item) or getattr(value, "ndim", 0) != 0:
+        return False
+    try:
+        return isinstance(item(), (int, float)) and not isinstance(item(), bool)
+    except Exception:  # noqa: BLE001
+        return False

@@ -35,7 +35,7 @@ def test_header_names_are_lower_cased_for_grpc() -> None:
     """gRPC refuses capitals in metadata keys (every export failed with "Invalid metadata"): keys go lower-case
     (test_security.py shows it against the real collector, for HTTP too)."""
     config = otel_rl.TelemetryConfig(run_id="r", headers={"Authorization": "Bearer t", "X-Tenant": "a"})
-    exporters = _export.build_exporters(config)
+    exporters = _export.build_exporters(config.resolved)
     headers = exporters.metrics._headers  # type: ignore[union-attr]  # noqa: SLF001
     assert dict(headers) == {"authorization": "Bearer t", "x-tenant": "a"}
 

@@ -163,6 +163,7 @@ def test_samples_never_raise_and_cannot_overwrite_contract_attributes(
         attributes = dict(record.attributes or {})
         assert attributes["rl.step"] == step
         assert attributes["rl.sample.selection"] in ("top", "bottom", "random")
+        assert attributes["rl.sample.table"] == "samples"
         assert attributes["rl.reward"] in rewards or math.isnan(attributes["rl.reward"])  # type: ignore[arg-type]
         assert isinstance(attributes[_names.SAMPLE_TRUNCATED], bool)
         for key in attributes:
@@ -172,7 +173,7 @@ def test_samples_never_raise_and_cannot_overwrite_contract_attributes(
             assert len(value.encode("utf-8")) <= 1024
 
 
-_CONTRACT = {"rl.step", "rl.sample.selection", "rl.episode.id", "rl.policy.version", "rl.reward", "rl.advantage",
+_CONTRACT = {"rl.step", "rl.sample.selection", "rl.sample.table", "rl.episode.id", "rl.policy.version", "rl.reward", "rl.advantage",
              "rl.staleness", "rl.request.length", "rl.response.length", _names.SAMPLE_TRUNCATED}  # fmt: skip
 
 
@@ -200,10 +201,10 @@ def test_huge_inputs_and_hundreds_of_reward_fns() -> None:
         instance.shutdown(10)
     latest = metrics.latest()
     counts = {dict(attrs).get(_names.REWARD_FN): point.count for (name, attrs), point in latest.items()  # type: ignore[attr-defined]
-              if name == _names.REWARD.name}  # fmt: skip
+              if name == _names.REWARDS.histogram.name}  # fmt: skip
     assert counts["total"] == 4_000_000
     assert len(counts) == config.max_reward_fns + 1  # 32 names ("total" is one of them), then _overflow
-    assert counts[_names.REWARD_FN_OVERFLOW] == 2 * (500 - (config.max_reward_fns - 1))
+    assert counts[_names.OVERFLOW] == 2 * (500 - (config.max_reward_fns - 1))
 
 
 _FIELDS = [f.name for f in dataclasses.fields(otel_rl.TelemetryConfig)]

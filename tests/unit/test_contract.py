@@ -122,7 +122,7 @@ def test_contract_document_lists_every_name() -> None:
     names = [m.name for m in _names.ALL_METRICS if not m.name.startswith("rl.metric.")]
     names += [
         _names.RUN_ID, _names.RANK, _names.WORLD_SIZE, _names.LOCAL_RANK, _names.ROLE, _names.REWARD_FN,
-        _names.METRIC_KEY, _names.SAMPLE_EVENT, _names.SAMPLE_SELECTION, _names.SAMPLE_TRUNCATED,
+        _names.METRIC_KEY, _names.SAMPLE_EVENT, _names.SAMPLE_SELECTION, _names.SAMPLE_TABLE, _names.SAMPLE_TRUNCATED,
     ]  # fmt: skip
     missing = [name for name in names if f"`{name}`" not in CONTRACT]
     assert missing == []

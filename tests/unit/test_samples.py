@@ -51,21 +51,21 @@ def test_nan_rewards_are_not_top_or_bottom() -> None:
 
 def test_texts_are_cut_to_the_byte_budget_on_character_boundaries() -> None:
     """Multi-byte characters are never split; the record says it was truncated."""
-    record = to_record(EpisodeSample(reward=0.0, prompt="€" * 10), step=1, selection="top", budget_bytes=7)
+    record = to_record(EpisodeSample(reward=0.0, prompt="€" * 10), step=1, selection="top", table="t", budget_bytes=7)
     assert record.body["prompt"] == "€€" and record.truncated
 
 
 def test_non_utf8_bytes_and_lone_surrogates_are_replaced() -> None:
     """Invalid UTF-8 bytes and lone surrogates become replacement characters, never an exception."""
-    record = to_record(
-        EpisodeSample(reward=0.0, prompt=b"ok\xff", response="a\ud800b"), step=None, selection="top", budget_bytes=99
-    )
+    sample = EpisodeSample(reward=0.0, prompt=b"ok\xff", response="a\ud800b")
+    record = to_record(sample, step=None, selection="top", table="t", budget_bytes=99)
     assert record.body == {"prompt": "ok\ufffd", "response": "a?b"}
 
 
 def test_multi_megabyte_text_is_cut() -> None:
     """A 5 MB response is cut to the budget."""
-    record = to_record(EpisodeSample(reward=0.0, response="x" * 5_000_000), step=1, selection="top", budget_bytes=1024)
+    sample = EpisodeSample(reward=0.0, response="x" * 5_000_000)
+    record = to_record(sample, step=1, selection="top", table="t", budget_bytes=1024)
     assert len(record.body["response"]) == 1024 and record.attributes["rl.sample.truncated"] is True
 
 
@@ -75,9 +75,9 @@ def test_attributes_follow_the_contract() -> None:
         reward=1.5, episode_id=7, policy_version=3, advantage=0.5, staleness=2, request_len=10, response_len=20,
         reward_breakdown={"correctness": 1.0, "format": 0.5}, extra={"task": "add", "nested": {"a": [1, 2]}},
     )  # fmt: skip
-    record = to_record(sample, step=4, selection="bottom", budget_bytes=100)
+    record = to_record(sample, step=4, selection="bottom", table="rollout/sample", budget_bytes=100)
     assert record.attributes == {
-        "rl.sample.selection": "bottom", "rl.reward": 1.5, "rl.step": 4, "rl.episode.id": "7",
+        "rl.sample.selection": "bottom", "rl.sample.table": "rollout/sample", "rl.reward": 1.5, "rl.step": 4, "rl.episode.id": "7",
         "rl.policy.version": 3, "rl.advantage": 0.5, "rl.staleness": 2, "rl.request.length": 10,
         "rl.response.length": 20, "rl.reward.correctness": 1.0, "rl.reward.format": 0.5,
         "rl.sample.extra.task": "add", "rl.sample.truncated": False,
@@ -92,7 +92,7 @@ def test_deeply_nested_and_non_json_extras_do_not_raise() -> None:
     for _ in range(100_000):
         cursor.append([])
         cursor = cursor[0]  # type: ignore[assignment]
-    record = to_record(EpisodeSample(reward=0.0, extra={"deep": deep, "obj": object()}), step=1, selection="top",
+    record = to_record(EpisodeSample(reward=0.0, extra={"deep": deep, "obj": object()}), step=1, selection="top", table="t",
                        budget_bytes=200)  # fmt: skip
     assert "extra" in record.body
 

@@ -1,0 +1,144 @@
+"""A tracking backend for trainers that log ``dict[str, float]`` per step (verl's ``Tracking``, OpenRLHF, prime-rl,
+W&B-style ``log(metrics, step)``): their dicts become otel-rl series without rewriting their logging calls.
+
+Such dicts hold statistics the trainer already reduced on its rank (``critic/score/mean``). A reduced value cannot
+be turned back into a distribution, so the bridge keeps each as a value of ``rl.metric`` under a canonical key when
+it knows the key (the same key whichever trainer logged it, so one dashboard query serves all of them) and under
+its own key otherwise. What it can keep exactly, it does: per-sample arrays (lists, numpy arrays, tensors) of
+rewards become ``rl.reward`` distributions and of lengths ``rl.metric`` distributions; the policy version sets
+``rl.policy.version``; the step declares the step.
+
+Known keys (``stat`` is ``mean``, ``max``, ``min``, ``std`` or ``clip_ratio``):
+
+=================================================================  ==========================
+logged key                                                         canonical ``rl.metric.key``
+=================================================================  ==========================
+``critic/score/<stat>`` (verl), ``reward/<stat>``, ``reward``      ``reward/<stat>`` (``reward`` alone: mean)
+``critic/rewards/<stat>`` (verl: score with the KL penalty)        ``reward_penalized/<stat>``
+``critic/advantages/<stat>``                                       ``advantage/<stat>``
+``response_length/<stat>``, ``response_length`` (OpenRLHF)         ``response_length/<stat>``
+``prompt_length/<stat>``                                           ``prompt_length/<stat>``
+``...staleness.../<stat>``                                         ``staleness/<stat>``
+=================================================================  ==========================
+
+Keys naming a policy version (``current_param_version``, ``policy_version``, ``fully_async/count/...``) set
+``rl.policy.version``. Distinct keys are capped by ``max_metric_keys`` like every ``record_metric`` key; values that
+are not numbers (tables, images, strings) are rejected and counted by ``record_metric``, never raised.
+
+>>> import otel_rl
+>>> telemetry = otel_rl.Telemetry(otel_rl.TelemetryConfig(run_id="doc", exporter="none"))
+>>> MetricsDictLogger(telemetry).log({"critic/score/mean": 0.5, "actor/pg_loss": 0.1}, step=1)
+>>> telemetry.shutdown()
+True
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from otel_rl import _global
+from otel_rl._telemetry import Telemetry
+
+__all__ = ["MetricsDictLogger"]
+
+_logger = logging.getLogger(__name__)
+_STAT = r"(?P<stat>mean|max|min|std|clip_ratio)"
+_CANONICAL: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), canonical)
+    for pattern, canonical in (
+        (rf"^(critic/score|reward)/{_STAT}$", "reward/{stat}"),
+        (r"^reward$", "reward/mean"),
+        (rf"^critic/rewards/{_STAT}$", "reward_penalized/{stat}"),
+        (rf"^critic/advantages/{_STAT}$", "advantage/{stat}"),
+        (rf"^response_length/{_STAT}$", "response_length/{stat}"),
+        (r"^response_length$", "response_length/mean"),
+        (rf"^prompt_length/{_STAT}$", "prompt_length/{stat}"),
+        (rf"^.*staleness.*/{_STAT}$", "staleness/{stat}"),
+    )
+)
+_VERSION = re.compile(r"(^|/)(current_param_version|param_version|policy_version)$")
+_REWARD_ARRAY = re.compile(r"^(.*/)?(rewards?|scores?)(/(?P<fn>[^/]+))?$")
+_LENGTH_ARRAY = re.compile(r"^(.*/)?(?P<name>(response|prompt)_length)$")
+
+
+class MetricsDictLogger:
+    """``log(data, step)`` like verl's tracking backends and W&B: each step's metrics dict into ``telemetry``
+    (default: the one of ``otel_rl.setup()``, looked up per call, so it can be made before setup)."""
+
+    def __init__(self, telemetry: Telemetry | None = None) -> None:
+        self._telemetry = telemetry
+        self._step: int | None = None
+
+    def log(self, data: Mapping[str, Any], step: int | None = None, backend: object = None) -> None:
+        """Record one step's metrics; ``backend`` is accepted (and ignored) for verl's ``Tracking.log`` signature.
+        Never raises: a value that cannot be recorded is counted by otel-rl's rejection counters."""
+        telemetry = self._telemetry or _global.current()
+        if telemetry is None:
+            return
+        try:
+            if step is not None and step != self._step:
+                self._step = step
+                telemetry.step(step)
+            items = list(data.items())
+        except Exception:  # noqa: BLE001 - a tracking backend never raises into the trainer
+            _logger.warning("otel-rl MetricsDictLogger: could not read a metrics dict", exc_info=True)
+            return
+        for key, value in items:
+            try:
+                _record(telemetry, str(key), value)
+            except Exception:  # noqa: BLE001 - a tracking backend never raises into the trainer
+                _logger.warning("otel-rl MetricsDictLogger: could not record %r", key, exc_info=True)
+
+    def finish(self) -> None:
+        """Export what was logged (verl calls ``finish`` on its backends at the end)."""
+        telemetry = self._telemetry or _global.current()
+        if telemetry is not None:
+            telemetry.flush()
+
+
+def _record(telemetry: Telemetry, key: str, value: Any) -> None:
+    if _is_array(value):
+        reward = _REWARD_ARRAY.match(key)
+        if reward:
+            telemetry.record_rewards(value, fn=reward.group("fn") or "total")
+            return
+        length = _LENGTH_ARRAY.match(key)
+        if length:
+            telemetry.record_metric(length.group("name"), value)
+            return
+    elif _VERSION.search(key):
+        telemetry.set_policy_version(_as_int(value))
+        return
+    telemetry.record_metric(canonical_key(key), value)
+
+
+def canonical_key(key: str) -> str:
+    """The ``rl.metric.key`` a logged key is recorded under (see the module's table).
+
+    >>> canonical_key("critic/score/mean"), canonical_key("reward"), canonical_key("actor/entropy")
+    ('reward/mean', 'reward/mean', 'actor/entropy')
+    """
+    for pattern, canonical in _CANONICAL:
+        found = pattern.match(key)
+        if found:
+            return canonical.format(**found.groupdict())
+    return key
+
+
+def _is_array(value: Any) -> bool:
+    """A per-sample array: a list or tuple, or an array/tensor with at least one dimension."""
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return True
+    return getattr(value, "ndim", 0) >= 1
+
+
+def _as_int(value: Any) -> Any:
+    """An integral float (versions often arrive as floats in metrics dicts) as an int; anything else unchanged, so
+    ``set_policy_version`` rejects and counts it."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    item = getattr(value, "item", None)
+    return _as_int(item()) if callable(item) and getattr(value, "ndim", 0) == 0 else value
