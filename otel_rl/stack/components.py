@@ -135,7 +135,7 @@ def _prometheus_command(config: StackConfig, binaries: Binaries, state_dir: Path
         f"--web.listen-address={config.host}:{config.ports.prometheus}",
         "--web.enable-remote-write-receiver",
         "--web.enable-lifecycle",
-        "--enable-feature=native-histograms,exemplar-storage",
+        "--enable-feature=exemplar-storage",
     )
     return Command(argv=argv, environment={}, inputs=(rendered, *sorted(rules_dir.glob("*.yml"))))
 

@@ -4,10 +4,10 @@
   build the manifest into ``$OTEL_RL_HOME/collector/<digest>/otelcol-rl`` where ``<digest>`` is the first 16 hex
   digits of the SHA-256 of the manifest bytes. A changed manifest is a new digest, hence a new build; an
   unchanged one is never rebuilt.
-* VictoriaLogs: ``go install`` at :data:`VICTORIALOGS_VERSION` into ``$OTEL_RL_HOME/bin``, with a version stamp
-  (the builder is installed the same way, by :func:`ensure_go_binary`).
-* Prometheus and promtool: taken from ``PATH``, else from Debian's ``prometheus`` package (needs root). The
-  package's own service is stopped: the stack runs its own Prometheus process.
+* VictoriaLogs, Prometheus and promtool: ``go install`` at :data:`VICTORIALOGS_VERSION` and
+  :data:`PROMETHEUS_VERSION` into ``$OTEL_RL_HOME/bin``, with a version stamp (the builder is installed the same
+  way, by :func:`ensure_go_binary`). Prometheus's module has no built web UI; its API, which Grafana, the report
+  and the tests use, is complete.
 
 The Go installs and the collector build hold an exclusive lock on ``$OTEL_RL_HOME/install.lock`` so that
 concurrent ``up`` calls (a test session and a shell) do not build the same thing twice or read a half-written
@@ -58,11 +58,17 @@ VICTORIALOGS_VERSION: Final = "v1.52.1"
 VICTORIALOGS_BINARY_NAME: Final = "victoria-logs"
 """File name of the installed VictoriaLogs server."""
 
+PROMETHEUS_MODULE: Final = "github.com/prometheus/prometheus"
+"""Go module of Prometheus; its ``cmd/prometheus`` and ``cmd/promtool`` are the server and the rule tool."""
+
+PROMETHEUS_VERSION: Final = "v0.316.0"
+"""Pinned Prometheus module version: Prometheus 3.16.0 (native histograms stable, remote-write 2.0 receiver)."""
+
 _MANIFEST_COMPONENT_KEYS: Final = ("receivers", "processors", "exporters", "connectors", "extensions", "providers")
 
 
 class InstallError(RuntimeError):
-    """An external install step (``go``, the builder, ``apt-get``) failed; the message carries its output."""
+    """An external install step (``go``, the builder) failed; the message carries its output."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,43 +270,15 @@ def _manifest_binary_name(manifest: Path) -> str:
     return str(dist.get("name") or "otelcol-custom")
 
 
-def ensure_prometheus() -> tuple[Path, Path]:
-    """Return ``(prometheus, promtool)`` from ``PATH``, installing Debian's ``prometheus`` package if missing.
-
-    The package may start its own service on :9090; it is stopped, since the stack runs its own process with its
-    own flags and state directory.
+def ensure_prometheus(*, home: Path) -> tuple[Path, Path]:
+    """Return ``(prometheus, promtool)`` at :data:`PROMETHEUS_VERSION`, installing them if needed.
 
     Raises:
-        InstallError: when ``apt-get`` fails or the package does not provide both executables.
+        InstallError: when ``go install`` fails.
     """
-    prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
-    if prometheus and promtool:
-        return Path(prometheus), Path(promtool)
-    _logger.info("installing Prometheus from the Debian package")
-    started = time.monotonic()
-    env = dict(os.environ)
-    env["DEBIAN_FRONTEND"] = "noninteractive"
-    _run(["apt-get", "update"], env=env)
-    _run(["apt-get", "install", "-y", "--no-install-recommends", "prometheus"], env=env)
-    _logger.info("installed Prometheus in %.1f s", time.monotonic() - started)
-    stop_packaged_prometheus()
-    prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
-    if not (prometheus and promtool):
-        raise InstallError("the Debian package 'prometheus' did not put both 'prometheus' and 'promtool' on PATH")
-    return Path(prometheus), Path(promtool)
-
-
-def stop_packaged_prometheus() -> None:
-    """Stop the Debian package's own Prometheus service if it runs; a missing service manager is not an error."""
-    service = shutil.which("service")
-    if service is None:
-        return
-    status = subprocess.run(
-        [service, "prometheus", "status"], stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False
-    )
-    if status.returncode == 0:
-        _logger.info("stopping the Debian package's prometheus service (the stack runs its own)")
-        subprocess.run([service, "prometheus", "stop"], stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    prometheus = ensure_go_binary(f"{PROMETHEUS_MODULE}/cmd/prometheus", PROMETHEUS_VERSION, "prometheus", home=home)
+    promtool = ensure_go_binary(f"{PROMETHEUS_MODULE}/cmd/promtool", PROMETHEUS_VERSION, "promtool", home=home)
+    return prometheus, promtool
 
 
 def install_all(*, root: Path | None = None, home: Path | None = None) -> Binaries:
@@ -310,7 +288,7 @@ def install_all(*, root: Path | None = None, home: Path | None = None) -> Binari
     """
     root = layout.repository_root() if root is None else root
     home = otel_rl_home() if home is None else home
-    prometheus, promtool = ensure_prometheus()
+    prometheus, promtool = ensure_prometheus(home=home)
     victorialogs = ensure_go_binary(VICTORIALOGS_PACKAGE, VICTORIALOGS_VERSION, VICTORIALOGS_BINARY_NAME, home=home)
     collector = ensure_collector(layout.collector_manifest(root), home=home)
     return Binaries(collector=collector, victorialogs=victorialogs, prometheus=prometheus, promtool=promtool)

@@ -29,8 +29,9 @@ def _generator() -> Any:
 @pytest.fixture(scope="module")
 def promtool() -> Path:
     from otel_rl.stack import install
+    from otel_rl.stack.env import otel_rl_home
 
-    return install.ensure_prometheus()[1]
+    return install.ensure_prometheus(home=otel_rl_home())[1]
 
 
 def test_committed_dashboards_are_what_the_code_generates() -> None:
@@ -145,11 +146,11 @@ def test_compose_mounts_exist_and_provisioning_agrees() -> None:
     assert env["OTEL_RL_VICTORIALOGS_URL"] == "http://victorialogs:9428" and "9428" in published["victorialogs"]
     # Prometheus: the flags of the local stack, the compose config, the repository's rules.
     prometheus = services["prometheus"]
-    assert prometheus["image"] == "prom/prometheus:v2.42.0"
+    assert prometheus["image"] == "prom/prometheus:v3.16.0"
     flags = set(prometheus["command"])
-    assert {"--web.enable-remote-write-receiver", "--enable-feature=native-histograms,exemplar-storage"} <= flags
+    assert {"--web.enable-remote-write-receiver", "--enable-feature=exemplar-storage"} <= flags
     stack_flags = (ROOT / "otel_rl" / "stack" / "components.py").read_text(encoding="utf-8")
-    assert '"--web.enable-remote-write-receiver"' in stack_flags and '"--enable-feature=native-histograms,exemplar-storage"' in stack_flags
+    assert '"--web.enable-remote-write-receiver"' in stack_flags and '"--enable-feature=exemplar-storage"' in stack_flags
     assert mounts["prometheus"]["/etc/prometheus/prometheus.yml"] == "./prometheus/prometheus.compose.yml"
     assert mounts["prometheus"]["/etc/prometheus/rules"] == "./prometheus/rules"
     prom_config = yaml.safe_load((ROOT / "prometheus" / "prometheus.compose.yml").read_text(encoding="utf-8"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -146,8 +147,9 @@ def test_bad_input_never_raises_and_is_counted(
 def test_calls_before_setup_are_warned_no_ops(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """Before otel_rl.setup() nothing raises (torchforge skips and warns once): one warning, nothing configured."""
     monkeypatch.setattr(torchforge, "_warned", set())
-    record_metric("loss", 1.0)
-    record_episode_sample("rollout/sample", {"reward": 1.0})
+    with caplog.at_level(logging.WARNING, logger="otel_rl.torchforge"):
+        record_metric("loss", 1.0)
+        record_episode_sample("rollout/sample", {"reward": 1.0})
     assert otel_rl._global.current() is None  # noqa: SLF001
     assert len([r for r in caplog.records if "otel_rl.setup()" in r.getMessage()]) == 1
 

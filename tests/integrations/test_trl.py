@@ -1,0 +1,283 @@
+"""A real TRL GRPOTrainer on CPU with OtelRLCallback, into the real stack: each reward function's values and TRL's
+weighted total reach Prometheus exactly, every rollout reaches VictoriaLogs as a sample (issue: TRL integration)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from datasets import Dataset
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from trl import GRPOConfig, GRPOTrainer
+
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
+from transformers import TrainerControl, TrainerState, TrainingArguments
+
+from otel_rl import Telemetry, TelemetryConfig
+from otel_rl.query import Prometheus, VictoriaLogs
+from otel_rl.trl import OtelRLCallback
+from tests.conftest import RecordingMetricExporter
+from tests.pipeline.harness import eventually
+
+STEPS = 2
+GENERATIONS_PER_STEP = 2  # gradient_accumulation_steps=2, steps_per_generation=1: TRL's own table shows only one
+ROWS_PER_GENERATION = 8  # per_device_train_batch_size: 2 prompts x num_generations=4
+NUM_GENERATIONS = 4
+WEIGHTS = (1.0, 0.5)
+SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>"]
+WORDS = [*SPECIAL, *(f"w{i}" for i in range(40)), "add", "skip"]
+
+
+@dataclass
+class Rollout:
+    """One completion as the reward functions saw it: the ground truth."""
+
+    step: int
+    prompt: str
+    completion: str
+    rewards: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        """TRL's total: the weighted sum over the functions that scored it."""
+        terms = [w * r for w, r in zip(WEIGHTS, self.rewards.values()) if r is not None]
+        return math.fsum(terms)
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """A word-level tokenizer made here (no hub download): one token per space-separated word."""
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>", unk_token="<unk>"
+    )
+
+
+def tiny_model() -> LlamaForCausalLM:
+    """A randomly initialised two-layer Llama of width 32 over the tiny vocabulary."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )  # fmt: skip
+    return LlamaForCausalLM(config)
+
+
+@dataclass
+class TrlRun:
+    """A finished training run: its run id, the ground truth, and the callback (its counters)."""
+
+    run_id: str
+    rollouts: list[Rollout]
+    callback: OtelRLCallback
+
+
+def train(stack: Any, output_dir: Path, *, steps: int, accumulation: int, iterations: int) -> TrlRun:
+    """Train GRPO for ``steps`` optimizer steps of ``accumulation`` micro-steps, generating every micro-step
+    (``steps_per_generation=1``) and reusing each generation ``iterations`` times; everything recorded over OTLP."""
+    run_id = f"trl-{uuid.uuid4().hex[:8]}"
+    rollouts: list[Rollout] = []
+    batch: list[Rollout] = []
+
+    def length(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float | None]:
+        step = kwargs["trainer_state"].global_step + 1
+        values = [len(c.split()) / 4 for c in completions]
+        batch[:] = [Rollout(step, p, c, {"length": v}) for p, c, v in zip(prompts, completions, values)]
+        rollouts.extend(batch)
+        return list(values)
+
+    def keyword(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float | None]:
+        assert [r.completion for r in batch] == list(completions)  # called right after length, on the same batch
+        values = [
+            None if p.startswith("skip") else (1.0 if any(w.startswith("w1") for w in c.split()) else -6.0)
+            for p, c in zip(prompts, completions)
+        ]
+        for rollout, value in zip(batch, values):
+            rollout.rewards["keyword"] = value
+        return values
+
+    dataset = Dataset.from_dict({"prompt": [f"{'add' if i % 2 else 'skip'} w{i} w{i + 1}" for i in range(16)]})
+    telemetry = Telemetry(
+        TelemetryConfig(
+            run_id=run_id, endpoint=stack.otlp_grpc_endpoint, service_name="otel-rl-test", export_interval_s=0.5,
+            export_timeout_s=2.0, top_k=accumulation * ROWS_PER_GENERATION, bottom_k=0,
+        )
+    )  # fmt: skip
+    callback = OtelRLCallback(telemetry=telemetry)
+    args = GRPOConfig(
+        output_dir=str(output_dir), max_steps=steps, per_device_train_batch_size=ROWS_PER_GENERATION,
+        num_generations=NUM_GENERATIONS, gradient_accumulation_steps=accumulation, steps_per_generation=1,
+        num_iterations=iterations, max_completion_length=8, reward_weights=list(WEIGHTS), report_to=[],
+        logging_steps=1, log_completions=True, use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0,
+    )  # fmt: skip
+    trainer = GRPOTrainer(
+        model=tiny_model(), processing_class=tiny_tokenizer(), reward_funcs=[length, keyword], args=args,
+        train_dataset=dataset, callbacks=[callback],
+    )  # fmt: skip
+    trainer.train()
+    assert telemetry.shutdown(10.0)
+    return TrlRun(run_id, rollouts, callback)
+
+
+def reward_values(rollouts: list[Rollout], fn: str) -> list[float]:
+    """What ``rl.reward{fn}`` must hold: a function's non-None rewards, or every rollout's weighted total."""
+    if fn == "total":
+        return [r.total for r in rollouts]
+    return [v for r in rollouts if (v := r.rewards[fn]) is not None]
+
+
+def reward_count(prometheus: Prometheus, run_id: str, fn: str) -> float | None:
+    """``rl_reward_count`` of ``fn`` in run ``run_id``, summed over its series (None before any arrived)."""
+    return prometheus.value(f'sum(rl_reward_count{{rl_run_id="{run_id}",rl_reward_fn="{fn}"}})')
+
+
+@pytest.fixture(scope="module")
+def trl_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> TrlRun:
+    """Two optimizer steps of two micro-steps, each generating: four generations, two per step."""
+    output_dir = tmp_path_factory.mktemp("grpo")
+    return train(shared_stack, output_dir, steps=STEPS, accumulation=GENERATIONS_PER_STEP, iterations=1)
+
+
+def test_the_callback_read_every_generation(trl_run: TrlRun) -> None:
+    """The callback found its trainer from callbacks=[...], saw all four generations, and never failed."""
+    assert trl_run.callback.exact
+    assert (trl_run.callback.errors, trl_run.callback.missed_generations) == (0, 0)
+    assert len(trl_run.rollouts) == STEPS * GENERATIONS_PER_STEP * ROWS_PER_GENERATION
+    assert any(r.rewards["keyword"] is None for r in trl_run.rollouts)  # None rewards are exercised
+    assert any(r.total < 0 for r in trl_run.rollouts) and any(r.total > 0 for r in trl_run.rollouts)
+
+
+@pytest.mark.parametrize("fn", ["length", "keyword", "total"])
+def test_rewards_are_exact_per_function_and_in_total(shared_stack: Any, trl_run: TrlRun, fn: str) -> None:
+    """Count and sum of rl.reward{fn} equal what the reward functions returned (None left out; total weighted)."""
+    values = reward_values(trl_run.rollouts, fn)
+    prometheus = Prometheus(shared_stack.prometheus_url)
+    eventually(lambda: reward_count(prometheus, trl_run.run_id, fn) == len(values), what=f"the {fn} reward count")
+    selector = f'{{rl_run_id="{trl_run.run_id}",rl_reward_fn="{fn}"}}'
+    positive = prometheus.value(f"sum(rl_reward_positive_total{selector})")
+    negative = prometheus.value(f"sum(rl_reward_negative_total{selector})")
+    assert positive is not None and negative is not None
+    assert positive - negative == pytest.approx(math.fsum(values), abs=1e-9)
+    assert prometheus.value(f"sum(rl_reward_sum{selector})") == pytest.approx(math.fsum(values), abs=1e-9)
+
+
+def test_every_rollout_is_a_sample_with_its_texts_rewards_and_advantage(shared_stack: Any, trl_run: TrlRun) -> None:
+    """Each completion arrives in VictoriaLogs with its step, prompt, rewards and TRL's group advantage."""
+    expected_advantage: dict[int, float] = {}
+    for start in range(0, len(trl_run.rollouts), NUM_GENERATIONS):
+        group = trl_run.rollouts[start : start + NUM_GENERATIONS]
+        mean, std = statistics.fmean(r.total for r in group), statistics.stdev(r.total for r in group)
+        for offset, rollout in enumerate(group):
+            expected_advantage[start + offset] = (rollout.total - mean) / (std + 1e-4)
+    logs = VictoriaLogs(shared_stack.victorialogs_url)
+    query = f'{{rl.run.id="{trl_run.run_id}"}}'
+    records = eventually(
+        lambda: (found := logs.query(query)) and len(found) >= len(trl_run.rollouts) and found,
+        what="a sample record per rollout",
+    )
+
+    def key(step: Any, prompt: Any, completion: Any, length: Any, keyword: Any, total: Any) -> tuple[Any, ...]:
+        return (int(step), prompt, completion, float(length), None if keyword is None else float(keyword), float(total))
+
+    expected = sorted(
+        (key(r.step, r.prompt, r.completion, r.rewards["length"], r.rewards["keyword"], r.total), expected_advantage[i])
+        for i, r in enumerate(trl_run.rollouts)
+    )
+    got = sorted(
+        (
+            key(
+                record["rl.step"], record["prompt"], record.get("_msg", ""), record["rl.reward.length"],
+                record.get("rl.reward.keyword"), record["rl.reward"],
+            ),
+            float(record["rl.advantage"]),
+        )
+        for record in records
+    )  # fmt: skip
+    assert [row for row, _ in got] == [row for row, _ in expected]
+    for (_, advantage), (_, reference) in zip(got, expected):
+        assert advantage == pytest.approx(reference, rel=1e-4, abs=1e-4)
+    assert len({record["rl.episode.id"] for record in records}) == len(records)
+
+
+def test_logged_scalars_are_metrics_and_reward_means_are_not(shared_stack: Any, trl_run: TrlRun) -> None:
+    """TRL's logged scalars become rl.metric (one value per log); its reward means, epoch and summaries do not."""
+    prometheus = Prometheus(shared_stack.prometheus_url)
+    selector = f'{{rl_run_id="{trl_run.run_id}"}}'
+    counts = eventually(
+        lambda: prometheus.by_label(f"sum by (rl_metric_key) (rl_metric_count{selector})", "rl_metric_key"),
+        what="the logged scalars",
+    )
+    for key in ("loss", "entropy", "grad_norm", "completions/mean_length", "frac_reward_zero_std"):
+        assert counts[key] == STEPS, key
+    assert not {k for k in counts if k in {"reward", "reward_std", "epoch", "train_runtime", "train_loss"}}
+    assert not {k for k in counts if k.startswith("rewards/")}
+    assert prometheus.value(f"rl_step{selector}") == STEPS
+
+
+def test_a_reused_generation_is_counted_once(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """num_iterations=2: each generation trains two steps and TRL logs its table twice; it is recorded once."""
+    run = train(shared_stack, tmp_path_factory.mktemp("grpo-reuse"), steps=4, accumulation=1, iterations=2)
+    assert len(run.rollouts) == 2 * ROWS_PER_GENERATION
+    assert (run.callback.exact, run.callback.errors, run.callback.missed_generations) == (True, 0, 0)
+    prometheus = Prometheus(shared_stack.prometheus_url)
+    for fn in ("length", "keyword", "total"):
+        expected = len(reward_values(run.rollouts, fn))
+        eventually(lambda: reward_count(prometheus, run.run_id, fn) == expected, what=f"the {fn} reward count")
+
+
+# Without a stack: the callback's own errors and its fallback ----------------------------------------------------
+
+
+def local_telemetry(exporter: RecordingMetricExporter) -> Telemetry:
+    """A Telemetry that exports into ``exporter`` only when flushed."""
+    config = TelemetryConfig(run_id="trl-local", rank=0, world_size=1, export_interval_s=60)
+    return Telemetry(config, metric_exporter=exporter, log_exporter=InMemoryLogRecordExporter())
+
+
+def test_attach_rejects_a_trainer_without_grpo_rollout_logs(metric_exporter: RecordingMetricExporter) -> None:
+    """attach() names the missing attributes and the trainer's type."""
+    callback = OtelRLCallback(telemetry=local_telemetry(metric_exporter))
+    with pytest.raises(TypeError, match=r"\"trainer\" must keep GRPOTrainer's per-rollout logs \(attributes "
+                       r"\['_logs', '_metrics', 'reward_func_names', 'reward_weights'\] are missing\), got 'object'"):
+        callback.attach(object())  # type: ignore[arg-type]
+    callback.telemetry.shutdown()
+
+
+def test_without_a_trainer_the_logged_reward_means_become_metrics(metric_exporter: RecordingMetricExporter) -> None:
+    """No trainer found: reward means are forwarded as rl.metric like the other logged scalars; summaries are not."""
+    telemetry = local_telemetry(metric_exporter)
+    callback = OtelRLCallback(telemetry=telemetry)
+    args, state = TrainingArguments(output_dir="unused", use_cpu=True, report_to=[]), TrainerState()
+    callback.on_train_begin(args, state, TrainerControl())
+    logs = {"loss": 0.5, "reward": 1.5, "rewards/length/mean": 2.0, "epoch": 1.0, "train_runtime": 3.0, "note": "x"}
+    callback.on_log(args, state, TrainerControl(), logs=logs)  # type: ignore[arg-type]
+    assert telemetry.flush(5)
+    keys = {dict(a)["rl.metric.key"] for name, a in metric_exporter.latest() if name == "rl.metric"}
+    assert (callback.exact, callback.errors, keys) == (False, 0, {"loss", "reward", "rewards/length/mean"})
+    telemetry.shutdown()
+
+
+def test_a_failure_in_the_callback_is_counted_not_raised(metric_exporter: RecordingMetricExporter) -> None:
+    """A trainer whose rollout logs are unreadable: the event is skipped and counted, the trainer goes on."""
+
+    class BrokenTrainer:
+        _logs = None
+        _metrics = {"train": {"reward": [1.0]}}
+        reward_func_names = ["length"]
+        reward_weights = torch.ones(1)
+
+    trainer: Any = BrokenTrainer()
+    callback = OtelRLCallback(telemetry=local_telemetry(metric_exporter), trainer=trainer)
+    args, state = TrainingArguments(output_dir="unused", use_cpu=True, report_to=[]), TrainerState()
+    for _ in range(2):
+        trainer._metrics["train"]["reward"].append(1.0)  # a new generation, as GRPOTrainer appends
+        callback.on_step_end(args, state, TrainerControl())
+    assert callback.errors == 2
+    callback.telemetry.shutdown()
