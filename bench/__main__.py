@@ -40,7 +40,7 @@ def run(*, quick: bool, only: tuple[str, ...] = SECTIONS, threads: int = 2) -> d
         )
     if "training_thread" in only:
         results["training_thread"] = (
-            training_thread(steps=4, rounds=1, warmup=1, rollouts=16) if quick else training_thread(steps=60, rounds=2)
+            training_thread(steps=4, rounds=1, warmup=1, rollouts=16) if quick else training_thread(steps=500, rounds=2)
         )
     if "memory" in only:
         results["memory"] = (

@@ -93,7 +93,7 @@ def _run_mode(mode: str, step: Step, samples: list[dict[str, Any]], steps: int, 
     return {"times_ns": times, "rss_start_kb": rss_start, "rss_end_kb": rss_kb(), "rss_max_kb": rss_max}
 
 
-def training_thread(*, steps: int = 60, rounds: int = 2, warmup: int = 3, rollouts: int = 512) -> dict[str, Any]:
+def training_thread(*, steps: int = 500, rounds: int = 2, warmup: int = 3, rollouts: int = 512) -> dict[str, Any]:
     """Per-step time (median, p99) and RSS of each mode; modes alternate in ``rounds`` blocks against drift."""
     step = make_step(rollouts, 2048)
     samples = [

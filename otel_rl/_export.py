@@ -1,7 +1,9 @@
 """The export worker and the exporters it drives.
 
 One daemon thread does all exporting, off the training thread: every interval (or when a flush is requested) it
-sends the pending sample records and a cumulative snapshot of the metrics. The training thread only ever appends to
+sends the pending sample records and a cumulative snapshot of the metrics. While exports fail, the periodic cycles
+back off (doubling from the interval up to 5 s; a flush or shutdown still tries at once), because every attempt
+encodes its batch in Python and would take the GIL from the training thread for nothing. The training thread only ever appends to
 a bounded queue and updates small in-memory totals, so a slow, hung or absent collector cannot block it; queue
 overflow drops the oldest records and counts them.
 """
@@ -35,6 +37,8 @@ _BATCH = 512
 _BATCH_BYTES = 4 * 1024 * 1024
 """Most (estimated) bytes of log records in one export: the default gRPC receive limit of a stock collector
 (4 MiB). A bigger request is refused every time it is retried, which would stall all sample export."""
+_MAX_BACKOFF_S = 5.0
+"""Longest pause between periodic export attempts while they fail: the most a recovered collector waits for data."""
 _SIGNAL_METRICS = attributes(**{_names.SELF_SIGNAL: "metrics"})
 _SIGNAL_LOGS = attributes(**{_names.SELF_SIGNAL: "logs"})
 _DROPPED_QUEUE_FULL = attributes(**{_names.SELF_REASON: "queue_full"})
@@ -160,6 +164,8 @@ class ExportWorker:
         self._requested = 0
         self._completed = 0
         self._stopping = False
+        self._failed_cycles = 0
+        self._retry_at = 0.0
         for key in ((_names.SAMPLES_EXPORTED, ()), (_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL),
                     (_names.EXPORT_FAILURES, _SIGNAL_METRICS), (_names.EXPORT_FAILURES, _SIGNAL_LOGS)):  # fmt: skip
             store.add(*key, 0)
@@ -221,18 +227,28 @@ class ExportWorker:
             self._wake.clear()
             with self._done:
                 target, stopping = self._requested, self._stopping
-            self._export_logs()
-            self._export_metrics()
+                requested = target > self._completed
+            if requested or time.monotonic() >= self._retry_at:
+                logs_exported = self._export_logs()
+                metrics_exported = self._export_metrics()
+                self._back_off(logs_exported and metrics_exported)
             with self._done:
                 self._completed = max(self._completed, target)
                 self._done.notify_all()
             if stopping:
                 return
 
-    def _export_logs(self) -> None:
+    def _back_off(self, succeeded: bool) -> None:
+        """After a failed cycle, skip periodic cycles for twice as long as the last pause (at most 5 s)."""
+        self._failed_cycles = 0 if succeeded else self._failed_cycles + 1
+        pause = 0.0 if succeeded else min(self._interval_s * 2**self._failed_cycles, _MAX_BACKOFF_S)
+        self._retry_at = time.monotonic() + pause
+
+    def _export_logs(self) -> bool:
+        """Export the queued records in byte-capped batches; False when a batch failed (it stays queued)."""
         exporter = self._log_exporter
         if exporter is None:
-            return
+            return True
         while True:
             with self._lock:
                 batch: list[ReadableLogRecord] = []
@@ -244,7 +260,7 @@ class ExportWorker:
                     batch.append(self._queue.popleft())
                     size += cost
             if not batch:
-                return
+                return True
             if _call(lambda: exporter.export(batch)) == LogRecordExportResult.SUCCESS:
                 self._store.add(_names.SAMPLES_EXPORTED, (), len(batch))
                 continue
@@ -252,7 +268,7 @@ class ExportWorker:
             with self._lock:
                 self._queue.extendleft(reversed(batch))
             self._trim()
-            return
+            return False
 
     def _trim(self) -> None:
         """Drop (and count) the oldest records beyond the queue's size."""
@@ -263,17 +279,20 @@ class ExportWorker:
         if overflow > 0:
             self._store.add(_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL, overflow)
 
-    def _export_metrics(self) -> None:
+    def _export_metrics(self) -> bool:
+        """Export a cumulative snapshot; False when it failed (its window extremes go out with the next one)."""
         exporter = self._metric_exporter
         if exporter is None:
-            return
+            return True
         data, window = self._store.collect(self._clock())
         if data is None:
-            return
+            return True
         timeout_ms = self._timeout_s * 1000
         if _call(lambda: exporter.export(data, timeout_millis=timeout_ms)) != MetricExportResult.SUCCESS:
             self._store.restore(window)
             self._store.add(_names.EXPORT_FAILURES, _SIGNAL_METRICS, 1)
+            return False
+        return True
 
 
 class QueueLogProcessor(LogRecordProcessor):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk.metrics.export import MetricExportResult, MetricsData
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_rl import EpisodeSample, Telemetry, TelemetryConfig
@@ -418,4 +419,32 @@ def test_metric_keys_have_their_own_cap(metric_exporter: RecordingMetricExporter
     keys = {dict(a)["rl.metric.key"] for (name, a) in metric_exporter.latest() if name == "rl.metric"}
     assert keys == {"loss", "kl", "_overflow"}
     assert rejected(metric_exporter) == {("rl.metric", "name_overflow"): 1}
+    telemetry.shutdown()
+
+
+def test_failing_exports_back_off_and_a_flush_still_tries(metric_exporter: RecordingMetricExporter) -> None:
+    """While exports fail, periodic attempts thin out (doubling pauses, not one per interval), so a dead collector
+    does not keep the export thread encoding batches; flush() tries at once, and success restores the interval."""
+    attempts: list[float] = []
+
+    class CountingExporter(RecordingMetricExporter):
+        def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object) -> MetricExportResult:
+            attempts.append(time.monotonic())
+            return super().export(metrics_data, timeout_millis)
+
+    exporter = CountingExporter()
+    exporter.fail = True
+    config = TelemetryConfig(run_id="backoff", export_interval_s=0.05)
+    telemetry = Telemetry(config, metric_exporter=exporter, log_exporter=InMemoryLogRecordExporter())
+    telemetry.record_rewards([1.0])
+    time.sleep(1.0)
+    failing = len(attempts)
+    assert 2 <= failing <= 8  # one attempt per 0.05 s interval would be about 20
+    assert telemetry.flush(5)
+    assert len(attempts) == failing + 1
+    exporter.fail = False
+    assert telemetry.flush(5)
+    healed = len(attempts)
+    time.sleep(0.5)
+    assert len(attempts) - healed >= 4  # back to one export per interval
     telemetry.shutdown()
