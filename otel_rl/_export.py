@@ -3,9 +3,9 @@
 One daemon thread does all exporting, off the training thread: every interval (or when a flush is requested) it
 sends the pending sample records and a cumulative snapshot of the metrics. While exports fail, the periodic cycles
 back off (doubling from the interval up to 5 s; a flush or shutdown still tries at once), because every attempt
-encodes its batch in Python and would take the GIL from the training thread for nothing. The training thread only ever appends to
-a bounded queue and updates small in-memory totals, so a slow, hung or absent collector cannot block it; queue
-overflow drops the oldest records and counts them.
+encodes its batch in Python and would take the GIL from the training thread for nothing. The training thread only
+ever appends to a bounded queue and updates small in-memory totals, so a slow, hung or absent collector cannot
+block it; queue overflow drops the oldest records and counts them.
 """
 
 from __future__ import annotations
