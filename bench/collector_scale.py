@@ -20,7 +20,7 @@ from otel_rl import TelemetryConfig
 from otel_rl._names import REWARD_FN, REWARD_FN_TOTAL, REWARDS, SCOPE_VERSION, STALENESS, STEP
 from otel_rl._stats import StalenessSummarizer, ValueSummarizer
 from otel_rl._store import MetricStore, attributes
-from otel_rl._telemetry import build_resource
+from otel_rl._telemetry import build_resource, layouts
 from otel_rl.query import Prometheus
 
 _VALUES_PER_TICK = 16
@@ -36,8 +36,9 @@ def _sender(
     from opentelemetry.sdk.metrics.export import MetricsData
 
     config = TelemetryConfig(run_id=run_id, rank=0, world_size=world_size, exporter="none").resolved
-    rewards = ValueSummarizer(config.reward_bounds).summarize([0.5 * (i % 5) - 1.0 for i in range(_VALUES_PER_TICK)], None)
-    staleness = StalenessSummarizer(config.staleness_bounds).summarize(list(range(_VALUES_PER_TICK)), 20, None)
+    reward_layout, _, staleness_layout = layouts(config)
+    rewards = ValueSummarizer(reward_layout).summarize([0.5 * (i % 5) - 1.0 for i in range(_VALUES_PER_TICK)], None)
+    staleness = StalenessSummarizer(staleness_layout).summarize(list(range(_VALUES_PER_TICK)), 20, None)
     fn = attributes(**{REWARD_FN: REWARD_FN_TOTAL})
     stores = []
     for rank in ranks:

@@ -14,12 +14,15 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from otel_rl import _env
+from otel_rl._buckets import DEFAULT_SCALE, MAX_SCALE
 
 ExporterKind = Literal["otlp", "console", "file", "none"]
 Protocol = Literal["grpc", "http/protobuf"]
+HistogramForm = Literal["exponential", "explicit"]
 
 _EXPORTERS: tuple[str, ...] = ("otlp", "console", "file", "none")
 _PROTOCOLS: tuple[str, ...] = ("grpc", "http/protobuf")
+_HISTOGRAM_FORMS: tuple[str, ...] = ("exponential", "explicit")
 _DEFAULT_ENDPOINTS = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
 
 #: Reward buckets: fine around the common [-1, 1] range, coarse tails for shaped rewards.
@@ -77,10 +80,19 @@ class TelemetryConfig:
     aggregation interval (5 s by default), which keeps only the newest point of a rank per interval."""
     shutdown_timeout_s: float = 5.0
     """Longest :meth:`Telemetry.shutdown` may take, however the collector behaves."""
-    reward_bounds: tuple[float, ...] = DEFAULT_REWARD_BOUNDS
-    """Explicit bucket upper bounds of ``rl.reward`` (strictly increasing, finite)."""
-    staleness_bounds: tuple[int, ...] = DEFAULT_STALENESS_BOUNDS
-    """Explicit bucket upper bounds of ``rl.staleness`` (strictly increasing integers >= 0)."""
+    histogram: HistogramForm = "exponential"
+    """How ``rl.reward``, ``rl.staleness`` and ``rl.metric`` are bucketed: ``exponential`` (base-2 exponential
+    histograms at ``histogram_scale``, native histograms in Prometheus; no bounds to choose) or ``explicit``
+    (classic buckets at ``reward_bounds`` / ``staleness_bounds``, for backends without native histograms)."""
+    histogram_scale: int = DEFAULT_SCALE
+    """Scale of the exponential histograms, 0 to 8: buckets are ``2**(1/2**scale)`` wide (5: 2.2%). Every rank
+    of a run must use the same scale: the collector adds buckets of equal index and never rescales."""
+    reward_bounds: tuple[float, ...] | None = None
+    """Explicit bucket upper bounds of ``rl.reward`` (strictly increasing, finite), with ``histogram="explicit"``;
+    default :data:`DEFAULT_REWARD_BOUNDS`."""
+    staleness_bounds: tuple[int, ...] | None = None
+    """Explicit bucket upper bounds of ``rl.staleness`` (strictly increasing integers >= 0), with
+    ``histogram="explicit"``; default :data:`DEFAULT_STALENESS_BOUNDS`."""
     max_reward_fns: int = 32
     """Distinct ``rl.reward.fn`` names before further names fold into ``_overflow``."""
     max_metric_keys: int = 32
@@ -136,6 +148,8 @@ class ResolvedConfig:
     export_timeout_s: float
     extremes_hold_s: float
     shutdown_timeout_s: float
+    histogram: HistogramForm
+    histogram_scale: int
     reward_bounds: tuple[float, ...]
     staleness_bounds: tuple[int, ...]
     max_reward_fns: int
@@ -201,7 +215,16 @@ def _resolve(config: TelemetryConfig) -> ResolvedConfig:
         export_timeout_s=_pick(
             config.export_timeout_s, _env.read_float(_env.OTEL_EXPORTER_OTLP_TIMEOUT, scale=1e-3), 5.0
         ),
+        reward_bounds=_pick(config.reward_bounds, None, DEFAULT_REWARD_BOUNDS),
+        staleness_bounds=_pick(config.staleness_bounds, None, DEFAULT_STALENESS_BOUNDS),
     )
+    if config.histogram == "exponential":
+        for name in ("reward_bounds", "staleness_bounds"):
+            if getattr(config, name) is not None:
+                raise ValueError(
+                    f'"{name}" applies to histogram="explicit" only, got {name}={getattr(config, name)!r} with '
+                    f'histogram="exponential" (exponential buckets need no bounds; set histogram="explicit")'
+                )
     resolved = ResolvedConfig(**values)
     _validate(resolved)
     return resolved
@@ -234,6 +257,9 @@ def _validate(config: ResolvedConfig) -> None:
         _check_integer(name, getattr(config, name), minimum)
     if config.redact is not None and not callable(config.redact):
         raise ValueError(f'"redact" must be a callable (field, text) -> text, got {config.redact!r}')
+    _check_choice("histogram", config.histogram, _HISTOGRAM_FORMS)
+    if isinstance(config.histogram_scale, bool) or config.histogram_scale not in range(MAX_SCALE + 1):
+        raise ValueError(f'"histogram_scale" must be an integer from 0 to {MAX_SCALE}, got {config.histogram_scale!r}')
     _check_bounds("reward_bounds", config.reward_bounds, integer=False)
     _check_bounds("staleness_bounds", config.staleness_bounds, integer=True)
     if config.exporter == "otlp" and not (isinstance(config.endpoint, str) and config.endpoint.startswith(("http://", "https://"))):

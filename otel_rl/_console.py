@@ -10,7 +10,15 @@ import math
 from collections.abc import Sequence
 
 from opentelemetry.sdk._logs import ReadableLogRecord
-from opentelemetry.sdk.metrics.export import Gauge, Histogram, MetricsData, Sum
+from opentelemetry.sdk.metrics.export import (
+    ExponentialHistogram,
+    ExponentialHistogramDataPoint,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    MetricsData,
+    Sum,
+)
 
 from otel_rl import _names
 
@@ -42,6 +50,7 @@ class ConsoleMetricFormatter:
 
     def __init__(self) -> None:
         self._previous: dict[tuple[str, tuple[tuple[str, object], ...]], tuple[float, ...]] = {}
+        self._previous_buckets: dict[str, dict[float, int]] = {}
 
     def __call__(self, data: MetricsData) -> str:
         lines: list[str] = []
@@ -55,8 +64,8 @@ class ConsoleMetricFormatter:
                     for point in metric.data.data_points:
                         label = ",".join(f"{k.split('.')[-1]}={v!s}" for k, v in sorted((point.attributes or {}).items()))
                         name = f"{metric.name}{{{label}}}" if label else metric.name
-                        if isinstance(metric.data, Histogram):
-                            line = self._histogram(name, point)
+                        if isinstance(metric.data, (Histogram, ExponentialHistogram)):
+                            line = self._histogram(name, point)  # type: ignore[arg-type]
                             if line:
                                 body.append(line)
                         elif isinstance(metric.data, Sum):
@@ -83,18 +92,35 @@ class ConsoleMetricFormatter:
         self._previous[(name, ())] = current
         return tuple(c - p for c, p in zip(current, previous))
 
-    def _histogram(self, name: str, point: object) -> str | None:
-        counts = tuple(point.bucket_counts)  # type: ignore[attr-defined]
-        bounds = tuple(point.explicit_bounds)  # type: ignore[attr-defined]
-        delta = self._delta(name, (point.count, point.sum, *counts))  # type: ignore[attr-defined]
-        count, total, bucket_deltas = delta[0], delta[1], [int(c) for c in delta[2:]]
+    def _histogram(self, name: str, point: HistogramDataPoint | ExponentialHistogramDataPoint) -> str | None:
+        count, total = self._delta(name, (point.count, point.sum))
         if not count:
             return None
         line = f"  {name:<44} n={count:g} mean={total / count:.4g}"
+        buckets = _upper_bounds(point)
+        previous = self._previous_buckets.get(name, {})
+        self._previous_buckets[name] = buckets
+        changed = {upper: n - previous.get(upper, 0) for upper, n in sorted(buckets.items())}
+        bounds = [upper for upper in changed if upper != math.inf]
         if not bounds:
             return line
-        p50, p90, p99 = (bucket_quantile(q, bounds, bucket_deltas) for q in (0.5, 0.9, 0.99))
+        counts = [*changed.values(), 0] if len(bounds) == len(changed) else list(changed.values())
+        p50, p90, p99 = (bucket_quantile(q, bounds, counts) for q in (0.5, 0.9, 0.99))
         return f"{line} p50~{p50:.3g} p90~{p90:.3g} p99~{p99:.3g}"
+
+
+def _upper_bounds(point: HistogramDataPoint | ExponentialHistogramDataPoint) -> dict[float, int]:
+    """Counts of a cumulative point by each bucket's upper bound (``inf`` for the explicit overflow bucket)."""
+    if isinstance(point, HistogramDataPoint):
+        uppers = [*point.explicit_bounds, math.inf]
+        return {float(upper): int(n) for upper, n in zip(uppers, point.bucket_counts)}
+    base = 2.0 ** (2.0**-point.scale)
+    buckets = {0.0: point.zero_count}
+    for index, n in enumerate(point.positive.bucket_counts):
+        buckets[base ** (point.positive.offset + index + 1)] = n
+    for index, n in enumerate(point.negative.bucket_counts):
+        buckets[-(base ** (point.negative.offset + index))] = n
+    return buckets
 
 
 class ConsoleLogFormatter:

@@ -12,13 +12,22 @@ staleness in int64.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit
 
+from otel_rl._buckets import WINDOW_OCTAVES
+
 _INT64_MAX = np.iinfo(np.int64).max
+_WINDOW_OCTAVES = WINDOW_OCTAVES
+_MAGNITUDE_MASK = (1 << 63) - 1
+_FRACTION_MASK = (1 << 52) - 1
+_LOOKUP_SHIFT = 42
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _bucket(x: float, bounds: np.ndarray) -> int:  # pragma: no cover - compiled
     """The first index i with ``x <= bounds[i]`` (``len(bounds)`` when x is above every bound)."""
     lo, hi = 0, bounds.shape[0]
@@ -31,36 +40,68 @@ def _bucket(x: float, bounds: np.ndarray) -> int:  # pragma: no cover - compiled
     return lo
 
 
-@njit(cache=True, nogil=True)
-def summarize_values(values, keep, use_keep, bounds, counts):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """Count, positive and negative sums, sum of squares, extremes and NaN/inf of the kept ``values``.
+@njit(cache=True, nogil=True, inline="always")
+def _slot(x, bits, bounds, scale, lookup, fractions):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """The slot of finite ``x`` (whose float64 bit pattern is ``bits``) in the layout the arguments describe: explicit
+    ``bounds`` when ``scale < 0``, else ``otel_rl._buckets.ExponentialLayout(scale)`` (same slots, computed from the
+    exponent and mantissa bits). Branch-free where the data decides (sign, sub-bucket): random signs would
+    otherwise mispredict on every other value."""
+    if scale < 0:
+        return _bucket(x, bounds)
+    lowest = -(_WINDOW_OCTAVES << scale)
+    width = -2 * lowest
+    magnitude = bits & _MAGNITUDE_MASK
+    if magnitude == 0:
+        return width
+    exponent = (magnitude >> 52) - 1023
+    fraction = magnitude & _FRACTION_MASK
+    below = lookup[fraction >> _LOOKUP_SHIFT]
+    below += fractions[below] < fraction
+    index = min(max((exponent << scale) + below - 1, lowest), -lowest - 1) - lowest
+    return index + (width + 1) * (1 + (bits >> 63))
 
-    ``counts`` (zeroed, ``len(bounds) + 1``) receives the bucket counts. ``keep`` is read only if ``use_keep``.
+
+@functools.cache
+def value_kernel(scale: int, masked: bool) -> Callable[..., tuple[int, float, float, float, float, float, int]]:
+    """The one-pass kernel for signed values, compiled for one layout (``scale``; -1 means explicit bounds) and
+    for input with or without a mask.
+
+    ``kernel(values, keep, bounds, lookup, fractions, counts)`` returns count, positive and negative sums, sum of
+    squares, extremes and NaN/inf of the kept ``values``; ``counts`` (zeroed, the layout's size) receives the bucket
+    counts (see :func:`_slot`); ``keep`` is read only when ``masked``. Both choices are compile-time constants:
+    as run-time arguments they made the loop 2.5x slower (measured on 1M values), and numba caches each
+    specialization on disk like the other kernels.
     """
-    count = 0
-    nonfinite = 0
-    positive = 0.0
-    negative = 0.0
-    squares = 0.0
-    minimum = np.inf
-    maximum = -np.inf
-    for i in range(values.shape[0]):
-        if use_keep and not keep[i]:
-            continue
-        x = np.float64(values[i])
-        if not np.isfinite(x):
-            nonfinite += 1
-            continue
-        count += 1
-        if x > 0:
-            positive += x
-        else:
-            negative -= x
-        squares += x * x
-        minimum = min(minimum, x)
-        maximum = max(maximum, x)
-        counts[_bucket(x, bounds)] += 1
-    return count, positive, negative, squares, minimum, maximum, nonfinite
+
+    @njit(cache=True, nogil=True)
+    def summarize_values(values, keep, bounds, lookup, fractions, counts):  # type: ignore[no-untyped-def]  # pragma: no cover
+        cell = np.empty(1, dtype=np.float64)
+        cell_bits = cell.view(np.int64)
+        count = 0
+        nonfinite = 0
+        positive = 0.0
+        negative = 0.0
+        squares = 0.0
+        minimum = np.inf
+        maximum = -np.inf
+        for i in range(values.shape[0]):
+            if masked and not keep[i]:
+                continue
+            x = np.float64(values[i])
+            if not np.isfinite(x):
+                nonfinite += 1
+                continue
+            count += 1
+            positive += max(x, 0.0)
+            negative += max(-x, 0.0)
+            squares += x * x
+            minimum = min(minimum, x)
+            maximum = max(maximum, x)
+            cell[0] = x
+            counts[_slot(x, cell_bits[0], bounds, scale, lookup, fractions)] += 1
+        return count, positive, negative, squares, minimum, maximum, nonfinite
+
+    return summarize_values
 
 
 @njit(cache=True, nogil=True)
@@ -76,44 +117,54 @@ def first_unmasked(values, keep, use_keep, out, present):  # type: ignore[no-unt
                 break
 
 
-@njit(cache=True, nogil=True)
-def summarize_staleness(versions, keep, use_keep, current, fine, bounds, counts):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """Count, exact int64 sum and extremes of ``current - versions`` (integers) over kept elements, and how many
-    were from the future (negative staleness, rejected).
+@functools.cache
+def staleness_kernel(scale: int, masked: bool) -> Callable[..., tuple[int, int, int, int, int]]:
+    """The one-pass staleness kernel, compiled for one layout and for input with or without a mask (see
+    :func:`value_kernel`).
 
-    Staleness ``s`` is counted in ``fine[s]`` while ``s < len(fine)`` (the caller folds ``fine`` into buckets),
-    else straight into ``counts`` at its bucket of ``bounds``. The hot loop only counts; sum and extremes of the
-    small values come from ``fine`` afterwards.
+    ``kernel(versions, keep, current, fine, bounds, lookup, fractions, counts)`` returns the count, exact int64
+    sum and extremes of ``current - versions`` (integers) over kept elements, and how many were from the future
+    (negative staleness, rejected). Staleness ``s`` is counted in ``fine[s]`` while ``s < len(fine)`` (the caller
+    folds ``fine`` into buckets), else straight into ``counts`` at its slot (see :func:`_slot`). The hot loop only
+    counts; sum and extremes of the small values come from ``fine`` afterwards.
     """
-    future = 0
-    above = 0
-    above_total = 0
-    above_minimum = _INT64_MAX
-    above_maximum = -1
-    table = fine.shape[0]
-    for i in range(versions.shape[0]):
-        if use_keep and not keep[i]:
-            continue
-        staleness = current - np.int64(versions[i])
-        if staleness < 0:
-            future += 1
-        elif staleness < table:
-            fine[staleness] += 1
-        else:
-            above += 1
-            above_total += staleness
-            above_minimum = min(above_minimum, staleness)
-            above_maximum = max(above_maximum, staleness)
-            counts[_bucket(staleness, bounds)] += 1
-    count = above
-    total = above_total
-    minimum = above_minimum
-    maximum = above_maximum
-    for value in range(table):
-        seen = fine[value]
-        if seen:
-            count += seen
-            total += seen * value
-            minimum = min(minimum, value)
-            maximum = max(maximum, value)
-    return count, total, minimum, maximum, future
+
+    @njit(cache=True, nogil=True)
+    def summarize_staleness(versions, keep, current, fine, bounds, lookup, fractions, counts):  # type: ignore[no-untyped-def]  # pragma: no cover
+        future = 0
+        above = 0
+        above_total = 0
+        above_minimum = _INT64_MAX
+        above_maximum = -1
+        table = fine.shape[0]
+        cell = np.empty(1, dtype=np.float64)
+        cell_bits = cell.view(np.int64)
+        for i in range(versions.shape[0]):
+            if masked and not keep[i]:
+                continue
+            staleness = current - np.int64(versions[i])
+            if staleness < 0:
+                future += 1
+            elif staleness < table:
+                fine[staleness] += 1
+            else:
+                above += 1
+                above_total += staleness
+                above_minimum = min(above_minimum, staleness)
+                above_maximum = max(above_maximum, staleness)
+                cell[0] = np.float64(staleness)
+                counts[_slot(cell[0], cell_bits[0], bounds, scale, lookup, fractions)] += 1
+        count = above
+        total = above_total
+        minimum = above_minimum
+        maximum = above_maximum
+        for value in range(table):
+            seen = fine[value]
+            if seen:
+                count += seen
+                total += seen * value
+                minimum = min(minimum, value)
+                maximum = max(maximum, value)
+        return count, total, minimum, maximum, future
+
+    return summarize_staleness

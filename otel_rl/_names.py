@@ -122,6 +122,12 @@ SAMPLES_DROPPED = MetricName("otel_rl.samples.dropped", "counter", "{sample}", "
 VALUES_REJECTED = MetricName(
     "otel_rl.values.rejected", "counter", "{value}", "Values rejected as bad input, by otel_rl.metric and otel_rl.reason."
 )
+VALUES_RECORDED = MetricName(
+    "otel_rl.values.recorded",
+    "counter",
+    "{value}",
+    "Values folded into each histogram, by otel_rl.metric: what the histogram's count must reach in Prometheus.",
+)
 EXPORT_FAILURES = MetricName("otel_rl.export.failures", "counter", "{export}", "Failed export attempts, by otel_rl.signal.")
 
 ALL_METRICS: tuple[MetricName, ...] = (
@@ -132,6 +138,7 @@ ALL_METRICS: tuple[MetricName, ...] = (
     SAMPLES_EXPORTED,
     SAMPLES_DROPPED,
     VALUES_REJECTED,
+    VALUES_RECORDED,
     EXPORT_FAILURES,
     *METRICS.metrics,
 )

@@ -18,10 +18,13 @@ import numpy as np
 import torch
 
 from otel_rl import _kernels
+from otel_rl._buckets import ExplicitLayout, Layout
 
 #: Integer bucket bounds up to this value are histogrammed by ``bincount`` plus a lookup table, which is far
 #: faster than ``bucketize``; larger bounds fall back to ``bucketize``.
 _BINCOUNT_LIMIT = 1 << 16
+#: Staleness below this is counted per integer and folded into exponential buckets with a lookup table.
+_EXPONENTIAL_TABLE = 4096
 _INT64_MAX = torch.iinfo(torch.int64).max
 
 
@@ -36,9 +39,10 @@ class BadInput(ValueError):
 @dataclass(frozen=True)
 class Statistics:
     """Host-side statistics of the accepted values of one record call: everything a mergeable distribution needs.
-    Extremes are None when nothing was accepted; ``bucket_counts[i]`` counts ``bounds[i-1] < v <= bounds[i]``."""
+    Extremes are None when nothing was accepted; ``bucket_counts[i]`` counts the values in slot ``i`` of
+    ``layout`` (see ``otel_rl._buckets``)."""
 
-    bounds: tuple[float, ...]
+    layout: Layout
     count: int
     total: float
     """Sum of accepted values; an exact int for staleness."""
@@ -47,7 +51,8 @@ class Statistics:
     negative: float
     minimum: float | None
     maximum: float | None
-    bucket_counts: tuple[int, ...]
+    bucket_counts: np.ndarray
+    """int64, ``layout.size`` slots."""
     rejected: dict[str, int] = field(default_factory=dict)
 
 
@@ -126,31 +131,22 @@ def _bincount(index: torch.Tensor, size: int) -> torch.Tensor:
 
 
 class ValueSummarizer:
-    """Summarizes signed values (rewards, ``record_metric`` values) into the explicit buckets ``bounds``
-    (upper-inclusive, as OpenTelemetry defines them).
+    """Summarizes signed values (rewards, ``record_metric`` values) into the buckets of ``layout``.
 
     Shapes: ``(n,)`` or a scalar is one value per rollout; ``(rollouts, tokens)`` is the per-token form in which
     each rollout's reward is broadcast over its tokens (as Fast-LLM carries it): each rollout counts once, with the
     value at its first unmasked token, and rollouts with no unmasked token are skipped.
 
-    >>> s = ValueSummarizer((0.0, 1.0)).summarize(torch.tensor([-1.0, 0.5, float("nan"), 2.0]), None)
-    >>> (s.count, s.total, s.minimum, s.maximum, s.bucket_counts, s.rejected)
-    (3, 1.5, -1.0, 2.0, (1, 1, 1), {'nonfinite': 1})
+    >>> s = ValueSummarizer(ExplicitLayout((0.0, 1.0))).summarize(torch.tensor([-1.0, 0.5, float("nan"), 2.0]), None)
+    >>> (s.count, s.total, s.minimum, s.maximum, s.bucket_counts.tolist(), s.rejected)
+    (3, 1.5, -1.0, 2.0, [1, 1, 1], {'nonfinite': 1})
     """
 
     kernel_devices: frozenset[str] = frozenset({"cpu"})
     """Devices summarized by the compiled one-pass kernels; tensors elsewhere use torch operations on the device."""
 
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(float(b) for b in bounds)
-        """The bucket upper bounds, as floats."""
-        self._bounds = torch.tensor(self.bounds, dtype=torch.float64)
-        self._on_device: dict[torch.device, torch.Tensor] = {}
-
-    def _bounds_on(self, device: torch.device) -> torch.Tensor:
-        if device not in self._on_device:
-            self._on_device[device] = self._bounds.to(device)
-        return self._on_device[device]
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
 
     def summarize(self, values: Any, mask: Any, *, argument: str = "rewards") -> Statistics:
         rewards = as_tensor(values, argument=argument)
@@ -164,9 +160,8 @@ class ValueSummarizer:
         if rewards.dim() == 2:
             rewards, selected = _first_unmasked(rewards, selected)
         rewards = rewards.reshape(-1)
-        buckets = len(self._bounds) + 1
         if rewards.numel() == 0:
-            return Statistics(self.bounds, 0, 0.0, 0.0, 0.0, 0.0, None, None, (0,) * buckets)
+            return _empty(self.layout)
         x = rewards.to(torch.float64)
         selected = selected.reshape(-1) if selected is not None else torch.ones_like(x, dtype=torch.bool)
         finite = torch.isfinite(x)
@@ -185,13 +180,13 @@ class ValueSummarizer:
                         (selected & ~finite).sum().to(torch.float64),
                     )
                 ),
-                _histogram(torch.bucketize(kept, self._bounds_on(x.device)), accepted, buckets).to(torch.float64),
+                _histogram(self.layout.slots(kept), accepted, self.layout.size).to(torch.float64),
             )
         ).cpu()
         count, positive, negative, squares, minimum, maximum, nonfinite = packed[:7].tolist()
-        bucket_counts = [int(c) for c in packed[7:].tolist()]
+        bucket_counts = packed[7:].numpy().astype(np.int64)
         return _value_statistics(
-            self.bounds, int(count), positive, negative, squares, minimum, maximum, int(nonfinite), bucket_counts
+            self.layout, int(count), positive, negative, squares, minimum, maximum, int(nonfinite), bucket_counts
         )
 
     def warm_up(self) -> None:
@@ -210,17 +205,20 @@ class ValueSummarizer:
             present = np.zeros(values.shape[0], dtype=np.bool_)
             _kernels.first_unmasked(values, keep, use_keep, first, present)
             values, keep, use_keep = first, present, True
-        counts = np.zeros(len(self.bounds) + 1, dtype=np.int64)
-        count, positive, negative, squares, minimum, maximum, nonfinite = _kernels.summarize_values(
-            values.reshape(-1), keep.reshape(-1), use_keep, self._bounds.numpy(), counts
+        counts = np.zeros(self.layout.size, dtype=np.int64)
+        bounds, scale, lookup, fractions = self.layout.kernel_arguments
+        count, positive, negative, squares, minimum, maximum, nonfinite = _kernels.value_kernel(scale, use_keep)(
+            values.reshape(-1), keep.reshape(-1), bounds, lookup, fractions, counts
         )
-        return _value_statistics(
-            self.bounds, count, positive, negative, squares, minimum, maximum, nonfinite, counts.tolist()
-        )
+        return _value_statistics(self.layout, count, positive, negative, squares, minimum, maximum, nonfinite, counts)
+
+
+def _empty(layout: Layout) -> Statistics:
+    return Statistics(layout, 0, 0.0, 0.0, 0.0, 0.0, None, None, np.zeros(layout.size, dtype=np.int64))
 
 
 def _value_statistics(
-    bounds: tuple[float, ...],
+    layout: Layout,
     count: int,
     positive: float,
     negative: float,
@@ -228,10 +226,10 @@ def _value_statistics(
     minimum: float,
     maximum: float,
     nonfinite: int,
-    bucket_counts: list[int],
+    bucket_counts: np.ndarray,
 ) -> Statistics:
     return Statistics(
-        bounds=bounds,
+        layout=layout,
         count=count,
         total=positive - negative,
         squares=squares,
@@ -239,7 +237,7 @@ def _value_statistics(
         negative=negative,
         minimum=minimum if count else None,
         maximum=maximum if count else None,
-        bucket_counts=tuple(bucket_counts),
+        bucket_counts=bucket_counts,
         rejected={"nonfinite": nonfinite} if nonfinite else {},
     )
 
@@ -256,33 +254,34 @@ def _first_unmasked(rewards: torch.Tensor, selected: torch.Tensor | None) -> tup
 
 
 class StalenessSummarizer:
-    """Summarizes staleness = ``current_version - versions`` in exact int64 arithmetic on the tensor's device.
+    """Summarizes staleness = ``current_version - versions`` in exact int64 arithmetic on the tensor's device, into
+    the buckets of ``layout``.
 
     Negative staleness (a version from the future) and non-integral float versions are rejected and counted.
 
-    >>> s = StalenessSummarizer((0, 1, 4)).summarize(torch.tensor([10, 9, 3, 11]), 10, None)
-    >>> (s.count, s.total, s.minimum, s.maximum, s.bucket_counts, s.rejected)
-    (3, 8, 0, 7, (1, 1, 0, 1), {'negative': 1})
+    >>> s = StalenessSummarizer(ExplicitLayout((0, 1, 4))).summarize(torch.tensor([10, 9, 3, 11]), 10, None)
+    >>> (s.count, s.total, s.minimum, s.maximum, s.bucket_counts.tolist(), s.rejected)
+    (3, 8, 0, 7, [1, 1, 0, 1], {'negative': 1})
     """
 
     kernel_devices: frozenset[str] = frozenset({"cpu"})
     """Devices summarized by the compiled one-pass kernel; tensors elsewhere use torch operations on the device."""
 
-    def __init__(self, bounds: Sequence[int]) -> None:
-        self.bounds = tuple(float(b) for b in bounds)
-        """The bucket upper bounds, as floats."""
-        self._bounds = torch.tensor(bounds, dtype=torch.int64)
-        self._cap = int(bounds[-1]) + 1
-        self._use_bincount = self._cap <= _BINCOUNT_LIMIT
-        # lookup[s] is the bucket of integer staleness s, for 0 <= s <= cap (cap means "above every bound").
-        self._lookup = torch.bucketize(torch.arange(self._cap + 1, dtype=torch.int64), self._bounds)
-        self._cpu_lookup = self._lookup.numpy() if self._use_bincount else np.empty(0, dtype=np.int64)
-        """The CPU kernel counts staleness below ``len(lookup)`` per value, then folds them into buckets with it."""
-        self._on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        # Small staleness is counted per integer, then folded into slots with ``lookup`` (lookup[s] = slot of s).
+        # With explicit bounds everything above the last bound shares a slot, so the table ends there; the
+        # device path uses it too while it is small enough for bincount.
+        explicit = isinstance(layout, ExplicitLayout)
+        table = int(layout.bounds[-1]) + 2 if isinstance(layout, ExplicitLayout) else _EXPONENTIAL_TABLE
+        self._table_on_device = explicit and table <= _BINCOUNT_LIMIT
+        self._lookup = layout.slots(torch.arange(min(table, _BINCOUNT_LIMIT), dtype=torch.float64))
+        self._cpu_lookup = self._lookup.numpy()
+        self._on_device: dict[torch.device, torch.Tensor] = {}
 
-    def _tables_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def _lookup_on(self, device: torch.device) -> torch.Tensor:
         if device not in self._on_device:
-            self._on_device[device] = (self._bounds.to(device), self._lookup.to(device))
+            self._on_device[device] = self._lookup.to(device)
         return self._on_device[device]
 
     def summarize(self, versions: Any, current_version: int, mask: Any, *, argument: str = "versions") -> Statistics:
@@ -290,10 +289,9 @@ class StalenessSummarizer:
         if generated.dtype == torch.bool or generated.is_complex():
             raise BadInput("dtype", f'"{argument}" must be integer versions, got dtype {generated.dtype}')
         selected = _selection(generated, mask, argument=argument)
-        buckets = len(self._bounds) + 1
         generated = generated.reshape(-1)
         if generated.numel() == 0:
-            return Statistics(self.bounds, 0, 0.0, 0.0, 0.0, 0.0, None, None, (0,) * buckets)
+            return _empty(self.layout)
         keep = selected.reshape(-1) if selected is not None else None
         nonintegral = torch.zeros((), dtype=torch.int64, device=generated.device)
         if generated.is_floating_point():
@@ -302,13 +300,15 @@ class StalenessSummarizer:
             keep = integral if keep is None else keep & integral
             generated = torch.where(integral, generated, torch.zeros_like(generated)).to(torch.int64)
         if generated.device.type in self.kernel_devices:
-            counts = np.zeros(buckets, dtype=np.int64)
+            counts = np.zeros(self.layout.size, dtype=np.int64)
             fine = np.zeros(len(self._cpu_lookup), dtype=np.int64)
-            count, total, minimum, maximum, future = _kernels.summarize_staleness(
-                _numpy(generated), *_keep_arrays(keep, 1), current_version, fine, self._bounds.numpy(), counts
+            bounds, scale, lookup, fractions = self.layout.kernel_arguments
+            keep_array, use_keep = _keep_arrays(keep, 1)
+            count, total, minimum, maximum, future = _kernels.staleness_kernel(scale, use_keep)(
+                _numpy(generated), keep_array, current_version, fine, bounds, lookup, fractions, counts
             )
             np.add.at(counts, self._cpu_lookup, fine)
-            bucket_counts = tuple(counts.tolist())
+            bucket_counts = counts
             nonint = int(nonintegral)
         else:
             count, total, minimum, maximum, future, nonint, bucket_counts = self._summarize_on_device(
@@ -316,7 +316,7 @@ class StalenessSummarizer:
             )
         rejected = {reason: n for reason, n in (("negative", future), ("nonintegral", nonint)) if n}
         return Statistics(
-            bounds=self.bounds,
+            layout=self.layout,
             count=count,
             total=total,
             squares=0.0,
@@ -335,20 +335,20 @@ class StalenessSummarizer:
 
     def _summarize_on_device(
         self, generated: torch.Tensor, keep: torch.Tensor | None, current_version: int, nonintegral: torch.Tensor
-    ) -> tuple[int, int, int, int, int, int, tuple[int, ...]]:
+    ) -> tuple[int, int, int, int, int, int, np.ndarray]:
         """Count, sum, min, max, future and non-integral counts and bucket counts with tensor operations, one copy
         to the host."""
-        buckets = len(self._bounds) + 1
+        size = self.layout.size
         staleness = current_version - generated
         accepted = staleness >= 0 if keep is None else keep & (staleness >= 0)
         future = (staleness < 0) if keep is None else keep & (staleness < 0)
         kept = torch.where(accepted, staleness, torch.zeros_like(staleness))
-        bounds, lookup = self._tables_on(staleness.device)
-        if self._use_bincount:
-            fine = _histogram(kept.clamp(max=self._cap), accepted, self._cap + 1)
-            counts = torch.zeros(buckets, dtype=torch.int64, device=staleness.device).index_add_(0, lookup, fine)
+        if self._table_on_device:
+            lookup = self._lookup_on(staleness.device)
+            fine = _histogram(kept.clamp(max=len(lookup) - 1), accepted, len(lookup))
+            counts = torch.zeros(size, dtype=torch.int64, device=staleness.device).index_add_(0, lookup, fine)
         else:
-            counts = _histogram(torch.bucketize(kept, bounds), accepted, buckets)
+            counts = _histogram(self.layout.slots(kept.to(torch.float64)), accepted, size)
         packed = torch.cat(
             (
                 torch.stack(
@@ -365,4 +365,4 @@ class StalenessSummarizer:
             )
         ).cpu()
         count, total, minimum, maximum, future_count, nonint = packed[:6].tolist()
-        return count, total, minimum, maximum, future_count, nonint, tuple(packed[6:].tolist())
+        return count, total, minimum, maximum, future_count, nonint, packed[6:].numpy()

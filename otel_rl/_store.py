@@ -13,15 +13,18 @@ for longer than the aggregation interval puts it in the newest point too. ``max_
 
 from __future__ import annotations
 
-import bisect
 import collections
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
+    Buckets,
+    ExponentialHistogram,
+    ExponentialHistogramDataPoint,
     Gauge,
     Histogram,
     HistogramDataPoint,
@@ -35,7 +38,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from otel_rl._names import SCOPE_NAME, Distribution, MetricName
+from otel_rl._buckets import ExplicitLayout, Layout
+from otel_rl._names import SCOPE_NAME, SELF_METRIC, VALUES_RECORDED, Distribution, MetricName
 from otel_rl._stats import Statistics
 
 Attributes = tuple[tuple[str, str], ...]
@@ -49,17 +53,17 @@ def attributes(**values: str) -> Attributes:
 
 @dataclass
 class _HistogramState:
-    bounds: tuple[float, ...]
-    bucket_counts: list[int]
+    layout: Layout
+    bucket_counts: np.ndarray
     count: int = 0
     total: float = 0
     minimum: float | None = None
     maximum: float | None = None
     exemplars: dict[int, Exemplar] = field(default_factory=dict)
-    """The latest exemplar of each bucket, by bucket index."""
+    """The latest exemplar of each bucket, by slot."""
 
     def merge(self, statistics: Statistics) -> None:
-        self.bucket_counts = [a + b for a, b in zip(self.bucket_counts, statistics.bucket_counts)]
+        self.bucket_counts += statistics.bucket_counts
         self.count += statistics.count
         self.total += statistics.total
         self.minimum = _extreme(min, self.minimum, statistics.minimum)
@@ -85,6 +89,36 @@ class Extremes:
             self.fold(key, value)
 
 
+def _point(state: _HistogramState, attrs: Attributes, start: int, now_ns: int) -> object:
+    """The cumulative OTLP point of one histogram stream: explicit buckets or exponential sides, per its layout."""
+    common = {
+        "attributes": dict(attrs),
+        "start_time_unix_nano": start,
+        "time_unix_nano": now_ns,
+        "count": state.count,
+        "sum": float(state.total),
+        "min": float(state.minimum) if state.minimum is not None else 0.0,
+        "max": float(state.maximum) if state.maximum is not None else 0.0,
+        "exemplars": [state.exemplars[slot] for slot in sorted(state.exemplars)],
+    }
+    layout = state.layout
+    if isinstance(layout, ExplicitLayout):
+        return HistogramDataPoint(
+            bucket_counts=tuple(state.bucket_counts.tolist()),
+            explicit_bounds=tuple(float(b) for b in layout.bounds),
+            **common,  # type: ignore[arg-type]
+        )
+    sides = layout.sides(state.bucket_counts)
+    return ExponentialHistogramDataPoint(
+        scale=layout.scale,
+        zero_count=sides.zero_count,
+        positive=Buckets(offset=sides.positive_offset, bucket_counts=sides.positive),
+        negative=Buckets(offset=sides.negative_offset, bucket_counts=sides.negative),
+        flags=0,
+        **common,  # type: ignore[arg-type]
+    )
+
+
 def _extreme(pick: Callable[[float, float], float], old: float | None, new: float | None) -> float | None:
     if new is None:
         return old
@@ -108,16 +142,19 @@ class MetricStore:
 
     def record(self, distribution: Distribution, attrs: Attributes, statistics: Statistics) -> None:
         """Fold one call's statistics into every metric of ``distribution``: the histogram, the sum parts and
-        squares (when the distribution has them) and the extremes gauges. A call that accepted nothing adds nothing."""
+        squares (when the distribution has them), the extremes gauges and the count of values recorded (the
+        self-check that histogram points arrive whole). A call that accepted nothing adds nothing."""
         if statistics.count == 0 or statistics.maximum is None or statistics.minimum is None:
             return
         key = (distribution.histogram, attrs)
         with self._lock:
             state = self._histograms.get(key)
             if state is None:
-                bounds = statistics.bounds
-                state = self._histograms[key] = _HistogramState(bounds, [0] * (len(bounds) + 1))
+                layout = statistics.layout
+                state = self._histograms[key] = _HistogramState(layout, np.zeros(layout.size, dtype=np.int64))
             state.merge(statistics)
+            recorded = (VALUES_RECORDED, ((SELF_METRIC, distribution.histogram.name),))
+            self._counters[recorded] = self._counters.get(recorded, 0) + statistics.count
             for counter, amount in (
                 (distribution.positive, statistics.positive),
                 (distribution.negative, statistics.negative),
@@ -133,7 +170,7 @@ class MetricStore:
         with self._lock:
             state = self._histograms.get((histogram, attrs))
             if state is not None:
-                state.exemplars[bisect.bisect_left(state.bounds, exemplar.value)] = exemplar
+                state.exemplars[state.layout.slot(exemplar.value)] = exemplar
 
     def add(self, counter: MetricName, attrs: Attributes, amount: float) -> None:
         """Add ``amount`` (>= 0) to a monotonic counter; adding 0 creates it, so its series exists from the start."""
@@ -160,7 +197,9 @@ class MetricStore:
         with self._lock:
             window, self._window = self._window, Extremes()
             histograms = {
-                key: _HistogramState(**{**vars(state), "exemplars": dict(state.exemplars)})
+                key: _HistogramState(
+                    **{**vars(state), "bucket_counts": state.bucket_counts.copy(), "exemplars": dict(state.exemplars)}
+                )
                 for key, state in self._histograms.items()
             }
             counters = dict(self._counters)
@@ -176,20 +215,7 @@ class MetricStore:
         metrics: dict[MetricName, list[object]] = {}
         start = self._start_time_ns
         for (metric, attrs), state in histograms.items():
-            metrics.setdefault(metric, []).append(
-                HistogramDataPoint(
-                    attributes=dict(attrs),
-                    start_time_unix_nano=start,
-                    time_unix_nano=now_ns,
-                    count=state.count,
-                    sum=float(state.total),
-                    bucket_counts=tuple(state.bucket_counts),
-                    explicit_bounds=tuple(float(b) for b in state.bounds),
-                    min=float(state.minimum) if state.minimum is not None else 0.0,
-                    max=float(state.maximum) if state.maximum is not None else 0.0,
-                    exemplars=[state.exemplars[index] for index in sorted(state.exemplars)],
-                )
-            )
+            metrics.setdefault(metric, []).append(_point(state, attrs, start, now_ns))
         for source in (counters, gauges):
             for (metric, attrs), value in source.items():
                 metrics.setdefault(metric, []).append(
@@ -215,8 +241,10 @@ class MetricStore:
 
 
 def _metric(metric: MetricName, points: list[object]) -> Metric:
-    data: Histogram | Sum | Gauge
-    if metric.kind == "histogram":
+    data: Histogram | ExponentialHistogram | Sum | Gauge
+    if metric.kind == "histogram" and isinstance(points[0], ExponentialHistogramDataPoint):
+        data = ExponentialHistogram(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE)  # type: ignore[arg-type]
+    elif metric.kind == "histogram":
         data = Histogram(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE)  # type: ignore[arg-type]
     elif metric.kind == "counter":
         data = Sum(

@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from otel_rl import _names
+from otel_rl._buckets import ExplicitLayout, ExponentialLayout, Layout
 from otel_rl._config import ResolvedConfig, TelemetryConfig
 from otel_rl._export import Exporters, ExportWorker, QueueLogProcessor, build_exporters
 from otel_rl._samples import EpisodeSample, SampleFilter, TopBottomFilter
@@ -79,10 +80,12 @@ class Telemetry:
             hold_ns=int(settings.extremes_hold_s * 1e9),
         )
         self._self_telemetry = SelfTelemetry(self._store)
-        self._rewards = ValueSummarizer(settings.reward_bounds)
-        self._metrics = ValueSummarizer(())
-        self._staleness = StalenessSummarizer(settings.staleness_bounds)
+        rewards, metrics, staleness = layouts(settings)
+        self._rewards = ValueSummarizer(rewards)
+        self._metrics = ValueSummarizer(metrics)
+        self._staleness = StalenessSummarizer(staleness)
         self._rewards.warm_up()
+        self._metrics.warm_up()
         self._staleness.warm_up()
         self._reward_fns = LabelCap(
             _names.REWARDS.histogram.name, "max_reward_fns", settings.max_reward_fns, self._self_telemetry
@@ -148,8 +151,9 @@ class Telemetry:
     def record_metric(self, key: str, values: Any, *, mask: Any = None) -> None:
         """Record any other scalar series (loss, KL, entropy, ...) under ``rl.metric{rl.metric.key=key}``.
 
-        Exported like rewards but with a single bucket, so the mean, sum, standard deviation, max and min are all
-        derivable downstream, merged exactly across ranks. Used by the torchforge shim.
+        Exported like rewards (an exponential histogram, so quantiles too; with ``histogram="explicit"`` a single
+        bucket, since no bounds fit every key): mean, sum, standard deviation, max and min are all derivable
+        downstream, merged exactly across ranks. Used by the torchforge shim.
         """
         metric = _names.METRICS.histogram.name
         try:
@@ -229,3 +233,16 @@ class Telemetry:
         if self._output is not None:
             self._output.close()
         return finished
+
+
+def layouts(settings: ResolvedConfig) -> tuple[Layout, Layout, Layout]:
+    """The bucket layouts of rewards, ``record_metric`` values and staleness. Explicit ``record_metric`` values get
+    one bucket: their bounds are unknown in advance, which is what exponential histograms solve."""
+    if settings.histogram == "explicit":
+        return (
+            ExplicitLayout(tuple(float(b) for b in settings.reward_bounds)),
+            ExplicitLayout(()),
+            ExplicitLayout(tuple(float(b) for b in settings.staleness_bounds)),
+        )
+    layout = ExponentialLayout(settings.histogram_scale)
+    return layout, layout, layout

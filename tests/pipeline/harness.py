@@ -46,11 +46,13 @@ class RankProcess:
         env: dict[str, str] | None = None,
         **settings: Any,
     ) -> None:
-        """``settings`` go to ``TelemetryConfig`` (plus the worker's own ``clock_offset_s``); ``stderr`` is a file
+        """``settings`` go to ``TelemetryConfig`` (plus the worker's own ``clock_offset_s``; ``histogram`` defaults
+        to ``"explicit"`` here, the form these tests read bucket by bucket); ``stderr`` is a file
         (or ``subprocess.PIPE``) for the rank's log output; ``env`` replaces the process environment."""
         config = {
             "run_id": run_id, "rank": rank, "world_size": world_size, "local_rank": rank, "endpoint": endpoint,
-            "service_name": "otel-rl-test", "export_interval_s": 0.5, "export_timeout_s": 2.0, **settings,
+            "service_name": "otel-rl-test", "export_interval_s": 0.5, "export_timeout_s": 2.0,
+            "histogram": "explicit", **settings,
         }  # fmt: skip
         self.rank = rank
         self.run_id = run_id

@@ -56,7 +56,7 @@ def main() -> None:
             print(json.dumps(_stats(telemetry)), flush=True)
             continue
         elif kind == "synthetic":
-            print(json.dumps(_synthetic(telemetry, reward_bounds=config.reward_bounds, **command)), flush=True)
+            print(json.dumps(_synthetic(telemetry, reward_bounds=config.resolved.reward_bounds, **command)), flush=True)
             continue
         elif kind == "shutdown":
             print(json.dumps({"finished": telemetry.shutdown(command.get("timeout_s", 30))}), flush=True)

@@ -22,7 +22,7 @@ BOUNDS = (-1.0, 0.0, 1.0)
 
 
 def make(exporter: RecordingMetricExporter, logs: LogRecordExporter | None = None, **settings: object) -> Telemetry:
-    config = TelemetryConfig(run_id="run-t", rank=0, world_size=1, reward_bounds=BOUNDS, export_interval_s=60,
+    config = TelemetryConfig(run_id="run-t", rank=0, world_size=1, histogram="explicit", reward_bounds=BOUNDS, export_interval_s=60,
                              **settings)  # type: ignore[arg-type]  # fmt: skip
     return Telemetry(config, metric_exporter=exporter, log_exporter=logs or InMemoryLogRecordExporter())
 
@@ -78,7 +78,7 @@ def test_extremes_are_held_across_exports(metric_exporter: RecordingMetricExport
     """Within extremes_hold_s, a max goes out again with later exports (the collector keeps only a rank's newest
     point per aggregation interval); after the hold it gives way to newer values."""
     now = [10**12]
-    config = TelemetryConfig(run_id="hold", reward_bounds=BOUNDS, export_interval_s=60, extremes_hold_s=5)
+    config = TelemetryConfig(run_id="hold", histogram="explicit", reward_bounds=BOUNDS, export_interval_s=60, extremes_hold_s=5)
     telemetry = Telemetry(config, metric_exporter=metric_exporter, log_exporter=InMemoryLogRecordExporter(),
                           clock=lambda: now[0])  # fmt: skip
     key = ("rl.reward.max", (("rl.reward.fn", "total"),))
