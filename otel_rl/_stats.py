@@ -307,7 +307,8 @@ class StalenessSummarizer:
             count, total, minimum, maximum, future = _kernels.staleness_kernel(scale, use_keep)(
                 _numpy(generated), keep_array, current_version, fine, bounds, lookup, fractions, counts
             )
-            np.add.at(counts, self._cpu_lookup, fine)
+            used = np.flatnonzero(fine)
+            np.add.at(counts, self._cpu_lookup[used], fine[used])
             bucket_counts = counts
             nonint = int(nonintegral)
         else:

@@ -19,6 +19,22 @@ _BODY_CHARS = 300
 """How much of an error answer's body a :class:`QueryError` message shows."""
 
 
+def clamped_quantile(q: float, histogram: str, minimum: str, maximum: str, *, window: str) -> str:
+    """PromQL for the ``q`` quantile of ``histogram`` (a native-histogram expression), clamped elementwise to the
+    exact extremes over ``window``: ``min_over_time(minimum[window])`` and ``max_over_time(maximum[window])``.
+
+    ``histogram_quantile`` interpolates inside a bucket, so near the ends it can name a value beyond anything
+    recorded (up to one bucket width, 2.2% at scale 5); the exact ``*.min``/``*.max`` gauges bound it. The three
+    expressions must give the same label sets (``clamp`` takes scalars only, hence the ``or`` form: ``(x < hi) or
+    hi`` is the smaller of the two for each series).
+
+    >>> clamped_quantile(0.5, "h", "lo", "hi", window="5m")
+    '((((histogram_quantile(0.5, h)) < (max_over_time(hi[5m]))) or (max_over_time(hi[5m]))) > (min_over_time(lo[5m]))) or (min_over_time(lo[5m]))'
+    """
+    low, high = f"min_over_time({minimum}[{window}])", f"max_over_time({maximum}[{window}])"
+    return f"((((histogram_quantile({q}, {histogram})) < ({high})) or ({high})) > ({low})) or ({low})"
+
+
 class QueryError(RuntimeError):
     """A query failed: no connection, a timeout, an HTTP status other than 200, or an answer that is not a result."""
 

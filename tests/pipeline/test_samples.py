@@ -56,14 +56,17 @@ def test_samples_from_every_rank_give_the_global_extremes(shared_stack: Any) -> 
             rank.kill()
 
 
-def test_an_exemplar_leads_to_the_sample_record(shared_stack: Any) -> None:
-    """A reward exemplar read from Prometheus's exemplar API names an episode and a step trace that the log store
-    returns as that sample's record, with the same reward."""
+@pytest.mark.parametrize(("histogram", "series"), [("exponential", "rl_reward_exemplars"), ("explicit", "rl_reward_exemplars_bucket")])
+def test_an_exemplar_leads_to_the_sample_record(shared_stack: Any, histogram: str, series: str) -> None:
+    """A reward exemplar read from Prometheus's exemplar API (of the native histogram, or of the classic buckets)
+    names an episode and a step trace that the log store returns as that sample's record, with the same reward."""
     import time
 
-    run_id = f"exemplar-{uuid.uuid4().hex[:8]}"
+    run_id = f"exemplar-{histogram}-{uuid.uuid4().hex[:8]}"
     ranks = [
-        RankProcess(endpoint=shared_stack.otlp_grpc_endpoint, run_id=run_id, rank=r, world_size=RANKS)
+        RankProcess(
+            endpoint=shared_stack.otlp_grpc_endpoint, run_id=run_id, rank=r, world_size=RANKS, histogram=histogram
+        )
         for r in range(RANKS)
     ]
     try:
@@ -79,7 +82,7 @@ def test_an_exemplar_leads_to_the_sample_record(shared_stack: Any) -> None:
         prometheus = Prometheus(shared_stack.prometheus_url)
 
         def exemplars() -> list[dict[str, Any]]:
-            query, now = f'rl_reward_exemplars_bucket{{rl_run_id="{run_id}"}}', time.time()
+            query, now = f'{series}{{rl_run_id="{run_id}"}}', time.time()
             return [e for series in prometheus.exemplars(query, now - 600, now + 60) for e in series["exemplars"]]
 
         found = eventually(lambda: len(exemplars()) >= RANKS and exemplars(), what="reward exemplars of every rank")
