@@ -16,6 +16,7 @@ from opentelemetry.sdk.metrics.export import MetricExportResult, MetricsData
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_rl import EpisodeSample, Telemetry, TelemetryConfig
+from otel_rl._buckets import ExponentialLayout
 from tests.conftest import RecordingMetricExporter
 
 BOUNDS = (-1.0, 0.0, 1.0)
@@ -155,6 +156,30 @@ def test_valid_part_of_a_call_is_kept(metric_exporter: RecordingMetricExporter) 
     telemetry.record_rewards([1.0, float("nan"), -1.0])
     telemetry.flush(5)
     assert metric_exporter.latest()[("rl.reward", (("rl.reward.fn", "total"),))].count == 2  # type: ignore[attr-defined]
+    telemetry.shutdown()
+
+
+def test_exponential_points_carry_exact_sides_and_the_recorded_count(metric_exporter: RecordingMetricExporter) -> None:
+    """With the default exponential form, a cumulative point holds each side trimmed to its used span at the
+    configured scale, exact zeros in the zero bucket, min/max; NaN/inf are rejected and counted, the rest kept; the
+    self-check counter matches the histogram's count."""
+    telemetry = Telemetry(
+        TelemetryConfig(run_id="expo", histogram_scale=3, export_interval_s=60), metric_exporter=metric_exporter
+    )
+    telemetry.record_rewards(torch.tensor([1.0, 2.5, float("nan"), 0.0, -0.3, float("inf"), 1.0], dtype=torch.float64))
+    telemetry.record_rewards([100.0])
+    telemetry.flush(5)
+    point = metric_exporter.latest()[("rl.reward", (("rl.reward.fn", "total"),))]
+    layout = ExponentialLayout(3)
+    assert (point.scale, point.count, point.zero_count, point.min, point.max) == (3, 6, 1, -0.3, 100.0)  # type: ignore[attr-defined]
+    assert point.sum == pytest.approx(104.2)  # type: ignore[attr-defined]
+    positive = {point.positive.offset + i: n for i, n in enumerate(point.positive.bucket_counts) if n}  # type: ignore[attr-defined]
+    assert positive == {layout.index(1.0): 2, layout.index(2.5): 1, layout.index(100.0): 1}
+    assert point.positive.bucket_counts[0] and point.positive.bucket_counts[-1]  # type: ignore[attr-defined]
+    assert (point.negative.offset, list(point.negative.bucket_counts)) == (layout.index(0.3), [1])  # type: ignore[attr-defined]
+    assert rejected(metric_exporter) == {("rl.reward", "nonfinite"): 2}
+    recorded = metric_exporter.latest()[("otel_rl.values.recorded", (("otel_rl.metric", "rl.reward"),))]
+    assert recorded.value == 6  # type: ignore[attr-defined]
     telemetry.shutdown()
 
 
