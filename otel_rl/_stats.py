@@ -148,26 +148,39 @@ class ValueSummarizer:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
 
-    def summarize(self, values: Any, mask: Any, *, argument: str = "rewards") -> Statistics:
+    def summarize(self, values: Any, mask: Any, *, argument: str = "rewards", per_token: bool = False) -> Statistics:
+        """The statistics of ``values`` where ``mask`` is set. A 2-D input counts once per rollout (its first
+        unmasked token) unless ``per_token``, which counts every unmasked element."""
+        pending = self.prepare(values, mask, argument=argument, per_token=per_token)
+        return pending if isinstance(pending, Statistics) else self.unpack(pending.cpu())
+
+    def prepare(
+        self, values: Any, mask: Any, *, argument: str = "rewards", per_token: bool = False
+    ) -> Statistics | torch.Tensor:
+        """Validate and summarize: the statistics themselves on the CPU; on other devices a packed float64 tensor
+        still on the device, for :meth:`unpack` after the caller's one copy to the host (so a caller summarizing
+        several tensors copies once)."""
         rewards = as_tensor(values, argument=argument)
         if rewards.dtype == torch.bool or rewards.is_complex():
             raise BadInput("dtype", f'"{argument}" must be real numbers, got dtype {rewards.dtype}')
         selected = _selection(rewards, mask, argument=argument)
         if rewards.dim() > 2:
             raise BadInput("shape", f'"{argument}" must have 0, 1 or 2 dimensions, got shape {tuple(rewards.shape)}')
+        if per_token:
+            rewards = rewards.reshape(-1)
+            selected = selected.reshape(-1) if selected is not None else None
         if rewards.device.type in self.kernel_devices:
             return self._summarize_on_cpu(rewards, selected)
         if rewards.dim() == 2:
             rewards, selected = _first_unmasked(rewards, selected)
-        rewards = rewards.reshape(-1)
-        if rewards.numel() == 0:
-            return _empty(self.layout)
-        x = rewards.to(torch.float64)
+        x = rewards.reshape(-1).to(torch.float64)
         selected = selected.reshape(-1) if selected is not None else torch.ones_like(x, dtype=torch.bool)
+        if x.numel() == 0:  # one unselected placeholder: reductions need an element, and it counts nothing
+            x, selected = x.new_zeros(1), selected.new_zeros(1)
         finite = torch.isfinite(x)
         accepted = finite & selected
         kept = torch.where(accepted, x, torch.zeros_like(x))
-        packed = torch.cat(
+        return torch.cat(
             (
                 torch.stack(
                     (
@@ -182,7 +195,10 @@ class ValueSummarizer:
                 ),
                 _histogram(self.layout.slots(kept), accepted, self.layout.size).to(torch.float64),
             )
-        ).cpu()
+        )
+
+    def unpack(self, packed: torch.Tensor) -> Statistics:
+        """The statistics of a packed tensor from :meth:`prepare`, once on the host."""
         count, positive, negative, squares, minimum, maximum, nonfinite = packed[:7].tolist()
         bucket_counts = packed[7:].numpy().astype(np.int64)
         return _value_statistics(

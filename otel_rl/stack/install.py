@@ -2,8 +2,8 @@
 
 * The collector: ``go install`` the OpenTelemetry Collector Builder at the core version the manifest pins, then
   build the manifest into ``$OTEL_RL_HOME/collector/<digest>/otelcol-rl`` where ``<digest>`` is the first 16 hex
-  digits of the SHA-256 of the manifest bytes. A changed manifest is a new digest, hence a new build; an
-  unchanged one is never rebuilt.
+  digits of the SHA-256 of the manifest bytes and of the patches beside it (:func:`collector_patches`). A changed
+  manifest or patch is a new digest, hence a new build; an unchanged one is never rebuilt.
 * VictoriaLogs, Prometheus and promtool: ``go install`` at :data:`VICTORIALOGS_VERSION` and
   :data:`PROMETHEUS_VERSION` into ``$OTEL_RL_HOME/bin``, with a version stamp (the builder is installed the same
   way, by :func:`ensure_go_binary`). Prometheus's module has no built web UI; its API, which Grafana, the report
@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -66,6 +68,12 @@ PROMETHEUS_VERSION: Final = "v0.316.0"
 
 _MANIFEST_COMPONENT_KEYS: Final = ("receivers", "processors", "exporters", "connectors", "extensions", "providers")
 
+PATCHES_DIR_NAME: Final = "patches"
+"""Folder beside the manifest whose ``*.patch`` files are applied to upstream Go modules before a build."""
+
+_PATCH_HEADER: Final = re.compile(r"# module: (\S+) (v\S+)\n")
+"""First line of a patch file: the Go module and version it applies to."""
+
 
 class InstallError(RuntimeError):
     """An external install step (``go``, the builder) failed; the message carries its output."""
@@ -85,9 +93,47 @@ class Binaries:
     """Prometheus's companion tool (config and rule checks)."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class ModulePatch:
+    """A unified diff (``patch -p1``, paths relative to the module root) of one upstream Go module version.
+
+    Why: some upstream components merge wrongly (each patch's header says which and how); the build uses a patched
+    copy of their module (an ocb ``replaces`` entry) instead of a fork, so a fix stays a small reviewed diff pinned
+    to one module version, and a version bump that no longer matches fails the build instead of dropping the fix.
+    """
+
+    path: Path
+    """The patch file; its first line is ``# module: <module path> <version>``."""
+    module: str
+    """The Go module path it applies to, e.g. ``github.com/open-telemetry/.../internal/coreinternal``."""
+    version: str
+    """The module version it applies to, e.g. ``v0.161.0``."""
+
+
+def collector_patches(manifest: Path) -> tuple[ModulePatch, ...]:
+    """Return the patches in the ``patches`` folder beside ``manifest`` (none when absent), sorted by file name.
+
+    Raises:
+        ValueError: when a patch file does not start with ``# module: <module path> <version>``.
+    """
+    patches = []
+    for path in sorted((manifest.parent / PATCHES_DIR_NAME).glob("*.patch")):
+        header = _PATCH_HEADER.match(path.read_text(encoding="utf-8"))
+        if header is None:
+            raise ValueError(
+                f"collector patch {str(path)!r} must start with a line '# module: <module path> <version>'"
+            )
+        patches.append(ModulePatch(path=path, module=header.group(1), version=header.group(2)))
+    return tuple(patches)
+
+
 def manifest_digest(manifest: Path) -> str:
-    """Return the first 16 hex digits of the SHA-256 of the manifest's bytes: the collector build's identity."""
-    return hashlib.sha256(manifest.read_bytes()).hexdigest()[:16]
+    """Return the collector build's identity: the first 16 hex digits of the SHA-256 of the manifest's bytes,
+    followed by the name and bytes of each of its patches (so without patches, the manifest's own SHA-256)."""
+    digest = hashlib.sha256(manifest.read_bytes())
+    for patch in collector_patches(manifest):
+        digest.update(b"\0" + patch.path.name.encode() + b"\0" + patch.path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def collector_core_version(manifest: Path) -> str:
@@ -222,17 +268,19 @@ def ensure_go_binary(package: str, version: str, binary_name: str, *, home: Path
 
 
 def ensure_collector(manifest: Path, *, home: Path) -> Path:
-    """Return the collector built from ``manifest``, building it first if this manifest was never built.
+    """Return the collector built from ``manifest`` and its patches, building it first if they were never built.
 
     The builder writes into a temporary folder next to the destination (its ``dist.output_path`` is overridden
     through the environment variable ``dist.output_path``, which the builder reads on top of the manifest); the
     binary is then renamed into place, so a crashed build never leaves a half-written collector behind. The
     builder is installed (:func:`ensure_go_binary`) before this function takes the install lock for the build.
+    With patches, the builder reads an effective manifest in that folder: the original plus one ``replaces``
+    entry per patched module, pointing at a patched copy there (:func:`_patched_manifest`).
 
     Raises:
         FileNotFoundError: when ``manifest`` does not exist.
-        ValueError: when the manifest's core version cannot be determined.
-        InstallError: when installing the builder or building fails.
+        ValueError: when the manifest's core version cannot be determined or a patch has no module header.
+        InstallError: when installing the builder, fetching or patching a module, or building fails.
     """
     if not manifest.is_file():
         raise FileNotFoundError(f"collector manifest {str(manifest)!r} does not exist")
@@ -249,18 +297,89 @@ def ensure_collector(manifest: Path, *, home: Path) -> Path:
         _logger.info("building the collector from %s (core %s) into %s; this takes minutes", manifest, version, target)
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent.parent) as scratch:
+            output = Path(scratch) / "dist"
             env = dict(os.environ)
-            env["dist.output_path"] = scratch
+            env["dist.output_path"] = str(output)
             go = go_executable()
             env["PATH"] = f"{go.parent}{os.pathsep}{env.get('PATH', '')}"
-            _run([builder, f"--config={manifest}"], env=env, cwd=manifest.parent)
-            built = Path(scratch) / name
+            config = _patched_manifest(manifest, go=go, scratch=Path(scratch))
+            _run([builder, f"--config={config}"], env=env, cwd=manifest.parent)
+            built = output / name
             if not built.is_file():
                 raise InstallError(f"the builder succeeded but produced no {name!r} in {scratch!r}")
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(built, target)
         _logger.info("built the collector in %.1f s: %s", time.monotonic() - started, target)
     return target
+
+
+def _patched_manifest(manifest: Path, *, go: Path, scratch: Path) -> Path:
+    """Return the manifest to build: ``manifest`` itself without patches, else an effective manifest in ``scratch``.
+
+    Each patched module is copied from the Go module cache (``go mod download``) into ``scratch/modules``, made
+    writable and patched; the effective manifest is the original plus a ``replaces`` entry ``<module> => <copy>``
+    for each, after the original's own entries. Several patches of one module apply in file-name order.
+
+    Raises:
+        InstallError: when a module cannot be fetched or a patch does not apply cleanly.
+    """
+    patches = collector_patches(manifest)
+    if not patches:
+        return manifest
+    copies: dict[tuple[str, str], Path] = {}
+    for patch in patches:
+        key = (patch.module, patch.version)
+        if key not in copies:
+            copies[key] = scratch / "modules" / f"{patch.module.replace('/', '_')}@{patch.version}"
+            shutil.copytree(_go_module_dir(go, patch.module, patch.version), copies[key])
+            for entry in (copies[key], *copies[key].rglob("*")):
+                entry.chmod(entry.stat().st_mode | 0o200)
+        try:
+            _run([_patch_executable(), "-p1", "--batch", "--forward", "--fuzz=0", "-i", patch.path], cwd=copies[key])
+        except InstallError as error:
+            raise InstallError(
+                f"collector patch {str(patch.path)!r} does not apply to {patch.module}@{patch.version}: {error}"
+            ) from error
+    data = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    data["replaces"] = [
+        *(data.get("replaces") or ()),
+        *(f"{module} => {copy}" for (module, _), copy in copies.items()),
+    ]
+    effective = scratch / manifest.name
+    effective.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return effective
+
+
+def _go_module_dir(go: Path, module: str, version: str) -> Path:
+    """Return the module cache folder of ``module@version``, downloading it if needed (read-only files).
+
+    Raises:
+        InstallError: when ``go mod download`` fails.
+    """
+    command = [str(go), "mod", "download", "-json", f"{module}@{version}"]
+    result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    try:
+        info = json.loads(result.stdout)
+    except ValueError:
+        info = {}
+    if result.returncode != 0 or "Dir" not in info:
+        raise InstallError(
+            f"command {' '.join(command)!r} failed with exit status {result.returncode}:\n"
+            f"{info.get('Error') or result.stderr.strip() or result.stdout.strip()}"
+        )
+    return Path(info["Dir"])
+
+
+def _patch_executable() -> Path:
+    """Return ``patch`` from ``PATH``, else ``/usr/bin/patch``.
+
+    Raises:
+        InstallError: when neither exists.
+    """
+    found = shutil.which("patch") or ("/usr/bin/patch" if Path("/usr/bin/patch").is_file() else None)
+    if found is None:
+        raise InstallError("the 'patch' tool is not on PATH nor at '/usr/bin/patch'; install it (apt install patch)")
+    return Path(found)
 
 
 def _manifest_binary_name(manifest: Path) -> str:

@@ -104,3 +104,25 @@ def test_quantiles_are_within_the_bucket_resolution(
         assert shown is not None and low <= shown <= high, (q, shown)
         assert shown == pytest.approx(expected, rel=RELATIVE, abs=1e-9), (name, q, expected, shown)
 
+
+
+GOLDEN_NATIVE_SERIES = {
+    "rl_reward", "rl_reward_positive_total", "rl_reward_negative_total", "rl_reward_squares_total",
+    "rl_reward_max", "rl_reward_min", "rl_reward_exemplars",
+    "rl_staleness", "rl_staleness_max", "rl_staleness_min", "rl_staleness_exemplars", "rl_policy_version",
+    "otel_rl_samples_exported_total", "otel_rl_samples_dropped_total", "otel_rl_export_failures_total",
+    "otel_rl_values_recorded_total",
+}  # fmt: skip
+"""The Prometheus series of a run in the exponential form (test_aggregation.py pins the explicit form's)."""
+
+
+def test_golden_native_names(shared_stack: Any, quantile_run: tuple[str, dict[str, np.ndarray]]) -> None:
+    """The exponential form's series are exactly these: native histograms without suffixes, everything else as in
+    the explicit form; the self-check counter equals each histogram's count."""
+    run_id, recorded = quantile_run
+    prometheus = Prometheus(shared_stack.prometheus_url)
+    names = {s["__name__"] for s in prometheus.series(f'{{rl_run_id="{run_id}",otel_scope_name="otel_rl"}}')}
+    assert names == GOLDEN_NATIVE_SERIES
+    recorded_total = prometheus.by_label(f'otel_rl_values_recorded_total{{rl_run_id="{run_id}"}}', "otel_rl_metric")
+    rewards = sum(len(recorded[name]) for name in DISTRIBUTIONS)
+    assert recorded_total == {"rl.reward": rewards, "rl.staleness": len(recorded["staleness"])}

@@ -8,9 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from otel_rl import _names
+from otel_rl import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS, Telemetry, TelemetryConfig, _names
+from tests.conftest import RecordingMetricExporter
 
 ROOT = Path(__file__).parents[2]
 CONTRACT = (ROOT / "docs" / "contract.md").read_text()
@@ -40,8 +42,44 @@ def test_metric_names_are_pinned() -> None:
         ("otel_rl.samples.exported", "counter", "{sample}"),
         ("otel_rl.samples.dropped", "counter", "{sample}"),
         ("otel_rl.values.rejected", "counter", "{value}"),
+        ("otel_rl.values.recorded", "counter", "{value}"),
         ("otel_rl.export.failures", "counter", "{export}"),
     }
+
+
+@pytest.mark.parametrize(
+    ("form", "expected"),
+    [
+        ("exponential", {name: ("ExponentialHistogram", 5) for name in ("rl.reward", "rl.staleness", "rl.metric")}),
+        (
+            "explicit",
+            {
+                "rl.reward": ("Histogram", DEFAULT_REWARD_BOUNDS),
+                "rl.staleness": ("Histogram", tuple(float(b) for b in DEFAULT_STALENESS_BOUNDS)),
+                "rl.metric": ("Histogram", ()),
+            },
+        ),
+    ],
+)
+def test_histogram_forms_are_pinned(
+    form: str, expected: dict[str, tuple[str, object]], metric_exporter: RecordingMetricExporter
+) -> None:
+    """Both histogram forms are part of the contract: exponential (default, scale 5) and explicit (default bounds)."""
+    telemetry = Telemetry(
+        TelemetryConfig(run_id="forms", histogram=form, export_interval_s=60),  # type: ignore[arg-type]
+        metric_exporter=metric_exporter,
+    )
+    telemetry.record_rewards([0.5, -1.0])
+    telemetry.record_staleness([3, 1], current_version=4)
+    telemetry.record_metric("loss", [0.25])
+    telemetry.flush(5)
+    telemetry.shutdown()
+    forms: dict[str, tuple[str, object]] = {}
+    for (name, _), point in metric_exporter.latest().items():
+        if name in expected:
+            shape = getattr(point, "scale", None) if form == "exponential" else tuple(point.explicit_bounds)  # type: ignore[attr-defined]
+            forms[name] = (type(point).__name__.removesuffix("DataPoint"), shape)
+    assert forms == expected
 
 
 def test_gauge_merge_rules_are_pinned() -> None:
@@ -76,16 +114,37 @@ def _ottl_condition(condition: str) -> Callable[[dict[str, Any]], bool]:
     return lambda metric: bool(eval(code, {"__builtins__": {}}, {"metric": metric, "patterns": patterns}))  # noqa: S307
 
 
-def _as_ottl_metric(metric: _names.MetricName) -> dict[str, Any]:
-    kind = {"histogram": "HISTOGRAM", "counter": "SUM", "gauge": "GAUGE"}[metric.kind]
-    return {"name": metric.name, "type": kind, "aggregation_temporality": "CUMULATIVE", "is_monotonic": True}
+def _as_ottl_metrics(metric: _names.MetricName, temporality: str = "CUMULATIVE") -> list[dict[str, Any]]:
+    """The forms in which the collector may receive ``metric``: a histogram is explicit or exponential."""
+    types = {"histogram": ["HISTOGRAM", "EXPONENTIAL_HISTOGRAM"], "counter": ["SUM"], "gauge": ["GAUGE"]}[metric.kind]
+    return [
+        {"name": metric.name, "type": kind, "aggregation_temporality": temporality, "is_monotonic": True}
+        for kind in types
+    ]
+
+
+def _filter_mergeable() -> list[Callable[[dict[str, Any]], bool]]:
+    return [_ottl_condition(c) for c in COLLECTOR["processors"]["filter/mergeable"]["metric_conditions"]]
 
 
 def test_collector_admits_every_contract_metric() -> None:
-    """No metric of the contract is dropped by the aggregated pipeline's filter/mergeable."""
-    conditions = [_ottl_condition(c) for c in COLLECTOR["processors"]["filter/mergeable"]["metric_conditions"]]
-    dropped = [m.name for m in _names.ALL_METRICS if any(drops(_as_ottl_metric(m)) for drops in conditions)]
+    """No metric of the contract, in any form it may take, is dropped by the aggregated pipeline's filter/mergeable."""
+    conditions = _filter_mergeable()
+    dropped = [
+        (form["name"], form["type"])
+        for m in _names.ALL_METRICS
+        for form in _as_ottl_metrics(m)
+        if any(drops(form) for drops in conditions)
+    ]
     assert dropped == []
+
+
+def test_collector_drops_delta_histograms_of_both_kinds() -> None:
+    """filter/mergeable drops delta histograms, explicit and exponential: only cumulative points merge exactly."""
+    conditions = _filter_mergeable()
+    delta = [form for m in _names.ALL_METRICS if m.kind == "histogram" for form in _as_ottl_metrics(m, "DELTA")]
+    assert {form["type"] for form in delta} == {"HISTOGRAM", "EXPONENTIAL_HISTOGRAM"}
+    assert all(any(drops(form) for drops in conditions) for form in delta)
 
 
 def test_collector_merges_each_metric_by_its_contract_rule() -> None:
@@ -102,8 +161,9 @@ def test_collector_merges_each_metric_by_its_contract_rule() -> None:
         if found:
             rules.append((found.group(1), _ottl_condition(found.group(2))))
     assert len(rules) == 3, statements
-    merged = {m.name: [rule for rule, applies in rules if applies(_as_ottl_metric(m))] for m in _names.ALL_METRICS}
-    assert merged == {m.name: [m.merge] for m in _names.ALL_METRICS}
+    forms = [(m, form) for m in _names.ALL_METRICS for form in _as_ottl_metrics(m)]
+    merged = {(form["name"], form["type"]): [rule for rule, applies in rules if applies(form)] for _, form in forms}
+    assert merged == {(form["name"], form["type"]): [m.merge] for m, form in forms}
 
 
 def test_collector_configs_name_only_contract_metrics() -> None:
