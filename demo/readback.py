@@ -1,7 +1,10 @@
 """Read a finished run back from Prometheus and VictoriaLogs: what an operator would see, as numbers.
 
 Window statistics subtract cumulative values at two instants (exact; ``increase()`` would extrapolate), so the
-summary can be checked against what the ranks recorded.
+summary can be checked against what the ranks recorded. Histograms are read as Prometheus native histograms
+(``rl_reward``, ``rl_staleness``: the ranks' default exponential histograms), else as the classic ``_bucket`` and
+``_count`` series (``TelemetryConfig(histogram="explicit")``), and every quantile is clamped to the exact merged
+min and max (the ``_min``/``_max`` gauges) of its window, as on the dashboards.
 """
 
 from __future__ import annotations
@@ -36,9 +39,60 @@ class Sources:
         return "{" + ",".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
 
 
+def _offset(expr: str, selector: str, seconds: float) -> str:
+    """``expr`` with every ``selector`` in it read ``seconds`` earlier."""
+    return expr.replace(selector, f"{selector} offset {round(seconds * 1000)}ms")
+
+
+def _histogram(metric: str, selector: str, start: float | None, end: float) -> tuple[str, str]:
+    """PromQL of what histogram ``metric`` recorded between ``start`` (None: the beginning) and ``end``, evaluated
+    at ``end``: the native histogram, and the classic buckets by ``le``."""
+    native = f"sum({metric}{selector})"
+    classic = f"sum by (le) ({metric}_bucket{selector})"
+    if start is None:
+        return native, classic
+    return (f"({native} - {_offset(native, selector, end - start)})",
+            f"({classic} - {_offset(classic, selector, end - start)})")  # fmt: skip
+
+
+def _count(metric: str, selector: str) -> str:
+    """PromQL of the values recorded into ``metric`` so far: the native histogram's count, else the classic one."""
+    return f"(histogram_count(sum({metric}{selector})) or sum({metric}_count{selector}))"
+
+
+def clamp(value: float | None, low: float | None, high: float | None) -> float | None:
+    """``value`` within ``[low, high]``; None when any is unknown (no values, so no quantile either).
+
+    >>> clamp(0.989, 1.0, 1.0), clamp(2.5, 0.0, 4.0), clamp(None, 0.0, 1.0)
+    (1.0, 2.5, None)
+    """
+    if value is None or low is None or high is None:
+        return None
+    return min(max(value, low), high)
+
+
+def quantiles(
+    sources: Sources, metric: str, selector: str, qs: tuple[float, ...], *, start: float | None, end: float, since: float
+) -> dict[str, float | None]:
+    """The ``qs`` quantiles of ``metric`` recorded between ``start`` (None: the beginning) and ``end``, from the
+    native histogram (else the classic buckets), each clamped to the exact min and max of the gauges over
+    ``[start or since, end]``. Keys ``p50``, ``p90``, ...."""
+    native, classic = _histogram(metric, selector, start, end)
+    window = f"[{round((end - (since if start is None else start)) * 1000)}ms]"
+    prometheus = sources.prometheus
+    low = prometheus.value(f"min(min_over_time({metric}_min{selector}{window}))", end)
+    high = prometheus.value(f"max(max_over_time({metric}_max{selector}{window}))", end)
+    return {
+        f"p{round(q * 100)}": clamp(
+            prometheus.value(f"histogram_quantile({q}, {native}) or histogram_quantile({q}, {classic})", end), low, high
+        )
+        for q in qs
+    }
+
+
 def wait_until_settled(sources: Sources, *, expected_count: int | None, timeout_s: float = 60) -> float:
     """Wait until the run's reward count stops changing (or reaches ``expected_count``); returns that time."""
-    query = f"sum(rl_reward_count{sources.selector(rl_reward_fn='total')})"
+    query = _count("rl_reward", sources.selector(rl_reward_fn="total"))
     deadline = time.time() + timeout_s
     previous, stable = None, 0
     while time.time() < deadline:
@@ -56,7 +110,7 @@ def wait_until_settled(sources: Sources, *, expected_count: int | None, timeout_
 
 def reporting_span(sources: Sources, now: float, lookback_s: float) -> tuple[float, float]:
     """When the run's reward count first appeared in Prometheus, and when it reached its final value."""
-    query = f"sum(rl_reward_count{sources.selector(rl_reward_fn='total')})"
+    query = _count("rl_reward", sources.selector(rl_reward_fn="total"))
     series = sources.prometheus.range(query, now - lookback_s, now, step=0.5)[0]
     values = [(float(t), float(v)) for t, v in series["values"]]
     final = values[-1][1]
@@ -64,25 +118,24 @@ def reporting_span(sources: Sources, now: float, lookback_s: float) -> tuple[flo
     return values[0][0], settled
 
 
-def window_stats(sources: Sources, fn: str, start: float | None, end: float) -> dict[str, float | None]:
-    """Mean, p50 and p90 of ``rl.reward{fn}`` recorded between ``start`` (None: the beginning) and ``end``."""
+def window_stats(sources: Sources, fn: str, start: float | None, end: float, *, since: float) -> dict[str, float | None]:
+    """Count, mean, p50 and p90 of ``rl.reward{fn}`` recorded between ``start`` (None: the beginning, the run's
+    first point at ``since``) and ``end``."""
     sel = sources.selector(rl_reward_fn=fn)
     prometheus = sources.prometheus
 
-    def delta(metric: str, by_le: bool = False) -> str:
-        agg = f"sum by (le) ({metric}{sel})" if by_le else f"sum({metric}{sel})"
-        if start is None:
-            return agg
-        return f"({agg} - {agg.replace(sel, sel + f' offset {round((end - start) * 1000)}ms')})"
+    def delta(metric: str) -> str:
+        agg = f"sum({metric}{sel})"
+        return agg if start is None else f"({agg} - {_offset(agg, sel, end - start)})"
 
+    native, _ = _histogram("rl_reward", sel, start, end)
+    count = prometheus.value(f"histogram_count({native}) or {delta('rl_reward_count')}", end)
     mean = prometheus.value(
-        f"({delta('rl_reward_positive_total')} - {delta('rl_reward_negative_total')}) / {delta('rl_reward_count')}",
+        f"({delta('rl_reward_positive_total')} - {delta('rl_reward_negative_total')})"
+        f" / (histogram_count({native}) or {delta('rl_reward_count')})",
         end,
     )
-    p50 = prometheus.value(f"histogram_quantile(0.5, {delta('rl_reward_bucket', True)})", end)
-    p90 = prometheus.value(f"histogram_quantile(0.9, {delta('rl_reward_bucket', True)})", end)
-    count = prometheus.value(delta("rl_reward_count"), end)
-    return {"count": count, "mean": mean, "p50": p50, "p90": p90}
+    return {"count": count, "mean": mean, **quantiles(sources, "rl_reward", sel, (0.5, 0.9), start=start, end=end, since=since)}
 
 
 def samples(sources: Sources, selection: str, limit: int) -> list[dict[str, Any]]:
@@ -103,23 +156,26 @@ def summarize(sources: Sources, *, expected_count: int | None) -> dict[str, Any]
     """Everything the demo prints: reward early vs late, staleness p99 and max, and the extreme samples."""
     begin, end = reporting_span(sources, wait_until_settled(sources, expected_count=expected_count), 3600)
     quarter = max((end - begin) / 4, 1.0)
+    since = begin - 60  # the extremes gauges of the run's first points, with a margin
     sel = sources.selector()
     prometheus = sources.prometheus
     return {
         "run_id": sources.run_id,
         "window_s": round(end - begin, 3),
         "reward": {
-            "overall": window_stats(sources, "total", None, end),
-            "early": window_stats(sources, "total", None, begin + quarter),
-            "late": window_stats(sources, "total", end - quarter, end),
-            "by_fn": {fn: window_stats(sources, fn, None, end) for fn in ("correctness", "format")},
+            "overall": window_stats(sources, "total", None, end, since=since),
+            "early": window_stats(sources, "total", None, begin + quarter, since=since),
+            "late": window_stats(sources, "total", end - quarter, end, since=since),
+            "by_fn": {fn: window_stats(sources, fn, None, end, since=since) for fn in ("correctness", "format")},
         },
         "staleness": {
-            "count": prometheus.value(f"sum(rl_staleness_count{sel})", end),
-            "sum": prometheus.value(f"sum(rl_staleness_sum{sel})", end),
-            "p50": prometheus.value(f"histogram_quantile(0.5, sum by (le) (rl_staleness_bucket{sel}))", end),
-            "p99": prometheus.value(f"histogram_quantile(0.99, sum by (le) (rl_staleness_bucket{sel}))", end),
-            "max": prometheus.value(f"max(max_over_time(rl_staleness_max{sel}[{int(end - begin) + 60}s]))", end),
+            "count": prometheus.value(_count("rl_staleness", sel), end),
+            "sum": prometheus.value(
+                f"histogram_sum(sum(rl_staleness{sel})) or sum(rl_staleness_sum{sel})", end
+            ),
+            **quantiles(sources, "rl_staleness", sel, (0.5, 0.99), start=None, end=end, since=since),
+            "min": prometheus.value(f"min(min_over_time(rl_staleness_min{sel}[{round(end - since)}s]))", end),
+            "max": prometheus.value(f"max(max_over_time(rl_staleness_max{sel}[{round(end - since)}s]))", end),
         },
         "samples": {"top": samples(sources, "top", 3), "bottom": samples(sources, "bottom", 3)},
     }

@@ -17,6 +17,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         "",
         "## Reward (from Prometheus, ranks merged by the collector)",
         "",
+        "Percentiles from the histograms (native, else classic buckets), clamped to the exact min and max.",
+        "",
         "| window | rollouts | mean | p50 | p90 |",
         "|---|---|---|---|---|",
     ]
@@ -33,8 +35,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         "",
         "## Staleness (policy lag, per token, in versions)",
         "",
-        f"tokens {_number(staleness['count'])}, p50 {_number(staleness['p50'])}, p99 {_number(staleness['p99'])}, "
-        f"max {_number(staleness['max'])}",
+        f"tokens {_number(staleness['count'])}, min {_number(staleness['min'])}, p50 {_number(staleness['p50'])}, "
+        f"p99 {_number(staleness['p99'])}, max {_number(staleness['max'])}",
         "",
         "## Samples (from VictoriaLogs)",
         "",

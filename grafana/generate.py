@@ -7,6 +7,11 @@ so edit this file and rerun it, never the JSON by hand.
 
 Every PromQL selector carries ``rl_rank=""``: aggregated series (one per run) never have a rank, the optional
 per-rank gauges always do (docs/pipeline.md, "Per-rank gauges"). Metric names are those of docs/contract.md.
+
+Histograms are read as Prometheus native histograms (``rl_reward``, ``rl_staleness``, ``rl_metric``: the ranks'
+exponential histograms, the default), each query falling back to the classic ``_bucket``/``_count`` series of
+``TelemetryConfig(histogram="explicit")`` in the same expression (``<native> or <classic>``). Every quantile is
+clamped to the exact merged min and max of its window by :func:`clamp_to_extremes`.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import heatmap as heatmap_model
 from grafana_foundation_sdk.models import prometheus as prometheus_model
 
+from otel_rl.query import clamp_to_extremes
+
 PROMETHEUS_UID = "otel-rl-prometheus"
 """Fixed uid of the Prometheus datasource (``grafana/provisioning/datasources/otel-rl.yml``)."""
 VICTORIALOGS_UID = "otel-rl-victorialogs"
@@ -45,19 +52,62 @@ TOTAL = f'{RUN},rl_reward_fn="total"'
 ZERO_VARIANCE_KEY = "grpo.zero_variance_groups"
 
 
-def _mean(metric: str, selector: str, by: str = "") -> str:
-    """Mean over the window from the positive/negative counters and the count (exact for negative values)."""
-    group = f" by ({by})" if by else ""
-    rate = "rate({m}{{{s}}}[$__rate_interval])"
+WINDOW = "[$__rate_interval]"
+"""The range of every windowed query: Grafana's ``$__rate_interval`` (at least 4 collector flushes)."""
+
+
+def _group(by: str, *extra: str) -> str:
+    """``by (...)`` of an aggregation (empty when nothing is grouped)."""
+    labels = ", ".join(label for label in (by, *extra) if label)
+    return f" by ({labels})" if labels else ""
+
+
+def _count_rate(metric: str, selector: str, by: str = "") -> str:
+    """Values recorded per second into histogram ``metric``: the native histogram's count, else the classic
+    ``_count`` (``TelemetryConfig(histogram="explicit")``)."""
+    group = _group(by)
     return (
-        f"(sum{group} ({rate.format(m=f'{metric}_positive_total', s=selector)})"
-        f" - sum{group} ({rate.format(m=f'{metric}_negative_total', s=selector)}))"
-        f" / sum{group} ({rate.format(m=f'{metric}_count', s=selector)})"
+        f"(sum{group} (histogram_count(rate({metric}{{{selector}}}{WINDOW})))"
+        f" or sum{group} (rate({metric}_count{{{selector}}}{WINDOW})))"
     )
 
 
-def _quantile(q: float, metric: str, selector: str) -> str:
-    return f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{selector}}}[$__rate_interval])))"
+def _mean(metric: str, selector: str, by: str = "") -> str:
+    """Mean over the window from the positive/negative counters and the count (exact for negative values)."""
+    group = _group(by)
+    return (
+        f"(sum{group} (rate({metric}_positive_total{{{selector}}}{WINDOW}))"
+        f" - sum{group} (rate({metric}_negative_total{{{selector}}}{WINDOW})))"
+        f" / {_count_rate(metric, selector, by)}"
+    )
+
+
+def _quantile(q: float, metric: str, selector: str, by: str = "") -> str:
+    """The ``q`` quantile of ``metric`` over the window: from the native histogram, else from the classic
+    ``_bucket`` series, clamped to the exact merged min and max over the same window (``_min``/``_max`` gauges)."""
+    estimate = (
+        f"(histogram_quantile({q}, sum{_group(by)} (rate({metric}{{{selector}}}{WINDOW})))"
+        f" or histogram_quantile({q}, sum{_group(by, 'le')} (rate({metric}_bucket{{{selector}}}{WINDOW}))))"
+    )
+    low = f"min{_group(by)} (min_over_time({metric}_min{{{selector}}}{WINDOW}))"
+    high = f"max{_group(by)} (max_over_time({metric}_max{{{selector}}}{WINDOW}))"
+    return clamp_to_extremes(estimate, low, high, on=by)
+
+
+def _distribution(metric: str, selector: str) -> str:
+    """A heatmap query: values recorded per bucket and interval.
+
+    The native histogram (Grafana's Prometheus datasource turns it into a ``heatmap-cells`` frame, bucket bounds
+    included), else the classic ``_bucket`` series (``format: heatmap`` de-accumulates them). ``unless on ()``
+    keeps the two from mixing in one answer. ``0 * ...exemplars_bucket`` adds no series (its label sets are the
+    classic ones, which ``or`` already holds), but it names the collector's exemplar carrier in the query, so
+    Grafana's exemplar request returns its exemplars: the latest kept samples of every flush (see
+    docs/pipeline.md). An exemplar links to its sample in VictoriaLogs by ``rl.episode.id`` and ``trace_id``.
+    """
+    native = f"sum(increase({metric}{{{selector}}}{WINDOW}))"
+    classic = f"sum by (le) (increase({metric}_bucket{{{selector}}}{WINDOW}))"
+    exemplars = f"0 * sum by (le) (increase({metric}_exemplars_bucket{{{selector}}}{WINDOW}))"
+    return f"{native} or (({classic} or {exemplars}) unless on () {native})"
 
 
 def _prom(ref: str, expr: str, legend: str) -> prometheus.Dataquery:
@@ -112,15 +162,6 @@ def _series(title: str, description: str, unit: str, axis: str, *queries: promet
     return panel
 
 
-DISTRIBUTION_QUERY = (
-    f"sum by (le) (increase(rl_reward_bucket{{{TOTAL}}}[$__rate_interval])) "
-    f"or 0 * sum by (le) (increase(rl_reward_exemplars_bucket{{{TOTAL}}}[$__rate_interval]))"
-)
-"""The reward heatmap. ``or 0 * ...`` adds no value (the label sets are the same, so the left side wins), but it
-names ``rl_reward_exemplars_bucket`` in the query, so Grafana's exemplar request returns its exemplars: the latest
-kept samples of every flush (the merged series keep only the first flush's; see docs/pipeline.md). An exemplar
-links to its sample in VictoriaLogs by ``rl.episode.id`` and ``trace_id``."""
-
 SAMPLES_QUERY = (
     '{rl.run.id="$run"} rl.sample.selection:in(top,bottom) '
     "| copy _msg as response "
@@ -131,6 +172,21 @@ SAMPLES_QUERY = (
 sends the response as the message (``VL-Msg-Field: response``), so it is read back from ``_msg``."""
 
 
+def _heatmap(title: str, description: str, axis: str, expr: str) -> heatmap.Panel:
+    """A heatmap of a histogram's values per bucket and interval (buckets as recorded, not recalculated)."""
+    return (
+        heatmap.Panel()
+        .title(title)
+        .description(description)
+        .datasource(PROMETHEUS)
+        .with_target(_prom("A", expr, "{{le}}").format(prometheus_model.PromQueryFormat.HEATMAP).exemplar(True))
+        .calculate(False)
+        .color(heatmap.HeatmapColorOptions().mode(heatmap_model.HeatmapColorMode.SCHEME).scheme("Oranges").steps(64))
+        .y_axis(heatmap.YAxisConfig().axis_label(axis))
+        .cell_values(heatmap.CellValues().unit("short"))
+    )
+
+
 def rl_run() -> model.Dashboard:
     """The "RL run" dashboard: one run (variable ``run``), reward, staleness, samples and telemetry health."""
     run_variable = (
@@ -138,13 +194,14 @@ def rl_run() -> model.Dashboard:
         .label("Run")
         .description("rl.run.id of the run (label rl_run_id)")
         .datasource(PROMETHEUS)
-        .query("label_values(rl_reward_count, rl_run_id)")
+        .query("label_values(rl_reward_positive_total, rl_run_id)")
         .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(model.VariableSort.ALPHABETICAL_ASC)
     )
     reward = _series(
         "Reward (total): mean and percentiles",
-        "Mean from the exact positive/negative counters ÷ count; p50/p90/p99 estimated from the buckets.",
+        "Mean from the exact positive/negative counters ÷ count; p50/p90/p99 estimated from the histogram "
+        "(native, else classic buckets) and clamped to the exact min and max of the same interval.",
         "none",
         "reward",
         _prom("A", _mean("rl_reward", TOTAL), "mean"),
@@ -152,18 +209,12 @@ def rl_run() -> model.Dashboard:
         _prom("C", _quantile(0.9, "rl_reward", TOTAL), "p90"),
         _prom("D", _quantile(0.99, "rl_reward", TOTAL), "p99"),
     )
-    distribution = (
-        heatmap.Panel()
-        .title("Reward (total) distribution")
-        .description("Rewards recorded per bucket and interval (bucket upper bounds on the y axis).")
-        .datasource(PROMETHEUS)
-        .with_target(
-            _prom("A", DISTRIBUTION_QUERY, "{{le}}").format(prometheus_model.PromQueryFormat.HEATMAP).exemplar(True)
-        )
-        .calculate(False)
-        .color(heatmap.HeatmapColorOptions().mode(heatmap_model.HeatmapColorMode.SCHEME).scheme("Oranges").steps(64))
-        .y_axis(heatmap.YAxisConfig().axis_label("reward (bucket ≤ le)"))
-        .cell_values(heatmap.CellValues().unit("short"))
+    distribution = _heatmap(
+        "Reward (total) distribution",
+        "Rewards recorded per bucket and interval (native histogram buckets; classic buckets for "
+        "histogram=\"explicit\"). Exemplars link to the kept samples.",
+        "reward",
+        _distribution("rl_reward", TOTAL),
     )
     by_fn = _series(
         "Mean reward by reward function",
@@ -189,12 +240,19 @@ def rl_run() -> model.Dashboard:
     )
     staleness = _series(
         "Staleness (policy versions behind, per token)",
-        "p50/p99 from the staleness histogram; max is exact (max of the ranks' per-export maxima).",
+        "p50/p99 from the staleness histogram, clamped to the exact min and max of the same interval; max is exact "
+        "(max of the ranks' per-export maxima).",
         "none",
         "versions behind",
         _prom("A", _quantile(0.5, "rl_staleness", RUN), "p50"),
         _prom("B", _quantile(0.99, "rl_staleness", RUN), "p99"),
-        _prom("C", f"max(max_over_time(rl_staleness_max{{{RUN}}}[$__rate_interval]))", "max"),
+        _prom("C", f"max(max_over_time(rl_staleness_max{{{RUN}}}{WINDOW}))", "max"),
+    )
+    staleness_distribution = _heatmap(
+        "Staleness distribution",
+        "Tokens per staleness bucket and interval (policy versions behind; zero bucket at 0).",
+        "versions behind",
+        _distribution("rl_staleness", RUN),
     )
     progress = _series(
         "Policy version and step",
@@ -293,8 +351,9 @@ def rl_run() -> model.Dashboard:
         .with_panel(zero_variance.span(8).height(8))
         .with_panel(other_metrics.span(8).height(8))
         .with_row(dash.Row("Staleness and progress"))
-        .with_panel(staleness.span(12).height(8))
-        .with_panel(progress.span(12).height(8))
+        .with_panel(staleness.span(8).height(8))
+        .with_panel(staleness_distribution.span(8).height(8))
+        .with_panel(progress.span(8).height(8))
         .with_row(dash.Row("Samples"))
         .with_panel(samples.span(24).height(12))
         .with_row(dash.Row("Telemetry health"))

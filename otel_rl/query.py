@@ -19,20 +19,25 @@ _BODY_CHARS = 300
 """How much of an error answer's body a :class:`QueryError` message shows."""
 
 
-def clamped_quantile(q: float, histogram: str, minimum: str, maximum: str, *, window: str) -> str:
-    """PromQL for the ``q`` quantile of ``histogram`` (a native-histogram expression), clamped elementwise to the
-    exact extremes over ``window``: ``min_over_time(minimum[window])`` and ``max_over_time(maximum[window])``.
+def clamp_to_extremes(estimate: str, low: str, high: str, *, on: str = "") -> str:
+    """``estimate`` clamped elementwise to ``[low, high]``, matching series on the labels ``on``.
 
-    ``histogram_quantile`` interpolates inside a bucket, so near the ends it can name a value beyond anything
-    recorded (up to one bucket width, 2.2% at scale 5); the exact ``*.min``/``*.max`` gauges bound it. The three
-    expressions must give the same label sets (``clamp`` takes scalars only, hence the ``or`` form: ``(x < hi) or
-    hi`` is the smaller of the two for each series).
+    Three branches joined by ``or``: the estimate where ``low <= estimate <= high``, ``high`` where the estimate is
+    above it, ``low`` where it is below. A histogram quantile interpolates inside a bucket, so it can lie outside
+    the values actually recorded (a bucket of scale 5 spans 2.2 %, a classic one may span 8 versions); the exact
+    merged extremes bound it. A NaN estimate (nothing recorded in the window) matches no branch and drops out
+    rather than becoming a bound; so does an estimate without bounds (the ranks export the extremes gauges
+    whenever they recorded values, so a window with an estimate has them).
 
-    >>> clamped_quantile(0.5, "h", "lo", "hi", window="5m")
-    '((((histogram_quantile(0.5, h)) < (max_over_time(hi[5m]))) or (max_over_time(hi[5m]))) > (min_over_time(lo[5m]))) or (min_over_time(lo[5m]))'
+    >>> clamp_to_extremes("q", "lo", "hi", on="job")
+    '((q <= on (job) hi) >= on (job) lo) or on (job) (hi < on (job) q) or on (job) (lo > on (job) q)'
     """
-    low, high = f"min_over_time({minimum}[{window}])", f"max_over_time({maximum}[{window}])"
-    return f"((((histogram_quantile({q}, {histogram})) < ({high})) or ({high})) > ({low})) or ({low})"
+    match = f"on ({on})"
+    return (
+        f"(({estimate} <= {match} {high}) >= {match} {low})"
+        f" or {match} ({high} < {match} {estimate})"
+        f" or {match} ({low} > {match} {estimate})"
+    )
 
 
 class QueryError(RuntimeError):

@@ -43,17 +43,37 @@ class Window:
         return cls(start=start, end=end, step_s=step, rate_interval_s=rate)
 
 
+Bucket = tuple[float, float, float]
+"""One bucket of a native histogram: lower bound, upper bound, count."""
+
+
 @dataclass
 class Series:
-    """One line of a panel: its legend and its (unix seconds, value) points."""
+    """One line of a panel: its legend and its (unix seconds, value) points, or, for a query that returns
+    Prometheus native histograms (a heatmap), its (unix seconds, buckets) histograms."""
 
     legend: str
     labels: dict[str, str]
     points: list[tuple[float, float]] = field(default_factory=list)
+    histograms: list[tuple[float, tuple[Bucket, ...]]] = field(default_factory=list)
+    """Native histogram samples: each bucket as (lower, upper, count), in Prometheus's order."""
 
     def finite(self) -> list[tuple[float, float]]:
         """The points whose value is a finite number (NaN from 0/0 in an idle interval are left out)."""
         return [(t, v) for t, v in self.points if math.isfinite(v)]
+
+    def counted(self) -> list[tuple[float, tuple[Bucket, ...]]]:
+        """The histograms with at least one value in a bucket."""
+        return [(t, buckets) for t, buckets in self.histograms if any(n > 0 for _, _, n in buckets)]
+
+
+def _buckets(histogram: dict[str, Any]) -> tuple[Bucket, ...]:
+    """The buckets of a native histogram as Prometheus's JSON writes them: ``[rule, "lower", "upper", "count"]``.
+
+    >>> _buckets({"count": "3", "sum": "2.5", "buckets": [[0, "0.5", "1", "2"], [3, "-0.001", "0.001", "1"]]})
+    ((0.5, 1.0, 2.0), (-0.001, 0.001, 1.0))
+    """
+    return tuple((float(low), float(high), float(count)) for _, low, high, count in histogram.get("buckets") or ())
 
 
 @dataclass
@@ -69,8 +89,8 @@ class PanelData:
     """The queries as run (variables substituted)."""
 
     def has_data(self) -> bool:
-        """Whether any query returned a finite value or a log record."""
-        return bool(self.rows) or any(s.finite() for s in self.series)
+        """Whether any query returned a finite value, a histogram with values, or a log record."""
+        return bool(self.rows) or any(s.finite() or s.counted() for s in self.series)
 
 
 def _duration(seconds: float) -> str:
@@ -112,12 +132,19 @@ def fetch_panel(
             data.rows.extend(logs.query(query, start=window.start, end=window.end + 60))
         elif target.instant:
             for item in prometheus.query(query, window.end):
-                t, v = item["value"]
                 labels = dict(item["metric"])
-                data.series.append(Series(legend_for(target.legend, labels), labels, [(float(t), float(v))]))
+                series = Series(legend_for(target.legend, labels), labels)
+                if "histogram" in item:
+                    t, histogram = item["histogram"]
+                    series.histograms.append((float(t), _buckets(histogram)))
+                else:
+                    t, v = item["value"]
+                    series.points.append((float(t), float(v)))
+                data.series.append(series)
         else:
             for item in prometheus.range(query, window.start, window.end, step=window.step_s):
                 labels = dict(item["metric"])
-                points = [(float(t), float(v)) for t, v in item["values"]]
-                data.series.append(Series(legend_for(target.legend, labels), labels, points))
+                points = [(float(t), float(v)) for t, v in item.get("values", ())]
+                histograms = [(float(t), _buckets(h)) for t, h in item.get("histograms", ())]
+                data.series.append(Series(legend_for(target.legend, labels), labels, points, histograms))
     return data

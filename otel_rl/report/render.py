@@ -19,7 +19,7 @@ from typing import Any
 
 from otel_rl.query import Prometheus, VictoriaLogs
 from otel_rl.report.dashboard import Panel, default_dashboard_path, load_panels
-from otel_rl.report.fetch import PanelData, Series, Window, fetch_panel, run_span
+from otel_rl.report.fetch import Bucket, PanelData, Series, Window, fetch_panel, run_span
 
 _logger = logging.getLogger(__name__)
 
@@ -133,9 +133,63 @@ def _bucket_label(low: float, high: float) -> str:
     return f"({fmt(low)}, {fmt(high)}]"
 
 
+_NATIVE_ROWS = 40
+"""Rows of a native-histogram heatmap: its buckets (32 per power of two at scale 5) are drawn regrouped."""
+
+
+def _native_rows(
+    histograms: list[tuple[float, tuple[Bucket, ...]]], rows: int = _NATIVE_ROWS
+) -> tuple[list[float], list[float], Any]:
+    """Regroup native histograms for drawing: times, ``rows + 1`` row edges spanning the non-empty buckets, and
+    counts per row (``rows`` x ``len(times)``). Each bucket's count goes to the row holding the bucket's middle.
+
+    >>> times, edges, counts = _native_rows([(0.0, ((0.5, 1.0, 2.0),)), (5.0, ((1.0, 2.0, 1.0), (3.0, 4.0, 0.0)))], rows=3)
+    >>> times, edges, counts.tolist()
+    ([0.0, 5.0], [0.5, 1.0, 1.5, 2.0], [[2.0, 0.0], [0.0, 0.0], [0.0, 1.0]])
+    """
+    import numpy as np
+
+    times = sorted({t for t, _ in histograms})
+    filled = [(low, high) for _, buckets in histograms for low, high, n in buckets if n > 0]
+    low = min(lo for lo, _ in filled)
+    high = max(hi for _, hi in filled)
+    edges = np.linspace(low, high, rows + 1) if high > low else np.array([low - 0.5, low + 0.5])
+    counts = np.zeros((len(edges) - 1, len(times)))
+    column = {t: i for i, t in enumerate(times)}
+    for t, buckets in histograms:
+        for lo, hi, n in buckets:
+            if n > 0:
+                row = int(np.clip(np.searchsorted(edges, (lo + hi) / 2, side="right") - 1, 0, len(edges) - 2))
+                counts[row, column[t]] += n
+    return times, [float(e) for e in edges], counts
+
+
+def _draw_native_heatmap(fig: Any, ax: Any, data: PanelData, window: Window) -> None:
+    """A heatmap of native histograms: a numeric y axis (the value), buckets regrouped into rows."""
+    import numpy as np
+    from matplotlib.colors import LogNorm
+
+    histograms = [h for s in data.series for h in s.counted()]
+    if not histograms:
+        _no_data(ax, "no values in this range")
+        return
+    times, edges, counts = _native_rows(histograms)
+    x = [_as_datetime(t) for t in times]
+    cells = np.where(counts > 0, counts, np.nan)[:, :-1] if len(x) > 1 else counts
+    norm = LogNorm(vmin=1, vmax=max(float(np.nanmax(cells)) if np.isfinite(cells).any() else 1.0, 2.0))
+    mesh = ax.pcolormesh(x, edges, cells, cmap="viridis", norm=norm, shading="flat")
+    ax.set_ylabel(data.panel.axis_label or "value")
+    _time_axis(ax, window)
+    colorbar = fig.colorbar(mesh, ax=ax, pad=0.01)
+    colorbar.set_label("values per interval (log scale)")
+
+
 def _draw_heatmap(fig: Any, ax: Any, data: PanelData, window: Window) -> None:
     import numpy as np
 
+    if any(s.histograms for s in data.series):
+        _draw_native_heatmap(fig, ax, data, window)
+        return
     by_le = sorted(((float(s.labels.get("le", "inf")), s) for s in data.series), key=lambda item: item[0])
     if not by_le:
         _no_data(ax, "no buckets in this range")
@@ -150,7 +204,7 @@ def _draw_heatmap(fig: Any, ax: Any, data: PanelData, window: Window) -> None:
     counts = np.clip(counts, 0, None)
     used = np.flatnonzero(counts.sum(axis=1) > 0)
     if used.size == 0:
-        _no_data(ax, "no rewards in this range")
+        _no_data(ax, "no values in this range")
         return
     lo, hi = int(used.min()), int(used.max())
     counts = counts[lo : hi + 1]
@@ -168,7 +222,7 @@ def _draw_heatmap(fig: Any, ax: Any, data: PanelData, window: Window) -> None:
     ax.set_ylabel(data.panel.axis_label or "bucket")
     _time_axis(ax, window)
     colorbar = fig.colorbar(mesh, ax=ax, pad=0.01)
-    colorbar.set_label("rewards per interval (log scale)")
+    colorbar.set_label("values per interval (log scale)")
 
 
 def _format_value(value: float, unit: str) -> str:

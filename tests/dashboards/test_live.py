@@ -2,7 +2,8 @@
 
 One module fixture runs the 4-rank demo against ``shared_stack`` and, beside it, a faulty rank of the same run
 that records NaN rewards and negative staleness (so the bad-input panels and RLNonFiniteRewards see real
-rejections). Grafana variables are substituted with concrete values: ``$run`` with the run id,
+rejections), and a 2-rank run of its own with classic histograms (``histogram="explicit"``), the fallback every
+histogram query carries. Grafana variables are substituted with concrete values: ``$run`` with the run id,
 ``$__rate_interval`` with 10 s and ``$__interval`` with 2 s (the test collector flushes every second).
 """
 
@@ -23,6 +24,8 @@ from otel_rl.query import Prometheus, VictoriaLogs
 from tests.dashboards.conftest import ROOT, dashboard_targets, metric_names, rules
 
 RUN_ID = "dashboards-live"
+CLASSIC_RUN_ID = "dashboards-live-classic"
+"""The run with classic histograms (tests/dashboards/classic_rank.py)."""
 STEPS, RANKS = 60, 4
 RATE_INTERVAL, INTERVAL, STEP_S = "10s", "2s", 2
 
@@ -35,6 +38,8 @@ class LiveRun:
     """Time of the run's first rl_step point in Prometheus (unix seconds)."""
     last: float
     """Time of its last one."""
+    classic_span: tuple[float, float]
+    """First and last rl_step point of the classic-histogram run."""
 
     @property
     def prometheus(self) -> Prometheus:
@@ -57,36 +62,48 @@ def live_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Liv
         ],  # fmt: skip
         cwd=ROOT,
     )
+    classic = subprocess.Popen(
+        [sys.executable, "-m", "tests.dashboards.classic_rank", "--endpoint", shared_stack.otlp_grpc_endpoint,
+         "--run-id", CLASSIC_RUN_ID, "--seconds", "8"],  # fmt: skip
+        cwd=ROOT,
+    )
     try:
         subprocess.run(
             [sys.executable, "-m", "tests.dashboards.faulty_rank", "--endpoint", shared_stack.otlp_grpc_endpoint,
              "--run-id", RUN_ID, "--seconds", "6"],  # fmt: skip
             cwd=ROOT, check=True, timeout=120,
         )  # fmt: skip
+        assert classic.wait(timeout=120) == 0
         assert demo.wait(timeout=600) == 0
     finally:
-        if demo.poll() is None:
-            demo.kill()
+        for process in (demo, classic):
+            if process.poll() is None:
+                process.kill()
     prometheus = Prometheus(shared_stack.prometheus_url)
-    # Recording rules run every 15 s: wait until each has recorded this run twice (their windows still hold its
-    # data for a minute after the run), so that alerts comparing a recorded series with its past can be checked.
+    # Recording rules run every 15 s: wait until each has recorded both runs twice (their windows still hold the
+    # data for a minute after a run), so that alerts comparing a recorded series with its past can be checked.
     deadline = time.time() + 120
     while time.time() < deadline:
-        match = f'{{__name__=~"rl:.+|rl_alert_threshold",rl_run_id="{RUN_ID}"}}[10m]'
-        counts: dict[str, int] = {}
+        match = f'{{__name__=~"rl:.+|otel_rl:.+|rl_alert_threshold",rl_run_id=~"{RUN_ID}|{CLASSIC_RUN_ID}"}}[10m]'
+        counts: dict[tuple[str, str], int] = {}
         for item in prometheus.query(match):
-            name = item["metric"]["__name__"]
-            counts[name] = max(counts.get(name, 0), len(item["values"]))
-        if all(counts.get(name, 0) >= 2 for name in _recorded_names()):
+            key = (item["metric"]["__name__"], item["metric"]["rl_run_id"])
+            counts[key] = max(counts.get(key, 0), len(item["values"]))
+        if all(counts.get((name, run), 0) >= 2 for name in _recorded_names() for run in (RUN_ID, CLASSIC_RUN_ID)):
             break
         time.sleep(2)
-    samples = prometheus.query(f'rl_step{{rl_run_id="{RUN_ID}",rl_rank=""}}[1h]')
+    first, last = _span(prometheus, RUN_ID)
+    return LiveRun(shared_stack.prometheus_url, shared_stack.victorialogs_url, first, last, _span(prometheus, CLASSIC_RUN_ID))
+
+
+def _span(prometheus: Prometheus, run_id: str) -> tuple[float, float]:
+    samples = prometheus.query(f'rl_step{{rl_run_id="{run_id}",rl_rank=""}}[1h]')
     times = [float(t) for series in samples for t, _ in series["values"]]
-    return LiveRun(shared_stack.prometheus_url, shared_stack.victorialogs_url, min(times), max(times))
+    return min(times), max(times)
 
 
-def _substitute(expr: str) -> str:
-    return expr.replace("$run", RUN_ID).replace("$__rate_interval", RATE_INTERVAL).replace("$__interval", INTERVAL)
+def _substitute(expr: str, run_id: str = RUN_ID) -> str:
+    return expr.replace("$run", run_id).replace("$__rate_interval", RATE_INTERVAL).replace("$__interval", INTERVAL)
 
 
 PROMQL = [(name, panel["title"], target) for name, panel, target in dashboard_targets() if target["datasource"]["type"] == "prometheus"]
@@ -95,15 +112,32 @@ LOGSQL = [(name, panel["title"], target) for name, panel, target in dashboard_ta
 
 @pytest.mark.parametrize(("dashboard", "title", "target"), PROMQL, ids=[f"{t}/{q['refId']}" for _, t, q in PROMQL])
 def test_dashboard_promql_returns_data(live_run: LiveRun, dashboard: str, title: str, target: dict[str, Any]) -> None:
-    """The panel query, run as Grafana runs it (range or instant), returns at least one finite value for the run."""
+    """The panel query, run as Grafana runs it (range or instant), returns at least one finite value for the run
+    (a heatmap: native histograms with values, the ranks' default)."""
     query = _substitute(target["expr"])
     if target.get("instant"):
         result = live_run.prometheus.query(query, live_run.last)
         values = [float(item["value"][1]) for item in result]
     else:
         result = live_run.prometheus.range(query, live_run.first, live_run.last, step=STEP_S)
-        values = [float(v) for item in result for _, v in item["values"]]
+        values = [float(v) for item in result for _, v in item.get("values", ())]
+        values += [float(h["count"]) for item in result for _, h in item.get("histograms", ()) if float(h["count"]) > 0]
     assert any(v == v and abs(v) != float("inf") for v in values), f"{dashboard} / {title}: no data for {query}"
+    if target.get("format") == "heatmap":
+        assert result and all("histograms" in item for item in result), f"{dashboard} / {title}: not native"
+
+
+HISTOGRAM_PROMQL = [(name, title, target) for name, title, target in PROMQL if re.search(r"\brl_(reward|staleness|metric)\{", target["expr"])]
+
+
+@pytest.mark.parametrize(("dashboard", "title", "target"), HISTOGRAM_PROMQL, ids=[f"{t}/{q['refId']}" for _, t, q in HISTOGRAM_PROMQL])
+def test_histogram_query_falls_back_to_classic_buckets(live_run: LiveRun, dashboard: str, title: str, target: dict[str, Any]) -> None:
+    """Each query reading a histogram also returns data for a run with classic histograms (histogram="explicit")."""
+    query = _substitute(target["expr"], CLASSIC_RUN_ID)
+    result = live_run.prometheus.range(query, *live_run.classic_span, step=STEP_S)
+    values = [float(v) for item in result for _, v in item.get("values", ())]
+    assert any(v == v and abs(v) != float("inf") for v in values), f"{dashboard} / {title}: no data for {query}"
+    assert all("histograms" not in item for item in result), "the classic run has no native histograms"
 
 
 @pytest.mark.parametrize(("dashboard", "title", "target"), LOGSQL, ids=[f"{t}/{q['refId']}" for _, t, q in LOGSQL])
@@ -130,15 +164,30 @@ def test_prometheus_loaded_every_rule_and_evaluates_it_without_error(live_run: L
         assert loaded[key]["health"] == "ok" and not loaded[key].get("lastError"), (key, loaded[key])
 
 
+@pytest.mark.parametrize("run_id", [RUN_ID, CLASSIC_RUN_ID])
 @pytest.mark.parametrize("name", sorted(_recorded_names()))
-def test_recording_rule_recorded_the_run(live_run: LiveRun, name: str) -> None:
-    """Each recording rule produced a finite value for the demo run (rl_alert_threshold: all four defaults)."""
-    result = live_run.prometheus.query(f'last_over_time({name}{{rl_run_id="{RUN_ID}"}}[10m])')
+def test_recording_rule_recorded_the_run(live_run: LiveRun, name: str, run_id: str) -> None:
+    """Each recording rule produced a finite value for the demo run and for the classic-histogram run
+    (rl_alert_threshold: all the defaults)."""
+    result = live_run.prometheus.query(f'last_over_time({name}{{rl_run_id="{run_id}"}}[10m])')
     values = [float(item["value"][1]) for item in result]
-    assert any(v == v for v in values), f"{name}: nothing recorded for {RUN_ID}"
+    assert any(v == v for v in values), f"{name}: nothing recorded for {run_id}"
     if name == "rl_alert_threshold":
         assert {item["metric"]["threshold"]: float(item["value"][1]) for item in result} == {
-            "staleness_p99": 8, "staleness_max": 32, "reward_drop_stddevs": 1, "zero_variance_rise": 0.3}  # fmt: skip
+            "staleness_p99": 8, "staleness_max": 32, "reward_drop_stddevs": 1, "zero_variance_rise": 0.3,
+            "histogram_values_missing": 0}  # fmt: skip
+
+
+@pytest.mark.parametrize("run_id", [RUN_ID, CLASSIC_RUN_ID])
+def test_histogram_self_check_counts_every_value(live_run: LiveRun, run_id: str) -> None:
+    """Once a run's last points are in, its histograms in Prometheus count every value the ranks recorded into
+    them: the self-check reads 0 for rewards, staleness and metrics (and the counter saw values)."""
+    selector = f'{{rl_run_id="{run_id}"}}[10m]'
+    missing = live_run.prometheus.query(f"last_over_time(otel_rl:histogram_values_missing:increase10m{selector})")
+    recorded = live_run.prometheus.query(f"max_over_time(otel_rl:histogram_values_recorded:increase10m{selector})")
+    assert {item["metric"]["otel_rl_metric"]: float(item["value"][1]) for item in missing} == {
+        "rl.reward": 0, "rl.staleness": 0, "rl.metric": 0}  # fmt: skip
+    assert all(float(item["value"][1]) > 0 for item in recorded) and len(recorded) == 3
 
 
 def _provoked(expr: str, shift_ms: int) -> str:
@@ -179,12 +228,15 @@ def test_alert_expression_matches_the_run(live_run: LiveRun, rule: dict[str, Any
 
 
 def test_every_metric_name_in_dashboards_and_rules_exists_for_the_run(live_run: LiveRun) -> None:
-    """Golden names: each raw series a dashboard or rule selects exists in Prometheus for the demo run."""
+    """Golden names: each raw series a dashboard or rule selects exists in Prometheus for the demo run (native
+    histograms) or, for the classic fallbacks (``_bucket``, ``_count``, exemplar carriers), for the classic run."""
     names = {n for _, _, target in dashboard_targets() if target["datasource"]["type"] == "prometheus" for n in metric_names(target["expr"])}
     names |= {n for rule in rules() for n in metric_names(rule["expr"])}
     raw = {n for n in names if ":" not in n and not n.startswith("rl_alert_threshold")}
-    present = {item["__name__"] for item in live_run.prometheus.series(f'{{rl_run_id="{RUN_ID}"}}')}
-    assert raw and raw <= present, raw - present
+    native = {item["__name__"] for item in live_run.prometheus.series(f'{{rl_run_id="{RUN_ID}"}}')}
+    classic = {item["__name__"] for item in live_run.prometheus.series(f'{{rl_run_id="{CLASSIC_RUN_ID}"}}')}
+    assert {"rl_reward", "rl_staleness", "rl_metric"} <= native and not {"rl_reward", "rl_staleness"} & classic
+    assert raw and raw <= native | classic, raw - native - classic
 
 
 def test_report_renders_every_panel_with_data(live_run: LiveRun, tmp_path: Path) -> None:

@@ -78,7 +78,8 @@ def test_dashboard_layout_ids_and_queries_are_well_formed(path: Path) -> None:
         for target in panel["targets"]:
             assert target["expr"].strip(), panel["title"]
     assert [v["name"] for v in data["templating"]["list"]] == ["run"]
-    assert data["templating"]["list"][0]["query"] == "label_values(rl_reward_count, rl_run_id)"
+    # A counter of every run with rewards, whatever its histogram kind (rl_reward_count is classic only).
+    assert data["templating"]["list"][0]["query"] == "label_values(rl_reward_positive_total, rl_run_id)"
 
 
 def test_every_promql_selector_names_the_run_and_the_aggregated_side() -> None:
@@ -91,6 +92,91 @@ def test_every_promql_selector_names_the_run_and_the_aggregated_side() -> None:
         assert selectors, panel["title"]
         for selector in selectors:
             assert 'rl_run_id="$run"' in selector and 'rl_rank=""' in selector, (panel["title"], selector)
+
+
+# Synthetic runs for the histogram panels: "native" (exponential histograms, schema 5) and "classic"
+# (histogram="explicit", le buckets). Per 15 s step: 10 rewards of exactly 1, 10 tokens exactly 3 versions behind,
+# 8 GRPO groups of which 2 have zero variance (mean 0.25) and one loss of -0.5. Every reward and staleness value
+# is the same, so each of their quantiles is that value exactly once clamped to [min, max]; unclamped, the native
+# estimates lie inside the bucket (0.989 for the p50 of rewards of 1) and the classic ones wherever linear
+# interpolation puts them (0.75).
+_SYNTHETIC_LABELS = 'job="trainer",rl_role="trainer",rl_world_size="2",rl_rank=""'
+_SYNTHETIC = [
+    # metric, attribute, values per step, native buckets of a step (schema 5), classic cumulative buckets,
+    # positive and negative sums of a step, min, max
+    ("rl_reward", 'rl_reward_fn="total"', 10, "buckets:[10]", {"0.5": 0, "1": 10, "+Inf": 10}, 10, 0, 1, 1),
+    ("rl_staleness", "", 10, "offset:51 buckets:[10]", {"1": 0, "8": 10, "+Inf": 10}, 30, 0, 3, 3),
+    ("rl_metric", 'rl_metric_key="grpo.zero_variance_groups"', 8, "z_bucket:6 buckets:[2]", {"0": 6, "1": 8, "+Inf": 8}, 2, 0, 0, 1),
+    ("rl_metric", 'rl_metric_key="loss.policy"', 1, "n_offset:-32 n_buckets:[1]", {"-1": 0, "0": 1, "+Inf": 1}, 0, 0.5, -0.5, -0.5),
+]
+
+
+def _synthetic_series(run: str) -> list[dict[str, str]]:
+    series = []
+    for metric, attribute, count, native, classic, positive, negative, low, high in _SYNTHETIC:
+        labels = ",".join(part for part in (_SYNTHETIC_LABELS, f'rl_run_id="{run}"', attribute) if part)
+        if run == "native":
+            step = f"{{{{schema:5 count:{count} sum:{positive - negative} {native}}}}}"
+            series.append({"series": f"{metric}{{{labels}}}", "values": f"{{{{schema:5 count:0 sum:0}}}}+{step}x40"})
+        else:
+            series += [{"series": f'{metric}_bucket{{{labels},le="{le}"}}', "values": f"0+{n}x40"} for le, n in classic.items()]
+            series.append({"series": f"{metric}_count{{{labels}}}", "values": f"0+{count}x40"})
+        series += [
+            {"series": f"{metric}_positive_total{{{labels}}}", "values": f"0+{positive}x40"},
+            {"series": f"{metric}_negative_total{{{labels}}}", "values": f"0+{negative}x40"},
+            {"series": f"{metric}_max{{{labels}}}", "values": f"{high}x40"},
+            {"series": f"{metric}_min{{{labels}}}", "values": f"{low}x40"},
+        ]
+    return series
+
+
+_EXPECTED = {
+    # (panel title, refId) -> value of the query on either run at 5 min with a 1 m $__rate_interval
+    ("Reward (total): mean and percentiles", "A"): 1.0,
+    ("Reward (total): mean and percentiles", "B"): 1.0,
+    ("Reward (total): mean and percentiles", "C"): 1.0,
+    ("Reward (total): mean and percentiles", "D"): 1.0,
+    ("Mean reward by reward function", "A"): 1.0,
+    ("Zero-variance groups (fraction)", "A"): 0.25,
+    ("Other recorded metrics (mean by key)", "A"): -0.5,
+    ("Staleness (policy versions behind, per token)", "A"): 3.0,
+    ("Staleness (policy versions behind, per token)", "B"): 3.0,
+}
+_EXPECTED_HEATMAPS = {
+    # (panel title, refId) -> (native histogram of one 1 m window, classic {le: count})
+    ("Reward (total) distribution", "A"): (
+        "{{schema:5 count:40 sum:40 counter_reset_hint:gauge buckets:[40]}}", {"0.5": 0, "1": 40, "+Inf": 40}),
+    ("Staleness distribution", "A"): (
+        "{{schema:5 count:40 sum:120 counter_reset_hint:gauge offset:51 buckets:[40]}}", {"1": 0, "8": 40, "+Inf": 40}),
+}
+
+
+def test_histogram_panels_read_native_and_classic_histograms_with_clamped_quantiles(promtool: Path, tmp_path: Path) -> None:
+    """Every panel query that reads a histogram gives the exact value on a native run and on a classic run."""
+    targets = {(panel["title"], target["refId"]): target["expr"] for _, panel, target in dashboard_targets()
+               if re.search(r"\brl_(reward|staleness|metric)\{", target["expr"])}  # fmt: skip
+    assert set(targets) == set(_EXPECTED) | set(_EXPECTED_HEATMAPS), "give every histogram query an expectation"
+    cases = []
+    for run in ("native", "classic"):
+        for key, expr in targets.items():
+            query = expr.replace("$run", run).replace("$__rate_interval", "1m")
+            if key in _EXPECTED_HEATMAPS:
+                native, classic = _EXPECTED_HEATMAPS[key]
+                expected = ([{"labels": "{}", "histogram": native}] if run == "native"
+                            else [{"labels": f'{{le="{le}"}}', "value": v} for le, v in classic.items()])  # fmt: skip
+            elif "by (rl_reward_fn)" in query:
+                expected = [{"labels": '{rl_reward_fn="total"}', "value": _EXPECTED[key]}]
+            elif "by (rl_metric_key)" in query:
+                expected = [{"labels": '{rl_metric_key="loss.policy"}', "value": _EXPECTED[key]}]
+            else:
+                expected = [{"labels": "{}", "value": _EXPECTED[key]}]
+            cases.append({"expr": query, "eval_time": "5m", "exp_samples": expected})
+    series = _synthetic_series("native") + _synthetic_series("classic")
+    test = {"evaluation_interval": "15s", "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": cases}]}
+    path = tmp_path / "dashboard_histograms.yml"
+    path.write_text(yaml.safe_dump(test, width=100_000), encoding="utf-8")
+    result = subprocess.run([promtool, "test", "rules", path.name], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr
 
 
 def _compose() -> dict[str, Any]:
@@ -198,7 +284,7 @@ def test_rule_unit_tests_pass(promtool: Path, path: Path) -> None:
 def test_every_alert_has_a_unit_test_that_fires_and_one_that_stays_silent() -> None:
     """Each alert name appears in some promtool test with expected alerts, and in one expecting none."""
     alerts = {rule["alert"] for rule in rules() if "alert" in rule}
-    assert alerts == {"RLStalenessHigh", "RLTelemetryAbsent", "RLNonFiniteRewards", "RLRewardCollapse"}
+    assert alerts == {"RLStalenessHigh", "RLTelemetryAbsent", "RLNonFiniteRewards", "RLRewardCollapse", "OtelRLHistogramPointsDropped"}
     fires, silent = set(), set()
     for path in RULE_TESTS:
         for test in yaml.safe_load(path.read_text(encoding="utf-8"))["tests"]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -10,26 +11,12 @@ from typing import Any
 
 import pytest
 
-from otel_rl import DEFAULT_STALENESS_BOUNDS
-
 STEPS, RANKS = 60, 4
 
 
-def prometheus_quantile(q: float, bounds: tuple[float, ...], values: list[float]) -> float:
-    """Prometheus's histogram_quantile over upper-inclusive buckets, computed from raw values."""
-    counts = [sum(1 for v in values if (i == 0 or v > bounds[i - 1]) and (i == len(bounds) or v <= bounds[i]))
-              for i in range(len(bounds) + 1)]  # fmt: skip
-    rank, seen = q * len(values), 0
-    for index, count in enumerate(counts):
-        if seen + count >= rank and count:
-            if index == len(bounds):
-                return bounds[-1]
-            if index == 0 and bounds[0] <= 0:
-                return bounds[0]
-            start = 0.0 if index == 0 else bounds[index - 1]
-            return start + (bounds[index] - start) * (rank - seen) / count
-        seen += count
-    return bounds[-1]
+def nearest_rank(q: float, values: list[float]) -> float:
+    """The recorded value whose rank Prometheus's histogram_quantile looks for: the ceil(q * n)-th smallest."""
+    return sorted(values)[max(math.ceil(q * len(values)) - 1, 0)]
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +54,17 @@ def test_summary_reward_matches_what_ranks_recorded(demo_run: tuple[dict[str, An
 
 
 def test_summary_staleness_matches_what_ranks_recorded(demo_run: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
-    """Per-token staleness count and sum are exact, the max is exact, p99 equals the bucket estimate."""
+    """Per-token staleness count, sum, min and max are exact; p50 and p99, estimated from the native histogram
+    (buckets 2^(1/32) wide) and clamped to [min, max], lie in the bucket of the value of that rank."""
     summary, records = demo_run
     staleness = [s for record in records for s in record["staleness"]]
     assert summary["staleness"]["count"] == len(staleness)
     assert summary["staleness"]["sum"] == sum(staleness)
-    assert summary["staleness"]["max"] == max(staleness)
-    bounds = tuple(float(b) for b in DEFAULT_STALENESS_BOUNDS)
-    assert summary["staleness"]["p99"] == pytest.approx(prometheus_quantile(0.99, bounds, staleness))
+    assert summary["staleness"]["max"] == max(staleness) and summary["staleness"]["min"] == min(staleness)
+    for q in (0.5, 0.99):
+        estimate, exact = summary["staleness"][f"p{round(q * 100)}"], nearest_rank(q, staleness)
+        assert min(staleness) <= estimate <= max(staleness)
+        assert exact / 2 ** (1 / 32) - 1e-9 <= estimate <= exact * 2 ** (1 / 32) + 1e-9, (q, estimate, exact)
 
 
 def test_summary_samples_are_the_global_extremes(demo_run: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:

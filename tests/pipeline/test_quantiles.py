@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from otel_rl.query import Prometheus, clamped_quantile
+from otel_rl.query import Prometheus, clamp_to_extremes
 from tests.pipeline.harness import RankProcess, eventually
 
 RANKS = 4
@@ -100,7 +100,9 @@ def test_quantiles_are_within_the_bucket_resolution(
     assert (low, high) == (values.min(), values.max())
     for q in QUANTILES:
         expected = float(np.quantile(values, q, method="inverted_cdf"))
-        shown = prometheus.value(clamped_quantile(q, series, minimum, maximum, window="10m"))
+        estimate = f"histogram_quantile({q}, sum by (rl_run_id) ({series}))"
+        bounds = f"min by (rl_run_id) (min_over_time({minimum}[10m]))", f"max by (rl_run_id) (max_over_time({maximum}[10m]))"
+        shown = prometheus.value(clamp_to_extremes(estimate, *bounds, on="rl_run_id"))
         assert shown is not None and low <= shown <= high, (q, shown)
         assert shown == pytest.approx(expected, rel=RELATIVE, abs=1e-9), (name, q, expected, shown)
 
