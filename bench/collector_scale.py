@@ -75,7 +75,7 @@ def _proc(pid: int) -> tuple[float, int]:
 
 
 def _total(prometheus_url: str, run_id: str) -> float:
-    query = f'sum(rl_reward_count{{rl_run_id="{run_id}",rl_reward_fn="total"}})'
+    query = f'sum(histogram_count(rl_reward{{rl_run_id="{run_id}",rl_reward_fn="total"}}))'
     value = Prometheus(prometheus_url, timeout_s=10).value(query)
     return 0.0 if value is None else value
 

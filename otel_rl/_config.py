@@ -99,6 +99,13 @@ class TelemetryConfig:
     """Distinct ``rl.metric.key`` names (``record_metric``) before further keys fold into ``_overflow``."""
     max_sample_tables: int = 16
     """Distinct sample tables (``record_sample(..., table=...)``) before further tables fold into ``_overflow``."""
+    max_datasets: int = 16
+    """Distinct ``rl.dataset`` names (``dataset=`` of rewards and staleness) before further ones fold into
+    ``_overflow``."""
+    max_phases: int = 16
+    """Distinct ``rl.phase.name`` values (:meth:`Telemetry.set_phase`) before further ones fold into ``_overflow``."""
+    solved_reward: float = 1.0
+    """A rollout counts as solved when its reward is at least this (prompt-group outcomes of ``record_rollouts``)."""
     top_k: int = 2
     """Samples with the highest reward kept per step and table."""
     bottom_k: int = 2
@@ -155,6 +162,9 @@ class ResolvedConfig:
     max_reward_fns: int
     max_metric_keys: int
     max_sample_tables: int
+    max_datasets: int
+    max_phases: int
+    solved_reward: float
     top_k: int
     bottom_k: int
     random_k: int
@@ -248,6 +258,8 @@ def _validate(config: ResolvedConfig) -> None:
         ("max_reward_fns", 1),
         ("max_metric_keys", 1),
         ("max_sample_tables", 1),
+        ("max_datasets", 1),
+        ("max_phases", 1),
         ("top_k", 0),
         ("bottom_k", 0),
         ("random_k", 0),
@@ -255,6 +267,10 @@ def _validate(config: ResolvedConfig) -> None:
         ("sample_queue_size", 1),
     ):
         _check_integer(name, getattr(config, name), minimum)
+    if isinstance(config.solved_reward, bool) or not isinstance(config.solved_reward, (int, float)) or not math.isfinite(
+        config.solved_reward
+    ):
+        raise ValueError(f'"solved_reward" must be a finite number, got {config.solved_reward!r}')
     if config.redact is not None and not callable(config.redact):
         raise ValueError(f'"redact" must be a callable (field, text) -> text, got {config.redact!r}')
     _check_choice("histogram", config.histogram, _HISTOGRAM_FORMS)

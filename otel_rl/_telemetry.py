@@ -16,7 +16,8 @@ import atexit
 import operator
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal
 
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import LogRecordExporter
@@ -31,7 +32,8 @@ from otel_rl._config import ResolvedConfig, TelemetryConfig
 from otel_rl._export import Exporters, ExportWorker, QueueLogProcessor, build_exporters
 from otel_rl._samples import EpisodeSample, SampleFilter, TopBottomFilter
 from otel_rl._self_telemetry import LabelCap, SelfTelemetry
-from otel_rl._stats import StalenessSummarizer, ValueSummarizer
+from otel_rl._rollouts import RolloutSummarizer
+from otel_rl._stats import BadInput, StalenessSummarizer, ValueSummarizer
 from otel_rl._steps import StepSamples
 from otel_rl._store import MetricStore, attributes
 
@@ -93,6 +95,14 @@ class Telemetry:
         self._metric_keys = LabelCap(
             _names.METRICS.histogram.name, "max_metric_keys", settings.max_metric_keys, self._self_telemetry
         )
+        self._datasets = LabelCap(_names.DATASET, "max_datasets", settings.max_datasets, self._self_telemetry)
+        self._phases = LabelCap(_names.PHASES.name, "max_phases", settings.max_phases, self._self_telemetry)
+        self._phase: str | None = None
+        self._rollouts = RolloutSummarizer(ValueSummarizer(rewards), solved_reward=settings.solved_reward)
+        self._store.set(_names.RUN_START, (), clock() / 1e9)
+        self._store.set(_names.RUN_FINISHED, (), 0)
+        self._store.set(_names.RANKS_UP, (), 1)
+        self._store.set(_names.RANKS_EXPECTED, (), settings.world_size)
         injected = metric_exporter is not None or log_exporter is not None or span_exporter is not None
         exporters = Exporters(metric_exporter, log_exporter, span_exporter) if injected else build_exporters(settings)
         self._output = exporters.output
@@ -130,23 +140,80 @@ class Telemetry:
 
     # -- recording (hot path: never raises) -------------------------------------------------------------------
 
-    def record_rewards(self, rewards: Any, *, fn: str = _names.REWARD_FN_TOTAL, mask: Any = None) -> None:
-        """Record rewards into ``rl.reward`` under ``rl.reward.fn=fn``.
+    def record_rewards(
+        self, rewards: Any, *, fn: str = _names.REWARD_FN_TOTAL, mask: Any = None, dataset: str | None = None
+    ) -> None:
+        """Record rewards into ``rl.reward`` under ``rl.reward.fn=fn`` (and ``rl.dataset=dataset`` when given).
 
         ``rewards``: a torch tensor on any device, numpy array, sequence or scalar. Shape ``(rollouts,)`` is one
         reward per rollout; ``(rollouts, tokens)`` is the per-token broadcast form, counted once per rollout at
         its first token where ``mask`` is set. ``mask`` (same shape, nonzero = keep) selects what is recorded.
-        NaN and inf are rejected and counted; everything else is kept.
+        NaN and inf are rejected and counted; everything else is kept. ``dataset`` (the data source) is capped at
+        ``max_datasets`` names; later ones are recorded as ``_overflow`` and counted.
         """
         metric = _names.REWARDS.histogram.name
         try:
-            label = self._reward_fns.label(fn)
+            labels = {_names.REWARD_FN: self._reward_fns.label(fn), **self._dataset(dataset)}
             statistics = self._rewards.summarize(rewards, mask)
         except Exception as error:  # noqa: BLE001 - the hot path never raises into training
             self._self_telemetry.reject_call(metric, error, rewards)
             return
-        self._store.record(_names.REWARDS, attributes(**{_names.REWARD_FN: label}), statistics)
+        self._store.record(_names.REWARDS, attributes(**labels), statistics)
         self._self_telemetry.reject_parts(metric, statistics)
+
+    def record_rollouts(
+        self,
+        *,
+        mask: Any = None,
+        advantages: Any = None,
+        response_lengths: Any = None,
+        entropy: Any = None,
+        logprobs: Any = None,
+        inference_logprobs: Any = None,
+        rewards: Any = None,
+        group_ids: Any = None,
+    ) -> None:
+        """Record one step's rollout health signals in one call; every argument is optional.
+
+        - ``advantages`` ``(rollouts,)`` (or per token, counted at each rollout's first unmasked token) into
+          ``rl.advantage``, and rollouts by advantage sign into ``rl.advantage.sign``;
+        - ``response_lengths`` ``(rollouts,)`` into ``rl.response.length`` (negative lengths dropped, counted);
+        - ``entropy`` ``(rollouts, tokens)`` per token into ``rl.entropy``;
+        - ``logprobs`` (trainer) and ``inference_logprobs`` (inference engine), per token: the importance ratio
+          ``exp(logprobs - inference_logprobs)`` into ``rl.importance_ratio`` and the mismatch
+          KL(pi_inference || pi_train) estimators k1 and k3 into ``rl.mismatch.kl``;
+        - ``group_ids`` with ``rewards`` ``(rollouts,)``: prompt groups solved by none / some / all of their
+          rollouts (``reward >= solved_reward``) into ``rl.groups``, zero-variance groups into
+          ``rl.groups.zero_variance``. A group's rollouts must be recorded in one call.
+
+        ``mask`` ``(rollouts, tokens)`` (nonzero = keep) selects tokens; rollouts without any are left out of the
+        per-rollout fields. A bad field is dropped and counted (``otel_rl.values.rejected``), the others kept; NaN
+        log-probabilities drop their tokens only.
+        """
+        try:
+            result = self._rollouts.summarize(
+                mask=mask,
+                advantages=advantages,
+                response_lengths=response_lengths,
+                entropy=entropy,
+                logprobs=logprobs,
+                inference_logprobs=inference_logprobs,
+                rewards=rewards,
+                group_ids=group_ids,
+            )
+        except Exception as error:  # noqa: BLE001 - the hot path never raises into training
+            self._self_telemetry.reject_call("rl.rollouts", error, mask)
+            return
+        for metric, bad_input, values in result.rejected:
+            self._self_telemetry.reject_call(metric, bad_input, values)
+        for metric, reason, count in result.rejected_parts:
+            if count:
+                self._self_telemetry.reject(metric, reason, count, f"{count} value(s) rejected: {reason}")
+        for distribution, attrs, statistics in result.distributions:
+            self._store.record(distribution, attrs, statistics)
+            self._self_telemetry.reject_parts(distribution.histogram.name, statistics)
+        for counter, attrs, count in result.counts:
+            self._store.add(counter, attrs, count)
 
     def record_metric(self, key: str, values: Any, *, mask: Any = None) -> None:
         """Record any other scalar series (loss, KL, entropy, ...) under ``rl.metric{rl.metric.key=key}``.
@@ -165,23 +232,65 @@ class Telemetry:
         self._store.record(_names.METRICS, attributes(**{_names.METRIC_KEY: label}), statistics)
         self._self_telemetry.reject_parts(metric, statistics)
 
-    def record_staleness(self, versions: Any, current_version: int, *, mask: Any = None) -> None:
+    def record_staleness(
+        self,
+        versions: Any,
+        current_version: int,
+        *,
+        mask: Any = None,
+        dataset: str | None = None,
+        phase: Literal["in_flight", "in_queue"] | None = None,
+    ) -> None:
         """Record staleness ``current_version - versions`` into ``rl.staleness`` and set ``rl.policy.version``.
 
         ``versions``: the policy version each token (or rollout) was generated with, any shape, integers (floats
         must be integral). Computed in int64 on the tensor's device, exact beyond 2**24. ``mask`` (same shape,
         nonzero = keep) selects tokens. Negative staleness (a version from the future) is rejected and counted.
+        A token without a version (a negative version or NaN) is counted in ``rl.staleness.unversioned``, never
+        as lag 0. ``dataset`` labels the data source (capped like :meth:`record_rewards`); ``phase`` says whether
+        the lag was taken ``in_flight`` (generated while the trainer moved on) or ``in_queue`` (waiting in the
+        buffer): ``rl.staleness.phase``.
         """
         metric = _names.STALENESS.histogram.name
         try:
             current = operator.index(current_version)
+            if phase not in (None, "in_flight", "in_queue"):
+                raise BadInput("phase", f'"phase" must be "in_flight", "in_queue" or None, got {phase!r}')
+            source = self._dataset(dataset)
+            labels = {**source, **({_names.STALENESS_PHASE: phase} if phase else {})}
             statistics = self._staleness.summarize(versions, current, mask)
         except Exception as error:  # noqa: BLE001 - the hot path never raises into training
             self._self_telemetry.reject_call(metric, error, versions)
             return
         self._store.set(_names.POLICY_VERSION, (), current)
-        self._store.record(_names.STALENESS, (), statistics)
-        self._self_telemetry.reject_parts(metric, statistics)
+        self._store.record(_names.STALENESS, attributes(**labels), statistics)
+        unversioned = statistics.rejected.get("unversioned", 0)
+        self._store.add(_names.UNVERSIONED, attributes(**source), unversioned)
+        self._self_telemetry.reject_parts(metric, replace(statistics, rejected=_without(statistics.rejected, "unversioned")))
+
+    def record_staleness_drops(self, count: int, *, dataset: str | None = None) -> None:
+        """Count ``count`` samples the trainer dropped for being too stale (``rl.staleness.dropped``)."""
+        try:
+            amount = operator.index(count)
+            if amount < 0:
+                raise BadInput("negative", f'"count" must be >= 0, got {amount}')
+            labels = self._dataset(dataset)
+        except Exception as error:  # noqa: BLE001 - the hot path never raises into training
+            self._self_telemetry.reject_call(_names.STALENESS_DROPPED.name, error, count)
+            return
+        self._store.add(_names.STALENESS_DROPPED, attributes(**labels), amount)
+
+    def set_phase(self, phase: str) -> None:
+        """Declare what this rank is doing now (``generate``, ``score``, ``train``, ``sync``, ...): the collector
+        sums ``rl.phase{rl.phase.name}`` over ranks, so each phase's series counts the ranks in it."""
+        label = self._phases.label(phase)
+        if self._phase is not None and self._phase != label:
+            self._store.set(_names.PHASES, attributes(**{_names.PHASE: self._phase}), 0)
+        self._phase = label
+        self._store.set(_names.PHASES, attributes(**{_names.PHASE: label}), 1)
+
+    def _dataset(self, dataset: str | None) -> dict[str, str]:
+        return {} if dataset is None else {_names.DATASET: self._datasets.label(dataset)}
 
     def set_policy_version(self, version: int) -> None:
         """Set ``rl.policy.version`` without recording staleness."""
@@ -227,6 +336,7 @@ class Telemetry:
         self._closed = True
         atexit.unregister(self.shutdown)
         self._steps.close(None)
+        self._store.set(_names.RUN_FINISHED, (), 1)
         finished = self._worker.shutdown(timeout_s or self._settings.shutdown_timeout_s)
         if self._tracer_provider is not None:
             self._tracer_provider.shutdown()
@@ -246,3 +356,7 @@ def layouts(settings: ResolvedConfig) -> tuple[Layout, Layout, Layout]:
         )
     layout = ExponentialLayout(settings.histogram_scale)
     return layout, layout, layout
+
+
+def _without(rejected: dict[str, int], reason: str) -> dict[str, int]:
+    return {key: count for key, count in rejected.items() if key != reason}

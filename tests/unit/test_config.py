@@ -100,6 +100,8 @@ def test_torchrun_default_rendezvous_id_is_not_a_run_id(monkeypatch: pytest.Monk
         ({"histogram_scale": -1}, r'"histogram_scale" must be an integer from 0 to 8, got -1'),
         ({"histogram_scale": 2.5}, r'"histogram_scale" must be an integer from 0 to 8, got 2.5'),
         ({"histogram_scale": True}, r'"histogram_scale" must be an integer from 0 to 8, got True'),
+        ({"max_datasets": 0}, r'"max_datasets" must be an integer >= 1, got 0'),
+        ({"solved_reward": float("nan")}, r'"solved_reward" must be a finite number, got nan'),
         ({"endpoint": "collector:4317"}, r'"endpoint" must start with http:// or https://'),
         ({"role": ""}, r'"role" must be a non-empty string'),
         ({"max_reward_fns": 0}, r'"max_reward_fns" must be an integer >= 1, got 0'),

@@ -44,6 +44,46 @@ def test_metric_names_are_pinned() -> None:
         ("otel_rl.values.rejected", "counter", "{value}"),
         ("otel_rl.values.recorded", "counter", "{value}"),
         ("otel_rl.export.failures", "counter", "{export}"),
+        ("rl.advantage", "histogram", ""),
+        ("rl.advantage.positive", "counter", ""),
+        ("rl.advantage.negative", "counter", ""),
+        ("rl.advantage.squares", "counter", ""),
+        ("rl.advantage.max", "gauge", ""),
+        ("rl.advantage.min", "gauge", ""),
+        ("rl.response.length", "histogram", "{token}"),
+        ("rl.response.length.positive", "counter", "{token}"),
+        ("rl.response.length.negative", "counter", "{token}"),
+        ("rl.response.length.squares", "counter", ""),
+        ("rl.response.length.max", "gauge", "{token}"),
+        ("rl.response.length.min", "gauge", "{token}"),
+        ("rl.entropy", "histogram", "nat"),
+        ("rl.entropy.positive", "counter", "nat"),
+        ("rl.entropy.negative", "counter", "nat"),
+        ("rl.entropy.squares", "counter", ""),
+        ("rl.entropy.max", "gauge", "nat"),
+        ("rl.entropy.min", "gauge", "nat"),
+        ("rl.importance_ratio", "histogram", ""),
+        ("rl.importance_ratio.positive", "counter", ""),
+        ("rl.importance_ratio.negative", "counter", ""),
+        ("rl.importance_ratio.squares", "counter", ""),
+        ("rl.importance_ratio.max", "gauge", ""),
+        ("rl.importance_ratio.min", "gauge", ""),
+        ("rl.mismatch.kl", "histogram", ""),
+        ("rl.mismatch.kl.positive", "counter", ""),
+        ("rl.mismatch.kl.negative", "counter", ""),
+        ("rl.mismatch.kl.squares", "counter", ""),
+        ("rl.mismatch.kl.max", "gauge", ""),
+        ("rl.mismatch.kl.min", "gauge", ""),
+        ("rl.groups", "counter", "{group}"),
+        ("rl.groups.zero_variance", "counter", "{group}"),
+        ("rl.advantage.sign", "counter", "{rollout}"),
+        ("rl.staleness.unversioned", "counter", "{token}"),
+        ("rl.staleness.dropped", "counter", "{sample}"),
+        ("rl.run.start_time", "gauge", "s"),
+        ("rl.run.finished", "gauge", ""),
+        ("rl.ranks.up", "gauge", "{rank}"),
+        ("rl.ranks.expected", "gauge", "{rank}"),
+        ("rl.phase", "gauge", "{rank}"),
     }
 
 
@@ -83,7 +123,8 @@ def test_histogram_forms_are_pinned(
 
 
 def test_gauge_merge_rules_are_pinned() -> None:
-    """How ranks merge each gauge is part of the contract: extremes by max/min, version and step by max."""
+    """How ranks merge each gauge is part of the contract: extremes by max/min, version, step and world size by
+    max, the run's start and clean end by min, per-rank indicators (ranks up, ranks per phase) by sum."""
     assert {m.name: m.merge for m in _names.ALL_METRICS if m.kind == "gauge"} == {
         "rl.reward.max": "max",
         "rl.reward.min": "min",
@@ -93,6 +134,21 @@ def test_gauge_merge_rules_are_pinned() -> None:
         "rl.metric.min": "min",
         "rl.policy.version": "max",
         "rl.step": "max",
+        "rl.advantage.max": "max",
+        "rl.advantage.min": "min",
+        "rl.response.length.max": "max",
+        "rl.response.length.min": "min",
+        "rl.entropy.max": "max",
+        "rl.entropy.min": "min",
+        "rl.importance_ratio.max": "max",
+        "rl.importance_ratio.min": "min",
+        "rl.mismatch.kl.max": "max",
+        "rl.mismatch.kl.min": "min",
+        "rl.run.start_time": "min",
+        "rl.run.finished": "min",
+        "rl.ranks.up": "sum",
+        "rl.ranks.expected": "max",
+        "rl.phase": "sum",
     }
     assert {m.merge for m in _names.ALL_METRICS if m.kind != "gauge"} == {"sum"}
 
@@ -160,7 +216,7 @@ def test_collector_merges_each_metric_by_its_contract_rule() -> None:
         found = re.fullmatch(r'aggregate_on_attributes\("(\w+)"\) where (.+)', statement)
         if found:
             rules.append((found.group(1), _ottl_condition(found.group(2))))
-    assert len(rules) == 3, statements
+    assert len(rules) == 4, statements
     forms = [(m, form) for m in _names.ALL_METRICS for form in _as_ottl_metrics(m)]
     merged = {(form["name"], form["type"]): [rule for rule, applies in rules if applies(form)] for _, form in forms}
     assert merged == {(form["name"], form["type"]): [m.merge] for m, form in forms}
@@ -183,6 +239,7 @@ def test_contract_document_lists_every_name() -> None:
     names += [
         _names.RUN_ID, _names.RANK, _names.WORLD_SIZE, _names.LOCAL_RANK, _names.ROLE, _names.REWARD_FN,
         _names.METRIC_KEY, _names.SAMPLE_EVENT, _names.SAMPLE_SELECTION, _names.SAMPLE_TABLE, _names.SAMPLE_TRUNCATED,
+        _names.DATASET, _names.STALENESS_PHASE, _names.KL_ESTIMATOR, _names.GROUP_OUTCOME, _names.SIGN, _names.PHASE,
     ]  # fmt: skip
     missing = [name for name in names if f"`{name}`" not in CONTRACT]
     assert missing == []

@@ -108,17 +108,21 @@ def test_staleness_matches_numpy_reference(
     summarizer: type[StalenessSummarizer],
     offsets: np.ndarray, current: int, layout: Layout, data: st.DataObject
 ) -> None:
-    """Staleness is exact in int64 (near 2**53 too), negatives are counted and not folded in (both histogram paths,
-    explicit and exponential buckets)."""
+    """Staleness is exact in int64 (near 2**53 too); negatives are counted and not folded in, and so are tokens
+    without a version (negative versions), as their own reason (both histogram paths, explicit and exponential
+    buckets)."""
     versions = current - offsets
     mask = data.draw(arrays(np.bool_, versions.shape)) if data.draw(st.booleans()) else None
     summary = summarizer(layout).summarize(torch.from_numpy(versions), current, mask)
-    staleness = (current - versions)[mask] if mask is not None else current - versions
+    selected = versions[mask] if mask is not None else versions
+    versioned = selected[selected >= 0]
+    staleness = current - versioned
     valid = staleness[staleness >= 0]
     assert summary.count == valid.size
     assert summary.total == int(valid.sum())
     assert_buckets(summary.bucket_counts, valid.astype(np.float64), layout)
     assert summary.rejected.get("negative", 0) == int((staleness < 0).sum())
+    assert summary.rejected.get("unversioned", 0) == int((selected < 0).sum())
     if valid.size:
         assert (summary.minimum, summary.maximum) == (int(valid.min()), int(valid.max()))
 

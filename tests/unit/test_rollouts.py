@@ -1,0 +1,223 @@
+"""record_rollouts: the health-signal statistics equal plain Python/numpy references, on the compiled CPU path and
+on the torch path that tensors on other devices take; bad fields are dropped and counted, the rest kept."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from otel_rl import Telemetry, TelemetryConfig
+from otel_rl._buckets import ExponentialLayout
+from otel_rl._rollouts import RolloutSummarizer
+from otel_rl._stats import ValueSummarizer
+from tests.conftest import RecordingMetricExporter
+from tests.reference import exponential_sides
+
+
+class TorchValues(ValueSummarizer):
+    """The device (torch) path, run on the CPU."""
+
+    kernel_devices = frozenset()
+
+
+LAYOUT = ExponentialLayout(5)
+PATHS = pytest.mark.parametrize("values", [ValueSummarizer, TorchValues])
+
+
+def group_reference(group_ids: list[int], rewards: list[float], solved: float) -> dict[str, int]:
+    """Outcome and zero-variance counts in plain Python: NaN rewards are left out of their group."""
+    groups: dict[int, list[float]] = defaultdict(list)
+    for group, reward in zip(group_ids, rewards):
+        if math.isfinite(reward):
+            groups[group].append(reward)
+    counts = {"none": 0, "some": 0, "all": 0, "zero": 0}
+    for members in groups.values():
+        wins = sum(reward >= solved for reward in members)
+        counts["none" if wins == 0 else "all" if wins == len(members) else "some"] += 1
+        counts["zero"] += len(set(members)) == 1
+    return counts
+
+
+def counts_of(result: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for metric, attrs, count in result.counts:
+        key = dict(attrs).get("rl.group.outcome") or dict(attrs).get("rl.sign") or metric.name
+        out[{"rl.groups.zero_variance": "zero"}.get(key, key)] = count
+    return out
+
+
+@PATHS
+@settings(max_examples=150, deadline=None)
+@given(
+    group_ids=st.lists(st.integers(-3, 12), min_size=0, max_size=60),
+    data=st.data(),
+)
+def test_group_statistics_match_a_python_reference(
+    values: type[ValueSummarizer], group_ids: list[int], data: st.DataObject
+) -> None:
+    """Groups solved by none / some / all, and zero-variance groups, over ragged groups in any order, with NaN
+    rewards left out (a group of only NaN rewards does not exist)."""
+    rewards = data.draw(
+        st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0, float("nan")]), min_size=len(group_ids), max_size=len(group_ids))
+    )
+    summarizer = RolloutSummarizer(values(LAYOUT), solved_reward=1.0)
+    result = summarizer.summarize(group_ids=torch.tensor(group_ids, dtype=torch.int64), rewards=torch.tensor(rewards))
+    assert not result.rejected
+    expected = group_reference(group_ids, rewards, 1.0)
+    assert counts_of(result) == {"none": expected["none"], "some": expected["some"], "all": expected["all"], "zero": expected["zero"]}
+
+
+@PATHS
+@settings(max_examples=100, deadline=None)
+@given(
+    shape=st.tuples(st.integers(1, 8), st.integers(1, 16)),
+    data=st.data(),
+)
+def test_per_token_signals_match_numpy(values: type[ValueSummarizer], shape: tuple[int, int], data: st.DataObject) -> None:
+    """Entropy, importance ratio and the k1/k3 mismatch KL over unmasked tokens; advantages and lengths per
+    rollout with a row mask: counts, sums, extremes and buckets equal a float64 numpy reference."""
+    logits = st.floats(-8, 0, width=32)
+    train = data.draw(arrays(np.float32, shape, elements=logits))
+    inference = data.draw(arrays(np.float32, shape, elements=logits))
+    entropy = data.draw(arrays(np.float32, shape, elements=st.floats(0, 5, width=32)))
+    mask = data.draw(arrays(np.bool_, shape))
+    advantages = data.draw(arrays(np.float32, shape[0], elements=st.floats(-3, 3, width=32)))
+    lengths = data.draw(arrays(np.int64, shape[0], elements=st.integers(0, 4096)))
+    result = RolloutSummarizer(values(LAYOUT), solved_reward=1.0).summarize(
+        mask=torch.from_numpy(mask),
+        advantages=torch.from_numpy(advantages),
+        response_lengths=torch.from_numpy(lengths),
+        entropy=torch.from_numpy(entropy),
+        logprobs=torch.from_numpy(train),
+        inference_logprobs=torch.from_numpy(inference),
+    )
+    assert not result.rejected
+    log_ratio = (train.astype(np.float64) - inference.astype(np.float64))[mask]
+    ratio = np.exp(log_ratio)
+    rows = mask.any(axis=1)
+    expected = {
+        ("rl.entropy", ()): entropy.astype(np.float64)[mask],
+        ("rl.importance_ratio", ()): ratio,
+        ("rl.mismatch.kl", (("rl.kl.estimator", "k1"),)): -log_ratio,
+        ("rl.mismatch.kl", (("rl.kl.estimator", "k3"),)): ratio - 1 - log_ratio,
+        ("rl.advantage", ()): advantages.astype(np.float64)[rows],
+        ("rl.response.length", ()): lengths.astype(np.float64)[rows],
+    }
+    got = {(d.histogram.name, attrs): s for d, attrs, s in result.distributions}
+    assert set(got) == set(expected)
+    for key, reference in expected.items():
+        statistics = got[key]
+        assert statistics.count == reference.size, key
+        assert statistics.total == pytest.approx(reference.sum(), rel=1e-9, abs=1e-9), key
+        if reference.size:
+            assert (statistics.minimum, statistics.maximum) == pytest.approx((reference.min(), reference.max()), rel=1e-12)
+        sides = LAYOUT.sides(statistics.bucket_counts)
+        negative = {sides.negative_offset + i: c for i, c in enumerate(sides.negative) if c}
+        positive = {sides.positive_offset + i: c for i, c in enumerate(sides.positive) if c}
+        if key[0] in ("rl.entropy", "rl.advantage", "rl.response.length"):  # exact float32 inputs: exact buckets
+            assert (sides.zero_count, negative, positive) == exponential_sides(reference, LAYOUT.scale), key
+        else:
+            assert sides.zero_count + sum(negative.values()) + sum(positive.values()) == reference.size
+    signs = counts_of(result)
+    valid = advantages[rows]
+    assert (signs["positive"], signs["negative"], signs["zero"]) == (
+        int((valid > 0).sum()), int((valid < 0).sum()), int((valid == 0).sum())
+    )
+
+
+def _telemetry(exporter: RecordingMetricExporter, **settings: Any) -> Telemetry:
+    return Telemetry(TelemetryConfig(run_id="rollouts", export_interval_s=60, **settings), metric_exporter=exporter)
+
+
+def _rejected(exporter: RecordingMetricExporter) -> dict[tuple[str, str], float]:
+    return {
+        (dict(attrs)["otel_rl.metric"], dict(attrs)["otel_rl.reason"]): point.value  # type: ignore[attr-defined]
+        for (name, attrs), point in exporter.latest().items()
+        if name == "otel_rl.values.rejected"
+    }
+
+
+def test_bad_fields_are_dropped_and_counted_the_rest_kept(metric_exporter: RecordingMetricExporter) -> None:
+    """Mismatched shapes, NaN log-probabilities, non-integral group ids and negative lengths: each bad part is
+    dropped and counted with its reason, never raised; every valid field and token is recorded."""
+    telemetry = _telemetry(metric_exporter)
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    logprobs = torch.tensor([[-1.0, float("nan"), -0.5], [-0.2, -0.3, -0.4]])
+    telemetry.record_rollouts(
+        mask=mask,
+        entropy=torch.ones(2, 4),  # wrong shape: dropped
+        logprobs=logprobs,
+        inference_logprobs=torch.full((2, 3), -0.5),
+        response_lengths=torch.tensor([10, -3]),
+        group_ids=torch.tensor([0.5, 1.0]),  # not integral: dropped
+        rewards=torch.tensor([1.0, 0.0]),
+        advantages=torch.tensor([0.5, -0.5]),
+    )
+    telemetry.record_rollouts(logprobs=torch.zeros(3))  # no inference_logprobs: dropped
+    telemetry.flush(5)
+    latest = metric_exporter.latest()
+    assert latest[("rl.importance_ratio", ())].count == 5  # type: ignore[attr-defined]
+    assert latest[("rl.mismatch.kl", (("rl.kl.estimator", "k3"),))].count == 5  # type: ignore[attr-defined]
+    assert latest[("rl.response.length", ())].count == 1  # type: ignore[attr-defined]
+    assert latest[("rl.advantage", ())].count == 2  # type: ignore[attr-defined]
+    assert ("rl.entropy", ()) not in latest and ("rl.groups", (("rl.group.outcome", "all"),)) not in latest
+    assert _rejected(metric_exporter) == {
+        ("rl.entropy", "shape"): 8,
+        ("rl.importance_ratio", "nonfinite"): 1,
+        ("rl.mismatch.kl", "nonfinite"): 2,
+        ("rl.response.length", "negative"): 1,
+        ("rl.groups", "nonintegral"): 2,
+        ("rl.importance_ratio", "missing"): 3,
+    }
+    telemetry.shutdown()
+
+
+def test_staleness_health_counters(metric_exporter: RecordingMetricExporter) -> None:
+    """Datasets are labels capped at max_datasets; tokens without a version are counted, never lag 0; drops for
+    staleness count per dataset; the phase is an attribute."""
+    telemetry = _telemetry(metric_exporter, max_datasets=2)
+    telemetry.record_staleness(torch.tensor([10, 9, -1, -1]), 10, dataset="math", phase="in_flight")
+    telemetry.record_staleness(torch.tensor([8.0, float("nan")]), 10, dataset="code", phase="in_queue")
+    telemetry.record_staleness(torch.tensor([7]), 10, dataset="poetry")  # third dataset: _overflow
+    telemetry.record_staleness_drops(3, dataset="math")
+    telemetry.record_rewards([1.0, 0.0], dataset="code")
+    telemetry.flush(5)
+    latest = metric_exporter.latest()
+    staleness = {attrs: point.count for (name, attrs), point in latest.items() if name == "rl.staleness"}  # type: ignore[attr-defined]
+    assert staleness == {
+        (("rl.dataset", "math"), ("rl.staleness.phase", "in_flight")): 2,
+        (("rl.dataset", "code"), ("rl.staleness.phase", "in_queue")): 1,
+        (("rl.dataset", "_overflow"),): 1,
+    }
+    unversioned = {attrs: point.value for (name, attrs), point in latest.items() if name == "rl.staleness.unversioned"}  # type: ignore[attr-defined]
+    assert unversioned == {(("rl.dataset", "math"),): 2, (("rl.dataset", "code"),): 1, (("rl.dataset", "_overflow"),): 0}
+    assert latest[("rl.staleness.dropped", (("rl.dataset", "math"),))].value == 3  # type: ignore[attr-defined]
+    assert latest[("rl.reward", (("rl.dataset", "code"), ("rl.reward.fn", "total")))].count == 2  # type: ignore[attr-defined]
+    assert _rejected(metric_exporter) == {("rl.dataset", "name_overflow"): 1}
+    telemetry.shutdown()
+
+
+def test_lifecycle_gauges(metric_exporter: RecordingMetricExporter) -> None:
+    """Start time, ranks up/expected and the phase while running; rl.run.finished turns 1 at a clean shutdown."""
+    telemetry = Telemetry(
+        TelemetryConfig(run_id="life", rank=1, world_size=4, export_interval_s=60), metric_exporter=metric_exporter
+    )
+    telemetry.set_phase("generate")
+    telemetry.set_phase("train")
+    telemetry.flush(5)
+    latest = metric_exporter.latest()
+    assert latest[("rl.run.finished", ())].value == 0  # type: ignore[attr-defined]
+    assert (latest[("rl.ranks.up", ())].value, latest[("rl.ranks.expected", ())].value) == (1, 4)  # type: ignore[attr-defined]
+    phases = {dict(attrs)["rl.phase.name"]: point.value for (name, attrs), point in latest.items() if name == "rl.phase"}  # type: ignore[attr-defined]
+    assert phases == {"generate": 0, "train": 1}
+    assert latest[("rl.run.start_time", ())].value == pytest.approx(__import__("time").time(), abs=60)  # type: ignore[attr-defined]
+    telemetry.shutdown()
+    assert metric_exporter.latest()[("rl.run.finished", ())].value == 1  # type: ignore[attr-defined]
