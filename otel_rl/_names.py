@@ -130,7 +130,7 @@ STALENESS = Distribution(
 )
 ADVANTAGES = _signed("rl.advantage", "advantages, one per rollout")
 RESPONSE_LENGTHS = _signed("rl.response.length", "response lengths, one per rollout", "{token}")
-ENTROPY = _signed("rl.entropy", "per-token policy entropy over unmasked tokens", "nat")
+ENTROPY = _signed("rl.entropy", "per-token policy entropy over unmasked tokens", "{nat}")
 IMPORTANCE_RATIO = _signed("rl.importance_ratio", "per-token importance ratios pi_train / pi_inference")
 MISMATCH_KL = _signed("rl.mismatch.kl", "per-token KL(pi_inference || pi_train) estimates, by rl.kl.estimator")
 GROUPS = MetricName("rl.groups", "counter", "{group}", "Prompt groups by rl.group.outcome (none / some / all solved).")
