@@ -53,6 +53,7 @@ def tables(results: dict[str, Any]) -> list[Table]:
                     ["step exponential / explicit", _ratio(r["step_exponential_vs_explicit"]), "", ""],
                     ["rewards_1d / floor", _ratio(r["rewards_1d_vs_floor"]), f"<= {t['rewards_1d_vs_floor_max']:.0f}x", _ok(met["rewards_1d_vs_floor"])],
                     ["rewards_1d exponential / explicit", _ratio(r["rewards_1d_exponential_vs_explicit"]), "", ""],
+                    ["record_rollouts (all fields) / floor", _ratio(r["rollouts_vs_floor"]), f"<= {t['rollouts_vs_floor_max']:.0f}x", _ok(met["rollouts_vs_floor"])],
                     ["OTel SDK loop / rewards_1d", _ratio(r["otel_sdk_speedup_1d"]), "", ""],
                     ["TensorBoard / rewards_1d", _ratio(r["tensorboard_speedup_1d"]), f">= {t['tensorboard_speedup_1d_min']:.0f}x", _ok(met["tensorboard_speedup_1d"])],
                 ],

@@ -44,3 +44,20 @@ def flat_values(count: int, *, seed: int = 1) -> tuple[torch.Tensor, torch.Tenso
     """``count`` per-element float32 rewards (standard normal) and a bool mask with ~70% ones."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(count, generator=generator), torch.rand(count, generator=generator) < 0.7
+
+
+def make_rollouts(step: Step, *, group_size: int = 8, seed: int = 2) -> dict[str, torch.Tensor]:
+    """Every field of ``record_rollouts`` on the step's shape: per-rollout advantages, lengths, rewards and prompt
+    groups of ``group_size``; per-token entropy and trainer / inference log-probabilities that differ slightly."""
+    generator = torch.Generator().manual_seed(seed)
+    rollouts, tokens = step.mask.shape
+    inference = -torch.rand(rollouts, tokens, generator=generator) * 4
+    return {
+        "advantages": torch.randn(rollouts, generator=generator),
+        "response_lengths": step.mask.sum(dim=1),
+        "entropy": torch.rand(rollouts, tokens, generator=generator) * 3,
+        "logprobs": inference + torch.randn(rollouts, tokens, generator=generator) * 0.05,
+        "inference_logprobs": inference,
+        "rewards": (torch.rand(rollouts, generator=generator) < 0.5).float(),
+        "group_ids": torch.arange(rollouts) // group_size,
+    }

@@ -100,17 +100,21 @@ def train_step(
     telemetry: otel_rl.Telemetry,
 ) -> dict[str, Any]:
     """Generate, reward, record telemetry, update; returns what was recorded (the ground truth)."""
+    telemetry.set_phase("generate")
     prompts = sample_prompts(settings.prompts_per_rank, generator).repeat_interleave(settings.group_size, dim=0)
     rollouts = rollout_generator.generate(prompts, lag_for(step, settings.steps))
+    telemetry.set_phase("score")
     by_fn = rewards(prompts, rollouts.tokens)
     lengths = response_lengths(rollouts.tokens)
     mask = torch.arange(MAX_TOKENS).expand_as(rollouts.tokens) < lengths.unsqueeze(1)
     advantages, zero_variance = group_advantages(by_fn["total"], settings.group_size)
 
-    telemetry.record_rewards(by_fn["total"])
+    hard = prompts.sum(dim=1) >= 10  # two datasets: sums with a carry are harder
+    for dataset, rows in (("carry", hard), ("no_carry", ~hard)):
+        telemetry.record_rewards(by_fn["total"][rows], dataset=dataset)
+        telemetry.record_staleness(rollouts.versions[rows], step, mask=mask[rows], dataset=dataset, phase="in_flight")
     for fn in REWARD_FNS:
         telemetry.record_rewards(by_fn[fn], fn=fn)
-    telemetry.record_staleness(rollouts.versions, step, mask=mask)
     telemetry.record_metric("grpo.zero_variance_groups", zero_variance.float())
     staleness = (step - rollouts.versions).masked_fill(~mask, -1)
     for row in range(prompts.shape[0]):
@@ -130,9 +134,21 @@ def train_step(
             )
         )
 
-    loss = grpo_loss(policy, rollouts, advantages, mask.float(), entropy_bonus=settings.entropy_bonus)
+    telemetry.set_phase("train")
+    loss, logprobs, entropy = grpo_loss(policy, rollouts, advantages, mask.float(), entropy_bonus=settings.entropy_bonus)
+    telemetry.record_rollouts(
+        mask=mask,
+        advantages=advantages,
+        response_lengths=lengths,
+        entropy=entropy,
+        logprobs=logprobs,
+        inference_logprobs=rollouts.behaviour_logprobs,
+        rewards=by_fn["total"],
+        group_ids=torch.arange(prompts.shape[0]) // settings.group_size,
+    )
     optimizer.zero_grad()
     loss.backward()
+    telemetry.set_phase("sync")
     for parameter in policy.parameters():
         if parameter.grad is not None:
             dist.all_reduce(parameter.grad)
@@ -145,5 +161,7 @@ def train_step(
         "rewards": {fn: by_fn[fn].tolist() for fn in (*REWARD_FNS, "total")},
         "staleness": staleness[mask].tolist(),
         "zero_variance_groups": int(zero_variance.sum()),
+        "solved_per_group": (by_fn["total"] >= 1.0).view(-1, settings.group_size).sum(dim=1).tolist(),
+        "advantages": advantages.tolist(),
     }
 

@@ -112,14 +112,17 @@ def grpo_loss(
     *,
     clip: float = 0.2,
     entropy_bonus: float = 0.0,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Clipped importance-weighted policy gradient over masked tokens (GRPO with group-normalized advantages),
-    plus an entropy bonus that keeps the policy exploring instead of collapsing onto one answer."""
+    plus an entropy bonus that keeps the policy exploring instead of collapsing onto one answer. Returns the loss
+    and, detached, the trainer's per-token log-probabilities and entropy (what telemetry compares with the
+    generator's)."""
     logprobs, entropy = policy.token_logprobs(rollouts.operands, rollouts.tokens)
     ratio = torch.exp(logprobs - rollouts.behaviour_logprobs)
     adv = advantages.unsqueeze(1)
     objective = torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv) + entropy_bonus * entropy
-    return -(objective * mask).sum() / mask.sum().clamp(min=1)
+    loss = -(objective * mask).sum() / mask.sum().clamp(min=1)
+    return loss, logprobs.detach(), entropy.detach()
 
 
 def group_advantages(total: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -152,6 +152,52 @@ def samples(sources: Sources, selection: str, limit: int) -> list[dict[str, Any]
     return list(distinct.values())[:limit]
 
 
+def health(sources: Sources, end: float, *, since: float) -> dict[str, Any]:
+    """The run's health signals over its whole life: the importance ratio between trainer and generator (mean,
+    p50, p99, effective sample size), the k1/k3 mismatch KL, entropy, prompt-group outcomes, advantage signs,
+    reward per dataset, and the ranks and lifecycle gauges."""
+    prometheus = sources.prometheus
+    sel = sources.selector()
+
+    def total(metric: str, **labels: str) -> float | None:
+        return prometheus.value(f"sum({metric}{sources.selector(**labels)})", end)
+
+    def mean(metric: str, **labels: str) -> float | None:
+        selector = sources.selector(**labels)
+        return prometheus.value(
+            f"(sum({metric}_positive_total{selector}) - sum({metric}_negative_total{selector}))"
+            f" / histogram_count(sum({metric}{selector}))",
+            end,
+        )
+
+    ratio_count = prometheus.value(_count("rl_importance_ratio", sel), end)
+    ratio_sum, ratio_squares = total("rl_importance_ratio_positive_total"), total("rl_importance_ratio_squares_total")
+    lookback = f"[{round(end - since)}s]"
+    return {
+        "importance_ratio": {
+            "tokens": ratio_count,
+            "mean": mean("rl_importance_ratio"),
+            **quantiles(sources, "rl_importance_ratio", sel, (0.5, 0.99), start=None, end=end, since=since),
+            "ess_fraction": None
+            if not (ratio_count and ratio_squares and ratio_sum)
+            else ratio_sum**2 / (ratio_count * ratio_squares),
+        },
+        "mismatch_kl": {estimator: mean("rl_mismatch_kl", rl_kl_estimator=estimator) for estimator in ("k1", "k3")},
+        "entropy_mean": mean("rl_entropy"),
+        "groups": {
+            **{outcome: total("rl_groups_total", rl_group_outcome=outcome) for outcome in ("none", "some", "all")},
+            "zero_variance": total("rl_groups_zero_variance_total"),
+        },
+        "advantage_signs": {sign: total("rl_advantage_sign_total", rl_sign=sign) for sign in ("positive", "negative", "zero")},
+        "reward_by_dataset": {dataset: mean("rl_reward", rl_reward_fn="total", rl_dataset=dataset) for dataset in ("carry", "no_carry")},
+        "ranks": {
+            "up": prometheus.value(f"max(max_over_time(rl_ranks_up{sel}{lookback}))", end),
+            "expected": prometheus.value(f"max(last_over_time(rl_ranks_expected{sel}{lookback}))", end),
+            "finished": prometheus.value(f"max(last_over_time(rl_run_finished{sel}{lookback}))", end),
+        },
+    }
+
+
 def summarize(sources: Sources, *, expected_count: int | None) -> dict[str, Any]:
     """Everything the demo prints: reward early vs late, staleness p99 and max, and the extreme samples."""
     begin, end = reporting_span(sources, wait_until_settled(sources, expected_count=expected_count), 3600)
@@ -177,5 +223,6 @@ def summarize(sources: Sources, *, expected_count: int | None) -> dict[str, Any]
             "min": prometheus.value(f"min(min_over_time(rl_staleness_min{sel}[{round(end - since)}s]))", end),
             "max": prometheus.value(f"max(max_over_time(rl_staleness_max{sel}[{round(end - since)}s]))", end),
         },
+        "health": health(sources, end, since=since),
         "samples": {"top": samples(sources, "top", 3), "bottom": samples(sources, "bottom", 3)},
     }

@@ -38,6 +38,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"tokens {_number(staleness['count'])}, min {_number(staleness['min'])}, p50 {_number(staleness['p50'])}, "
         f"p99 {_number(staleness['p99'])}, max {_number(staleness['max'])}",
         "",
+        *_health(summary["health"]),
+        "",
         "## Samples (from VictoriaLogs)",
         "",
         "| selection | reward | step | prompt | response | target |",
@@ -50,3 +52,22 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f"| {sample.get('_msg', '')} | {sample.get('target', '')} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _health(health: dict[str, Any]) -> list[str]:
+    ratio, groups, signs, ranks = health["importance_ratio"], health["groups"], health["advantage_signs"], health["ranks"]
+    return [
+        "## Rollout health (trainer vs generator, prompt groups, ranks)",
+        "",
+        f"importance ratio pi_train/pi_inference over {_number(ratio['tokens'])} tokens: mean {_number(ratio['mean'])}, "
+        f"p50 {_number(ratio['p50'])}, p99 {_number(ratio['p99'])}, effective sample size {_number(ratio['ess_fraction'])}",
+        f"mismatch KL(pi_inference || pi_train) per token: k1 {_number(health['mismatch_kl']['k1'])}, "
+        f"k3 {_number(health['mismatch_kl']['k3'])}; entropy {_number(health['entropy_mean'])} nats",
+        f"prompt groups solved by none {_number(groups['none'])}, some {_number(groups['some'])}, "
+        f"all {_number(groups['all'])}; zero reward variance {_number(groups['zero_variance'])}",
+        f"advantages: {_number(signs['positive'])} positive, {_number(signs['negative'])} negative, "
+        f"{_number(signs['zero'])} zero",
+        "reward by dataset: " + ", ".join(f"{name} {_number(value)}" for name, value in health["reward_by_dataset"].items()),
+        f"ranks reporting (peak) {_number(ranks['up'])} of {_number(ranks['expected'])}; finished cleanly: "
+        f"{'yes' if ranks['finished'] == 1 else 'no'}",
+    ]

@@ -22,11 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from otel_rl import _names
 from otel_rl._names import Distribution
-from otel_rl._stats import BadInput, Statistics, ValueSummarizer, _first_unmasked, as_tensor
+from otel_rl._stats import BadInput, Statistics, ValueSummarizer, _first_unmasked, _numpy, as_tensor
 
 Attributes = tuple[tuple[str, str], ...]
 _OUTCOMES = ("none", "some", "all")
@@ -90,8 +91,8 @@ class RolloutSummarizer:
                 return
             pending.append(_Pending(value, self._values.unpack, lambda s: out.distributions.append((dist, attrs, s))))
 
-        def per_token(values: Any, argument: str) -> Statistics | torch.Tensor:
-            return self._values.prepare(values, mask, argument=argument, per_token=True)
+        def per_token(values: torch.Tensor, keep: torch.Tensor | None, argument: str) -> Statistics | torch.Tensor:
+            return self._values.prepare(values, keep, argument=argument, per_token=True)
 
         if advantages is not None:
             try:
@@ -105,18 +106,20 @@ class RolloutSummarizer:
         if response_lengths is not None:
             distribution(_names.RESPONSE_LENGTHS, (), response_lengths, lambda: self._lengths(response_lengths, rows, out, pending))
         if entropy is not None:
-            distribution(_names.ENTROPY, (), entropy, lambda: per_token(entropy, "entropy"))
+            distribution(_names.ENTROPY, (), entropy, lambda: per_token(*_tokens(entropy, mask, "entropy"), "entropy"))
         if logprobs is not None or inference_logprobs is not None:
             try:
-                ratio, log_ratio = _ratios(logprobs, inference_logprobs)
+                ratio, log_ratio, keep = _ratios(logprobs, inference_logprobs, mask)
             except BadInput as error:
                 out.rejected.append((_names.IMPORTANCE_RATIO.histogram.name, error, logprobs))
             else:
                 k1 = (_names.KL_ESTIMATOR, "k1")
                 k3 = (_names.KL_ESTIMATOR, "k3")
-                distribution(_names.IMPORTANCE_RATIO, (), ratio, lambda: per_token(ratio, "logprobs"))
-                distribution(_names.MISMATCH_KL, (k1,), ratio, lambda: per_token(-log_ratio, "logprobs"))
-                distribution(_names.MISMATCH_KL, (k3,), ratio, lambda: per_token(ratio - 1 - log_ratio, "logprobs"))
+                distribution(_names.IMPORTANCE_RATIO, (), ratio, lambda: per_token(ratio, keep, "logprobs"))
+                distribution(_names.MISMATCH_KL, (k1,), ratio, lambda: per_token(-log_ratio, keep, "logprobs"))
+                distribution(
+                    _names.MISMATCH_KL, (k3,), ratio, lambda: per_token(ratio - 1 - log_ratio, keep, "logprobs")
+                )
         if group_ids is not None:
             try:
                 groups = self._groups(group_ids, rewards, mask)
@@ -210,8 +213,11 @@ def _group_counts(counts: list[int], out: RolloutStatistics) -> None:
     out.counts.append((_names.GROUPS_ZERO_VARIANCE, (), int(counts[3])))
 
 
-def _ratios(logprobs: Any, inference_logprobs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """``exp(d)`` and ``d = logprobs - inference_logprobs`` per token, in float64 on the tensors' device."""
+def _ratios(
+    logprobs: Any, inference_logprobs: Any, mask: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``exp(d)`` and ``d = logprobs - inference_logprobs`` per token in float64 on the tensors' device, with the
+    flat mask still to apply (see :func:`_tokens`)."""
     if logprobs is None or inference_logprobs is None:
         raise BadInput("missing", '"logprobs" and "inference_logprobs" go together (trainer and inference per token)')
     train = as_tensor(logprobs, argument="logprobs")
@@ -220,8 +226,24 @@ def _ratios(logprobs: Any, inference_logprobs: Any) -> tuple[torch.Tensor, torch
         raise BadInput(
             "shape", f'"logprobs" {tuple(train.shape)} and "inference_logprobs" {tuple(inference.shape)} must have one shape'
         )
-    log_ratio = train.to(torch.float64) - inference.to(torch.float64)
-    return torch.exp(log_ratio), log_ratio
+    train_tokens, keep = _tokens(train, mask, "logprobs")
+    inference_tokens, _ = _tokens(inference, mask, "inference_logprobs")
+    log_ratio = train_tokens.to(torch.float64) - inference_tokens.to(torch.float64)
+    return torch.exp(log_ratio), log_ratio, keep
+
+
+def _tokens(values: Any, mask: Any, argument: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A per-token field as flat values and the flat mask still to apply. On the CPU the unmasked values are
+    selected here, once (cheaper than testing the mask per value in each of the four passes); on other
+    devices the mask stays a mask, since selecting there would synchronize with the host."""
+    tensor = as_tensor(values, argument=argument)
+    keep = _mask_like(tensor, mask)
+    if keep is None:
+        return tensor.reshape(-1), None
+    if tensor.device.type != "cpu":
+        return tensor.reshape(-1), keep.reshape(-1)
+    selected = np.compress(keep.reshape(-1).numpy(), _numpy(tensor).reshape(-1))
+    return torch.from_numpy(selected), None
 
 
 def _row_mask(mask: Any) -> torch.Tensor | None:
@@ -233,7 +255,9 @@ def _row_mask(mask: Any) -> torch.Tensor | None:
         keep = as_tensor(mask, argument="mask")
     except BadInput:
         return None
-    return (keep != 0).any(dim=1) if keep.dim() == 2 else None
+    if keep.dim() != 2:
+        return None
+    return (keep if keep.dtype == torch.bool else keep != 0).any(dim=1)
 
 
 def _mask_like(values: torch.Tensor, mask: Any) -> torch.Tensor | None:

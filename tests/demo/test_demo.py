@@ -67,6 +67,34 @@ def test_summary_staleness_matches_what_ranks_recorded(demo_run: tuple[dict[str,
         assert exact / 2 ** (1 / 32) - 1e-9 <= estimate <= exact * 2 ** (1 / 32) + 1e-9, (q, estimate, exact)
 
 
+def test_summary_health_matches_what_ranks_recorded(demo_run: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
+    """The demo records every health signal: group outcomes, zero-variance groups and advantage signs in the
+    summary equal the ranks' own records; the lagged generator shows as an importance ratio that is not 1
+    everywhere; every rank reported and the run finished cleanly."""
+    summary, records = demo_run
+    health = summary["health"]
+    solved = [n for record in records for n in record["solved_per_group"]]
+    group_size = len(records[0]["rewards"]["total"]) // len(records[0]["solved_per_group"])
+    assert health["groups"] == {
+        "none": sum(n == 0 for n in solved),
+        "some": sum(0 < n < group_size for n in solved),
+        "all": sum(n == group_size for n in solved),
+        "zero_variance": sum(record["zero_variance_groups"] for record in records),
+    }
+    advantages = [a for record in records for a in record["advantages"]]
+    assert health["advantage_signs"] == {
+        "positive": sum(a > 0 for a in advantages),
+        "negative": sum(a < 0 for a in advantages),
+        "zero": sum(a == 0 for a in advantages),
+    }
+    ratio = health["importance_ratio"]
+    assert ratio["tokens"] == summary["staleness"]["count"]
+    assert ratio["p99"] != ratio["p50"] and 0 < ratio["ess_fraction"] <= 1
+    assert health["mismatch_kl"]["k3"] >= 0 and health["entropy_mean"] > 0
+    assert health["ranks"] == {"up": RANKS, "expected": RANKS, "finished": 1}
+    assert set(health["reward_by_dataset"]) == {"carry", "no_carry"} and None not in health["reward_by_dataset"].values()
+
+
 def test_summary_samples_are_the_global_extremes(demo_run: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
     """The top and bottom samples read from VictoriaLogs carry the highest and lowest reward of the run."""
     summary, records = demo_run
