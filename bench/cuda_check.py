@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from bench.timing import interleaved, median
-from bench.workload import CURRENT_VERSION, flat_values, make_step
+from bench.workload import CURRENT_VERSION, flat_values, make_rollouts, make_step
 from otel_rl import Telemetry, TelemetryConfig
 
 SKIPPED = "CUDA not available: skipped"
@@ -44,12 +44,14 @@ def cuda_check(*, repeats: int = 15) -> dict[str, Any]:
     rewards, mask, versions = (t.to(device) for t in (step.rewards, step.mask, step.versions))
     flat, flat_mask = (t.to(device) for t in flat_values(step.tokens))
     floor_values = torch.randn(step.tokens, device=device)
+    rollout_fields = {name: t.to(device) for name, t in make_rollouts(step).items()}
     telemetry = Telemetry(TelemetryConfig(run_id="bench-cuda", exporter="none", shutdown_timeout_s=1.0))
     calls: dict[str, Callable[[], object]] = {
         "rewards_2d": lambda: telemetry.record_rewards(rewards, mask=mask),
         "staleness_2d": lambda: telemetry.record_staleness(versions, CURRENT_VERSION, mask=mask),
         "rewards_1d": lambda: telemetry.record_rewards(flat, mask=flat_mask),
         "rewards_per_rollout": lambda: telemetry.record_rewards(rewards[:, 0], fn="correctness"),
+        "rollouts_all_fields": lambda: telemetry.record_rollouts(mask=mask, **rollout_fields),
     }
     try:
         for call in calls.values():
