@@ -43,6 +43,9 @@ class EpisodeSample:
     staleness: int | None = None
     request_len: int | None = None
     response_len: int | None = None
+    dataset: str | None = None
+    """The data source (as given to ``record_rewards(dataset=...)``): the sample's exemplars go to that dataset's
+    streams, and its record carries ``rl.dataset``."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -175,6 +178,7 @@ def to_record(
         _names.SAMPLE_STALENESS: sample.staleness,
         _names.SAMPLE_REQUEST_LENGTH: sample.request_len,
         _names.SAMPLE_RESPONSE_LENGTH: sample.response_len,
+        _names.DATASET: sample.dataset,
     }
     attrs.update({key: _scalar(value) for key, value in scalars.items() if value is not None})
     for name, value in sample.reward_breakdown.items():

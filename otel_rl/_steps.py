@@ -135,14 +135,16 @@ class StepSamples:
     def _add_exemplars(self, sample: EpisodeSample, span: trace.SpanContext, now: int) -> None:
         """Link the histograms to a kept sample (its episode id, and the step's trace and span ids, which its log
         record carries too): its total reward on ``rl.reward{fn="total"}``, each reward-breakdown value on its own
-        ``rl.reward{fn}``, its staleness on ``rl.staleness``. Only streams that have values take exemplars."""
+        ``rl.reward{fn}``, its staleness on ``rl.staleness``, each on the streams of the sample's dataset. Only
+        streams that have values take exemplars."""
         labels = {} if sample.episode_id is None else {_names.SAMPLE_EPISODE_ID: str(sample.episode_id)[:_MAX_EXEMPLAR_ID]}
+        source = {} if sample.dataset is None else {_names.DATASET: str(sample.dataset)}
         values: list[tuple[_names.MetricName, tuple[tuple[str, str], ...], float]] = [
-            (_names.REWARDS.histogram, attributes(**{_names.REWARD_FN: fn}), float(value))
+            (_names.REWARDS.histogram, attributes(**{_names.REWARD_FN: fn}, **source), float(value))
             for fn, value in {**sample.reward_breakdown, _names.REWARD_FN_TOTAL: sample.reward}.items()
         ]
         if sample.staleness is not None:
-            values.append((_names.STALENESS.histogram, (), float(int(sample.staleness))))
+            values.append((_names.STALENESS.histogram, attributes(**source), float(int(sample.staleness))))
         for histogram, attrs, value in values:
             if math.isfinite(value):
                 exemplar = Exemplar(labels, value, now, span_id=span.span_id, trace_id=span.trace_id)

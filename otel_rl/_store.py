@@ -166,9 +166,15 @@ class MetricStore:
             self._window.fold((distribution.minimum, attrs), statistics.minimum)
 
     def add_exemplar(self, histogram: MetricName, attrs: Attributes, exemplar: Exemplar) -> None:
-        """Keep ``exemplar`` as the latest of its bucket, on a histogram stream that has values."""
+        """Keep ``exemplar`` as the latest of its bucket on the stream with exactly ``attrs``, else on the first
+        stream (in attribute order) whose attributes include them (``rl.staleness.phase`` and a dataset the
+        sample did not name narrow a stream further); nowhere when no stream has values."""
         with self._lock:
             state = self._histograms.get((histogram, attrs))
+            if state is None:
+                wanted = set(attrs)
+                matches = sorted(key for key in self._histograms if key[0] == histogram and wanted <= set(key[1]))
+                state = self._histograms[matches[0]] if matches else None
             if state is not None:
                 state.exemplars[state.layout.slot(exemplar.value)] = exemplar
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from otel_rl.stack import install
 from otel_rl.stack.config import StackConfig, StackPorts
 from otel_rl.stack.env import otel_rl_home
-from otel_rl.stack.services import COMPONENTS, Stack
+from otel_rl.stack.services import Stack
 
 _Action = Callable[[argparse.Namespace], int]
 """A stack action: takes the parsed arguments, returns the process exit status."""
@@ -34,6 +34,11 @@ def _add_stack_options(parser: argparse.ArgumentParser) -> None:
         )
     parser.add_argument(
         "--timeout", type=float, default=None, help="seconds to wait for each component to be healthy (default: 60)"
+    )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="VictoriaLogs as a cluster: two storage nodes behind the VictoriaLogs port (docs/scale.md)",
     )
 
 
@@ -57,6 +62,7 @@ def _config_from(args: argparse.Namespace) -> StackConfig:
         home=home,
         state_dir=args.state_dir,
         ready_timeout_s=args.timeout or 60.0,
+        victorialogs_cluster=args.cluster,
     )
 
 
@@ -110,7 +116,7 @@ def _stack_status(args: argparse.Namespace) -> int:
     stack = _stack_for(args)
     statuses = stack.status()
     print(f"{'component':<13} {'pid':>8}  {'state':<8} {'health':<9} url")
-    for name in COMPONENTS:
+    for name in stack.component_names:
         status = statuses[name]
         pid = "-" if status.pid is None else str(status.pid)
         health = "healthy" if status.healthy else "unhealthy"

@@ -58,6 +58,10 @@ class StackPorts:
     """The collector's ``health_check`` extension."""
     collector_metrics: int = 8888
     """The collector's own metrics (Prometheus text format), scraped by the stack's Prometheus."""
+    vlstorage_0: int = 9491
+    """First VictoriaLogs storage node (cluster profile only; see :attr:`StackConfig.victorialogs_cluster`)."""
+    vlstorage_1: int = 9492
+    """Second VictoriaLogs storage node (cluster profile only)."""
 
     def __post_init__(self) -> None:
         seen: dict[int, str] = {}
@@ -116,6 +120,11 @@ class StackConfig:
     records, ~70 KiB each at most with the default 16 KiB text budget, stay far below it); a larger request is
     refused with an HTTP error. ``-insert.maxLineSizeBytes`` bounds line-based ingestion (JSON lines, syslog), not
     OTLP records (measured: a 300 KB OTLP record is stored whole)."""
+    victorialogs_cluster: bool = False
+    """Run VictoriaLogs as a cluster: two storage nodes (``vlstorage-0``, ``vlstorage-1``, on ports
+    ``vlstorage_0``/``vlstorage_1``, each with its own data folder) behind the ``victorialogs`` component, which
+    then stores nothing itself and serves ingestion and LogsQL on the same port by routing to them
+    (``-storageNode``). The collector and every query client see no difference. See docs/scale.md."""
     ready_timeout_s: float = 60.0
     """Seconds to wait for each component to report healthy after starting it."""
     stop_timeout_s: float = 10.0
@@ -129,6 +138,8 @@ class StackConfig:
         clashes = sorted(set(self.collector_environment) & set(COLLECTOR_ENV_NAMES))
         if clashes:
             raise ValueError(f'"collector_environment" must not set the stack\'s own variables, got {clashes!r}')
+        if not isinstance(self.victorialogs_cluster, bool):
+            raise TypeError(f'"victorialogs_cluster" must be a bool, got {self.victorialogs_cluster!r}')
         for name in ("ready_timeout_s", "stop_timeout_s"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0:

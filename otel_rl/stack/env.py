@@ -43,6 +43,11 @@ COLLECTOR_VICTORIALOGS_URL: Final = "OTEL_RL_VICTORIALOGS_URL"
 """Base URL of VictoriaLogs without a trailing slash (e.g. ``"http://127.0.0.1:9428"``); OTLP/HTTP logs go to
 ``${env:OTEL_RL_VICTORIALOGS_URL}/insert/opentelemetry/v1/logs``."""
 
+COLLECTOR_QUEUE_DIR: Final = "OTEL_RL_QUEUE_DIR"
+"""Folder of the gateway's persistent sending queue (``collector_config/gateway.yaml``, ``file_storage/queue``);
+each gateway keeps its queue file in the sub-folder named by its gRPC listen address. The stack puts it under
+``<state_dir>/data/collector/queue``; ``collector.yaml`` alone does not read it."""
+
 COLLECTOR_ENV_NAMES: Final = (
     COLLECTOR_OTLP_GRPC_ENDPOINT,
     COLLECTOR_OTLP_HTTP_ENDPOINT,
@@ -51,6 +56,7 @@ COLLECTOR_ENV_NAMES: Final = (
     COLLECTOR_METRICS_PORT,
     COLLECTOR_PROMETHEUS_URL,
     COLLECTOR_VICTORIALOGS_URL,
+    COLLECTOR_QUEUE_DIR,
 )
 """Every variable the stack sets for the collector process (``collector_config/collector.yaml`` reads them as
 ``${env:NAME:-default}``; its other knobs, such as ``OTEL_RL_AGGREGATION_INTERVAL``, can be passed through

@@ -31,11 +31,12 @@ from types import TracebackType
 from typing import Final
 
 from otel_rl.stack import components, install
-from otel_rl.stack.components import COMPONENTS, SPECS, ComponentName
+from otel_rl.stack.components import ALL_COMPONENTS, COMPONENTS, SPECS, ComponentName, active_components
 from otel_rl.stack.config import StackConfig, StackPorts, find_free_ports
 from otel_rl.stack.process import ManagedProcess, ProcessState, tail
 
 __all__ = [
+    "ALL_COMPONENTS",
     "COMPONENTS",
     "ComponentName",
     "ComponentStatus",
@@ -78,12 +79,12 @@ def _check_name(name: str) -> ComponentName:
     """Return ``name`` as a component name.
 
     Raises:
-        ValueError: when it is not one of :data:`COMPONENTS`.
+        ValueError: when it is not one of :data:`ALL_COMPONENTS`.
     """
-    for component in COMPONENTS:
+    for component in ALL_COMPONENTS:
         if name == component:
             return component
-    raise ValueError(f'"name" must be one of {COMPONENTS!r}, got {name!r}')
+    raise ValueError(f'"name" must be one of {ALL_COMPONENTS!r}, got {name!r}')
 
 
 def _http_ok(url: str, *, timeout_s: float = 1.0) -> tuple[bool, str]:
@@ -122,8 +123,14 @@ class Stack:
                 pid_file=self.state_dir / "run" / f"{name}.pid",
                 log_file=self.state_dir / "logs" / f"{name}.log",
             )
-            for name in COMPONENTS
+            for name in ALL_COMPONENTS
         }
+
+    @property
+    def component_names(self) -> tuple[ComponentName, ...]:
+        """The components this stack runs, in start order: :data:`COMPONENTS`, preceded by the two storage nodes
+        in the VictoriaLogs cluster profile."""
+        return active_components(self.config)
 
     @classmethod
     def attach(cls, state_dir: Path, *, config: StackConfig | None = None) -> Stack:
@@ -137,7 +144,11 @@ class Stack:
         if path.is_file():
             saved = json.loads(path.read_text(encoding="utf-8"))
             base = dataclasses.replace(
-                base, ports=StackPorts(**saved["ports"]), host=saved["host"], state_dir=state_dir
+                base,
+                ports=StackPorts(**saved["ports"]),
+                host=saved["host"],
+                state_dir=state_dir,
+                victorialogs_cluster=bool(saved.get("victorialogs_cluster", False)),
             )
         return cls(base)
 
@@ -197,7 +208,7 @@ class Stack:
         self.binaries()
         started: list[ComponentName] = []
         try:
-            for name in COMPONENTS:
+            for name in self.component_names:
                 running = self._processes[name].pid() is not None
                 if running and _launch_digest(self._command(name)) != self._recorded_digest(name):
                     _logger.info("restarting %s: its binary or configuration changed since it started", name)
@@ -215,7 +226,7 @@ class Stack:
 
     def down(self) -> None:
         """Stop every component (collector first): SIGTERM, wait ``stop_timeout_s``, then SIGKILL."""
-        for name in reversed(COMPONENTS):
+        for name in reversed(ALL_COMPONENTS):
             self.stop_component(name)
 
     def __enter__(self) -> Stack:
@@ -295,9 +306,9 @@ class Stack:
         return _http_ok(self.health_url(name))[0]
 
     def status(self) -> dict[ComponentName, ComponentStatus]:
-        """Return the status of every component, in start order."""
+        """Return the status of every component this stack runs (:attr:`component_names`), in start order."""
         result: dict[ComponentName, ComponentStatus] = {}
-        for name in COMPONENTS:
+        for name in self.component_names:
             process = self._processes[name]
             result[name] = ComponentStatus(
                 name=name,
@@ -368,7 +379,15 @@ class Stack:
         path = self.state_dir / _STATE_FILE
         temporary = path.with_suffix(".json.tmp")
         temporary.write_text(
-            json.dumps({"host": self.config.host, "ports": self.config.ports.as_dict()}, indent=2) + "\n",
+            json.dumps(
+                {
+                    "host": self.config.host,
+                    "ports": self.config.ports.as_dict(),
+                    "victorialogs_cluster": self.config.victorialogs_cluster,
+                },
+                indent=2,
+            )
+            + "\n",
             encoding="utf-8",
         )
         os.replace(temporary, path)

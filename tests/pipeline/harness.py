@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -101,11 +103,35 @@ class RankProcess:
         self._process.stdin.flush()
         return self._readline()
 
-    def rewards(self, values: Sequence[float], *, fn: str = "total", mask: Any = None) -> None:
-        self.send("rewards", values=list(values), fn=fn, mask=mask)
+    def rewards(
+        self, values: Sequence[float], *, fn: str = "total", mask: Any = None, dataset: str | None = None
+    ) -> None:
+        self.send("rewards", values=list(values), fn=fn, mask=mask, dataset=dataset)
 
-    def staleness(self, versions: Any, current: int, *, mask: Any = None) -> None:
-        self.send("staleness", versions=versions, current=current, mask=mask)
+    def staleness(
+        self,
+        versions: Any,
+        current: int,
+        *,
+        mask: Any = None,
+        dataset: str | None = None,
+        phase: str | None = None,
+        dtype: str | None = None,
+    ) -> None:
+        """``record_staleness``; ``dtype`` (a torch dtype's name, e.g. ``"float64"``) types the versions' tensor
+        (default: torch's inference from the JSON values)."""
+        self.send("staleness", versions=versions, current=current, mask=mask, dataset=dataset, phase=phase, dtype=dtype)
+
+    def staleness_drops(self, count: int, *, dataset: str | None = None) -> None:
+        self.send("staleness_drops", count=count, dataset=dataset)
+
+    def rollouts(self, **fields: Any) -> None:
+        """``record_rollouts`` with ``fields`` (its keyword arguments) as JSON lists, which the rank turns into
+        tensors: ``mask`` bool, ``response_lengths`` and ``group_ids`` int64, the other fields float64."""
+        self.send("rollouts", fields=fields)
+
+    def set_phase(self, phase: str) -> None:
+        self.send("set_phase", phase=phase)
 
     def metric(self, key: str, values: Sequence[float]) -> None:
         self.send("metric", key=key, values=list(values))
@@ -127,6 +153,52 @@ class RankProcess:
     def kill(self) -> None:
         self._process.send_signal(signal.SIGKILL)
         self._process.wait(30)
+
+
+def start_ranks(count: int, **arguments: Any) -> list[RankProcess]:
+    """``count`` rank processes ``0..count-1`` with ``world_size=count``, started side by side (each takes seconds
+    to import torch and compile its kernels); ``arguments`` go to every :class:`RankProcess`."""
+    with ThreadPoolExecutor(count) as pool:
+        futures = [pool.submit(RankProcess, rank=rank, world_size=count, **arguments) for rank in range(count)]
+    errors = [error for future in futures if (error := future.exception()) is not None]
+    if errors:
+        for future in futures:
+            if future.exception() is None:
+                future.result().kill()
+        raise errors[0]
+    return [future.result() for future in futures]
+
+
+def native_buckets(native: dict[str, Any], scale: int) -> tuple[int, dict[int, int], dict[int, int]]:
+    """Zero count and ``{index: count}`` of the negative and positive sides of a native histogram as Prometheus's
+    query API returns it (the ``histogram`` field's ``buckets``: ``[boundary_rule, lower, upper, count]``), in the
+    form of ``tests.reference.exponential_sides``.
+
+    Each bucket must be exactly one bucket ``(2**(i/2**scale), 2**((i+1)/2**scale)]`` (mirrored for negative
+    values) at ``scale``; the zero bucket ``[-t, t]`` must have a threshold below 1e-100.
+    """
+    n = 1 << scale
+    zero = 0
+    sides: tuple[dict[int, int], dict[int, int]] = ({}, {})
+    for rule, lower, upper, count in native.get("buckets", []):
+        low, high, number = float(lower), float(upper), int(float(count))
+        if int(rule) == 3:
+            assert -low == high < 1e-100, f"zero bucket [{lower}, {upper}] has a threshold"
+            zero += number
+            continue
+        positive = int(rule) == 0
+        assert positive or int(rule) == 1, f"bucket rule {rule} of [{lower}, {upper}] is neither 0 nor 1"
+        magnitude_low, magnitude_high = (low, high) if positive else (-high, -low)
+        assert magnitude_low > 0, f"bucket [{lower}, {upper}] crosses zero"
+        index = round(math.log2(magnitude_low) * n)
+        one_bucket = math.isclose(magnitude_low, 2 ** (index / n), rel_tol=1e-12) and math.isclose(
+            magnitude_high, 2 ** ((index + 1) / n), rel_tol=1e-12
+        )
+        assert one_bucket, f"bucket [{lower}, {upper}] is not one bucket at scale {scale}"
+        side = sides[1 if positive else 0]
+        if number:
+            side[index] = side.get(index, 0) + number
+    return zero, sides[0], sides[1]
 
 
 def rss_kib(pid: int) -> int:

@@ -1,7 +1,9 @@
 """A rank process driven over stdin by the pipeline tests: one JSON command per line, one reply line each.
 
 Runs the real otel_rl package with the real OTLP exporter, so what reaches the collector is exactly what a trainer
-sends. Commands: ``rewards``, ``staleness``, ``metric``, ``sample``, ``step``, ``flush``, ``shutdown``, ``stats``
+sends. Commands: ``rewards`` and ``staleness`` (each with an optional ``dataset``; staleness also ``phase`` and the
+versions' ``dtype``), ``staleness_drops``, ``rollouts`` (``record_rollouts``: JSON lists become tensors, float64
+where the values are floats), ``set_phase``, ``metric``, ``sample``, ``step``, ``flush``, ``shutdown``, ``stats``
 (the rank's own counters and RSS) and ``synthetic`` (generate and record one step's data in-process, reply with
 the reference aggregates). Setting ``clock_offset_s`` (not a TelemetryConfig field) shifts the rank's clock.
 """
@@ -37,12 +39,25 @@ def main() -> None:
                 torch.tensor(command["values"], dtype=torch.float64),
                 fn=command.get("fn", "total"),
                 mask=None if mask is None else torch.tensor(mask),
+                dataset=command.get("dataset"),
             )
         elif kind == "staleness":
             mask = command.get("mask")
+            dtype = command.get("dtype")
             telemetry.record_staleness(
-                torch.tensor(command["versions"]), command["current"], mask=None if mask is None else torch.tensor(mask)
+                torch.tensor(command["versions"], dtype=None if dtype is None else getattr(torch, dtype)),
+                command["current"],
+                mask=None if mask is None else torch.tensor(mask),
+                dataset=command.get("dataset"),
+                phase=command.get("phase"),
             )
+        elif kind == "staleness_drops":
+            telemetry.record_staleness_drops(command["count"], dataset=command.get("dataset"))
+        elif kind == "rollouts":
+            fields = command["fields"]
+            telemetry.record_rollouts(**{name: _rollout_tensor(name, values) for name, values in fields.items()})
+        elif kind == "set_phase":
+            telemetry.set_phase(command["phase"])
         elif kind == "metric":
             telemetry.record_metric(command["key"], torch.tensor(command["values"], dtype=torch.float64))
         elif kind == "sample":
@@ -62,6 +77,25 @@ def main() -> None:
             print(json.dumps({"finished": telemetry.shutdown(command.get("timeout_s", 30))}), flush=True)
             return
         print("ok", flush=True)
+
+
+ROLLOUT_DTYPES = {
+    "mask": torch.bool,
+    "advantages": torch.float64,
+    "response_lengths": torch.int64,
+    "entropy": torch.float64,
+    "logprobs": torch.float64,
+    "inference_logprobs": torch.float64,
+    "rewards": torch.float64,
+    "group_ids": torch.int64,
+}
+"""The dtype of each ``record_rollouts`` field the ``rollouts`` command builds: float64 for float values, so that
+the test's float64 reference is exactly what the rank recorded."""
+
+
+def _rollout_tensor(name: str, values: Any) -> Any:
+    """``values`` (a JSON list, or None) as the tensor of field ``name``."""
+    return None if values is None else torch.tensor(values, dtype=ROLLOUT_DTYPES[name])
 
 
 def _stats(telemetry: otel_rl.Telemetry) -> dict[str, float]:

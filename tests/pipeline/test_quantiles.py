@@ -114,6 +114,7 @@ GOLDEN_NATIVE_SERIES = {
     "rl_staleness", "rl_staleness_max", "rl_staleness_min", "rl_staleness_exemplars", "rl_policy_version",
     "otel_rl_samples_exported_total", "otel_rl_samples_dropped_total", "otel_rl_export_failures_total",
     "otel_rl_values_recorded_total",
+    "rl_run_start_time_seconds", "rl_run_finished", "rl_ranks_up", "rl_ranks_expected", "rl_staleness_unversioned_total",
 }  # fmt: skip
 """The Prometheus series of a run in the exponential form (test_aggregation.py pins the explicit form's)."""
 

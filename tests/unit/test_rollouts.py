@@ -221,3 +221,29 @@ def test_lifecycle_gauges(metric_exporter: RecordingMetricExporter) -> None:
     assert latest[("rl.run.start_time", ())].value == pytest.approx(__import__("time").time(), abs=60)  # type: ignore[attr-defined]
     telemetry.shutdown()
     assert metric_exporter.latest()[("rl.run.finished", ())].value == 1  # type: ignore[attr-defined]
+
+
+def test_exemplars_reach_dataset_streams(metric_exporter: RecordingMetricExporter) -> None:
+    """Rewards and staleness recorded only per dataset still take the kept samples' exemplars: on the sample's
+    dataset stream when it names one, else on the first stream of its reward function."""
+    telemetry = _telemetry(metric_exporter, top_k=1, bottom_k=1)
+    telemetry.step(1)
+    telemetry.record_rewards([0.5, 0.75], dataset="math")
+    telemetry.record_rewards([0.25], dataset="code")
+    telemetry.record_staleness([3, 4], 5, dataset="math", phase="in_queue")
+    telemetry.record_sample({"reward": 0.75, "staleness": 1, "dataset": "math", "episode_id": "m"})
+    telemetry.record_sample({"reward": 0.25, "episode_id": "c"})
+    telemetry.step(2)
+    telemetry.flush(5)
+    latest = metric_exporter.latest()
+    exemplars = {
+        attrs: sorted(e.filtered_attributes["rl.episode.id"] for e in point.exemplars)  # type: ignore[attr-defined]
+        for (name, attrs), point in latest.items()
+        if name in ("rl.reward", "rl.staleness")
+    }
+    assert exemplars == {
+        (("rl.dataset", "code"), ("rl.reward.fn", "total")): ["c"],
+        (("rl.dataset", "math"), ("rl.reward.fn", "total")): ["m"],
+        (("rl.dataset", "math"), ("rl.staleness.phase", "in_queue")): ["m"],
+    }
+    telemetry.shutdown()
