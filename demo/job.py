@@ -131,6 +131,7 @@ def train_step(
                 staleness=int(staleness[row].max()),
                 request_len=2,
                 response_len=int(lengths[row]),
+                dataset="carry" if bool(hard[row]) else "no_carry",
             )
         )
 
