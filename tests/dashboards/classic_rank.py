@@ -2,7 +2,8 @@
 
 Two ranks of their own run record with ``TelemetryConfig(histogram="explicit")`` (classic ``_bucket`` series in
 Prometheus) what the demo records by default as exponential histograms: rewards per function, staleness, a GRPO
-zero-variance key and a loss, for a few export periods. The dashboards and rules read native histograms first and
+zero-variance key and a loss, and what tests/dashboards/health_rank.py records (rollouts, datasets, staleness
+phases, drops, phases), for a few export periods. The dashboards and rules read native histograms first and
 these classic ones as the fallback; test_live.py checks that every histogram query has data for this run too.
 """
 
@@ -13,7 +14,10 @@ import multiprocessing
 import random
 import time
 
+import torch
+
 import otel_rl
+from tests.dashboards.health_rank import record_step
 
 
 def _rank(rank: int, endpoint: str, run_id: str, seconds: float) -> None:
@@ -24,6 +28,7 @@ def _rank(rank: int, endpoint: str, run_id: str, seconds: float) -> None:
         )
     )  # fmt: skip
     rng = random.Random(rank)
+    generator = torch.Generator().manual_seed(rank)
     deadline = time.monotonic() + seconds
     step = 0
     while time.monotonic() < deadline:
@@ -37,6 +42,7 @@ def _rank(rank: int, endpoint: str, run_id: str, seconds: float) -> None:
         telemetry.record_staleness([max(step - rng.randrange(4), 0) for _ in range(64)], step)
         telemetry.record_metric("grpo.zero_variance_groups", [float(rng.random() < 0.25) for _ in range(4)])
         telemetry.record_metric("loss.policy", rng.uniform(-1.0, 1.0))
+        record_step(telemetry, step, generator)
         step += 1
         time.sleep(0.25)
     otel_rl.reset()

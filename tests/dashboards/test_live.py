@@ -2,9 +2,12 @@
 
 One module fixture runs the 4-rank demo against ``shared_stack`` and, beside it, a faulty rank of the same run
 that records NaN rewards and negative staleness (so the bad-input panels and RLNonFiniteRewards see real
-rejections), and a 2-rank run of its own with classic histograms (``histogram="explicit"``), the fallback every
-histogram query carries. Grafana variables are substituted with concrete values: ``$run`` with the run id,
-``$__rate_interval`` with 10 s and ``$__interval`` with 2 s (the test collector flushes every second).
+rejections), a health rank of the same run that records rollouts, datasets, staleness phases, drops and phases
+(tests/dashboards/health_rank.py), a 2-rank run of its own with classic histograms (``histogram="explicit"``), the
+fallback every histogram query carries, and a run whose only rank (of 2) stops stepping and is then killed (a stalled
+trainer with a rank missing that ends without a clean shutdown). Grafana variables are substituted with concrete
+values: ``$run`` with the run id, ``$__rate_interval`` with 10 s and ``$__interval`` with 2 s (the test collector
+flushes every second).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from tests.dashboards.conftest import ROOT, dashboard_targets, metric_names, rul
 RUN_ID = "dashboards-live"
 CLASSIC_RUN_ID = "dashboards-live-classic"
 """The run with classic histograms (tests/dashboards/classic_rank.py)."""
+CRASHED_RUN_ID = "dashboards-live-crashed"
+"""The run whose one rank of 2 stops stepping, still exporting, and is killed (tests/dashboards/health_rank.py)."""
 STEPS, RANKS = 60, 4
 RATE_INTERVAL, INTERVAL, STEP_S = "10s", "2s", 2
 
@@ -40,6 +45,8 @@ class LiveRun:
     """Time of its last one."""
     classic_span: tuple[float, float]
     """First and last rl_step point of the classic-histogram run."""
+    crashed_span: tuple[float, float]
+    """First and last rl_step point of the run that was killed (the last one while it hung, before the kill)."""
 
     @property
     def prometheus(self) -> Prometheus:
@@ -67,6 +74,17 @@ def live_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Liv
          "--run-id", CLASSIC_RUN_ID, "--seconds", "8"],  # fmt: skip
         cwd=ROOT,
     )
+    health = subprocess.Popen(
+        [sys.executable, "-m", "tests.dashboards.health_rank", "--endpoint", shared_stack.otlp_grpc_endpoint,
+         "--run-id", RUN_ID, "--rank", "2", "--world-size", str(RANKS), "--seconds", "12"],  # fmt: skip
+        cwd=ROOT,
+    )
+    crashed = subprocess.Popen(
+        [sys.executable, "-m", "tests.dashboards.health_rank", "--endpoint", shared_stack.otlp_grpc_endpoint,
+         "--run-id", CRASHED_RUN_ID, "--world-size", "2", "--seconds", "4", "--hang"],  # fmt: skip
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    prometheus = Prometheus(shared_stack.prometheus_url)
     try:
         subprocess.run(
             [sys.executable, "-m", "tests.dashboards.faulty_rank", "--endpoint", shared_stack.otlp_grpc_endpoint,
@@ -74,12 +92,23 @@ def live_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Liv
             cwd=ROOT, check=True, timeout=120,
         )  # fmt: skip
         assert classic.wait(timeout=120) == 0
+        assert health.wait(timeout=120) == 0
         assert demo.wait(timeout=600) == 0
+        assert crashed.stdout is not None and crashed.stdout.readline().strip() == "hanging"
+        # Kill the hung rank once the rules have seen it hang (its stall measure and thresholds recorded twice).
+        deadline = time.time() + 120
+        while time.time() < deadline and not all(
+            len(item["values"]) >= 2
+            for name in ("rl:step_unchanged_seconds", "rl_alert_threshold")
+            for item in prometheus.query(f'{name}{{rl_run_id="{CRASHED_RUN_ID}"}}[10m]') or [{"values": ()}]
+        ):
+            time.sleep(2)
+        crashed.kill()
+        crashed.wait(timeout=30)
     finally:
-        for process in (demo, classic):
+        for process in (demo, classic, health, crashed):
             if process.poll() is None:
                 process.kill()
-    prometheus = Prometheus(shared_stack.prometheus_url)
     # Recording rules run every 15 s: wait until each has recorded both runs twice (their windows still hold the
     # data for a minute after a run), so that alerts comparing a recorded series with its past can be checked.
     deadline = time.time() + 120
@@ -93,7 +122,8 @@ def live_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Liv
             break
         time.sleep(2)
     first, last = _span(prometheus, RUN_ID)
-    return LiveRun(shared_stack.prometheus_url, shared_stack.victorialogs_url, first, last, _span(prometheus, CLASSIC_RUN_ID))
+    return LiveRun(shared_stack.prometheus_url, shared_stack.victorialogs_url, first, last,
+                   _span(prometheus, CLASSIC_RUN_ID), _span(prometheus, CRASHED_RUN_ID))  # fmt: skip
 
 
 def _span(prometheus: Prometheus, run_id: str) -> tuple[float, float]:
@@ -127,7 +157,9 @@ def test_dashboard_promql_returns_data(live_run: LiveRun, dashboard: str, title:
         assert result and all("histograms" in item for item in result), f"{dashboard} / {title}: not native"
 
 
-HISTOGRAM_PROMQL = [(name, title, target) for name, title, target in PROMQL if re.search(r"\brl_(reward|staleness|metric)\{", target["expr"])]
+HISTOGRAM = re.compile(r"\brl_(reward|staleness|metric|advantage|response_length|entropy|importance_ratio|mismatch_kl)\{")
+"""A selector of a histogram (native; the classic ``_bucket``/``_count`` series carry a suffix)."""
+HISTOGRAM_PROMQL = [(name, title, target) for name, title, target in PROMQL if HISTOGRAM.search(target["expr"])]
 
 
 @pytest.mark.parametrize(("dashboard", "title", "target"), HISTOGRAM_PROMQL, ids=[f"{t}/{q['refId']}" for _, t, q in HISTOGRAM_PROMQL])
@@ -175,24 +207,30 @@ def test_recording_rule_recorded_the_run(live_run: LiveRun, name: str, run_id: s
     if name == "rl_alert_threshold":
         assert {item["metric"]["threshold"]: float(item["value"][1]) for item in result} == {
             "staleness_p99": 8, "staleness_max": 32, "reward_drop_stddevs": 1, "zero_variance_rise": 0.3,
-            "histogram_values_missing": 0}  # fmt: skip
+            "histogram_values_missing": 0, "step_stall_seconds": 1800, "importance_ratio_p99": 2,
+            "importance_ratio_p1": 0.5, "mismatch_kl_k3": 0.01, "ess_fraction": 0.5, "entropy_min": 0.05,
+            "zero_variance_fraction": 0.8}  # fmt: skip
 
 
 @pytest.mark.parametrize("run_id", [RUN_ID, CLASSIC_RUN_ID])
 def test_histogram_self_check_counts_every_value(live_run: LiveRun, run_id: str) -> None:
     """Once a run's last points are in, its histograms in Prometheus count every value the ranks recorded into
-    them: the self-check reads 0 for rewards, staleness and metrics (and the counter saw values)."""
+    them: the self-check reads 0 for rewards, staleness, metrics and the record_rollouts histograms (and the
+    counter saw values)."""
     selector = f'{{rl_run_id="{run_id}"}}[10m]'
     missing = live_run.prometheus.query(f"last_over_time(otel_rl:histogram_values_missing:increase10m{selector})")
     recorded = live_run.prometheus.query(f"max_over_time(otel_rl:histogram_values_recorded:increase10m{selector})")
-    assert {item["metric"]["otel_rl_metric"]: float(item["value"][1]) for item in missing} == {
-        "rl.reward": 0, "rl.staleness": 0, "rl.metric": 0}  # fmt: skip
-    assert all(float(item["value"][1]) > 0 for item in recorded) and len(recorded) == 3
+    histograms = ("rl.reward", "rl.staleness", "rl.metric", "rl.advantage", "rl.response.length", "rl.entropy",
+                  "rl.importance_ratio", "rl.mismatch.kl")  # fmt: skip
+    assert {item["metric"]["otel_rl_metric"]: float(item["value"][1]) for item in missing} == dict.fromkeys(histograms, 0)
+    assert all(float(item["value"][1]) > 0 for item in recorded) and len(recorded) == len(histograms)
 
 
 def _provoked(expr: str, shift_ms: int) -> str:
-    """The alert expression with every threshold at -1e9 (labels kept) and "an hour ago" moved into the run."""
-    expr = re.sub(r'rl_alert_threshold\{threshold="(\w+)"\}', r'(rl_alert_threshold{threshold="\1"} * 0 - 1e9)', expr)
+    """The alert expression with every threshold made to pass (labels kept: -1e9 after ``>``, +1e9 after ``<``)
+    and "an hour ago" moved into the run."""
+    expr = re.sub(r'(<[^=]*?)rl_alert_threshold\{threshold="(\w+)"\}', r'\1(rl_alert_threshold{threshold="\2"} * 0 + 1e9)', expr)
+    expr = re.sub(r'(>[^=]*?)rl_alert_threshold\{threshold="(\w+)"\}', r'\1(rl_alert_threshold{threshold="\2"} * 0 - 1e9)', expr)
     return expr.replace("offset 1h", f"offset {shift_ms}ms")
 
 
@@ -208,23 +246,71 @@ def _recorded_span(prometheus: Prometheus, expr: str) -> tuple[float, float]:
 ALERTS = [rule for rule in rules() if "alert" in rule]
 
 
+ENDED = {"RLTelemetryAbsent", "RLRunEndedUncleanly"}
+"""Alerts about a run that stopped: evaluated 400 s after the crashed run's last point (and the demo run's)."""
+HUNG = {"RLTrainerStalled", "RLRanksMissing"}
+"""Alerts about a run that still reports: evaluated at the crashed run's last point, while it hung (1 rank of 2)."""
+
+
 @pytest.mark.parametrize("rule", ALERTS, ids=[f"{r['alert']}-{r['labels'].get('signal', '')}" for r in ALERTS])
 def test_alert_expression_matches_the_run(live_run: LiveRun, rule: dict[str, Any]) -> None:
-    """On real series every alert expression selects the run: its joins and label sets match real data.
+    """On real series every alert expression selects the run it is about: its joins and label sets match real data.
 
-    Thresholds are lowered to -1e9; "an hour ago" becomes the first recorded point of the run (the run is short)
-    and "now" its last; RLTelemetryAbsent is evaluated 400 s after the run's last point; RLNonFiniteRewards fires
-    for real (the faulty rank's NaNs).
+    Thresholds are made to pass; "an hour ago" becomes the first recorded point of the run (the run is short) and
+    "now" its last; RLNonFiniteRewards fires for real (the faulty rank's NaNs). The lifecycle alerts select the
+    crashed run, for real: RLTrainerStalled and RLRanksMissing while it hung, RLTelemetryAbsent and
+    RLRunEndedUncleanly 400 s after its last point, and these two never select the demo run, which finished cleanly.
     """
-    at, shift_ms = time.time(), 0
-    if rule["alert"] == "RLTelemetryAbsent":
-        at = live_run.last + 400
+    at, shift_ms, run_id = time.time(), 0, RUN_ID
+    if rule["alert"] in ENDED:
+        at, run_id = live_run.crashed_span[1] + 400, CRASHED_RUN_ID
+        clean = live_run.prometheus.query(_provoked(rule["expr"], 0), live_run.last + 400)
+        assert RUN_ID not in {item["metric"].get("rl_run_id") for item in clean}, (rule["alert"], clean)
+    elif rule["alert"] in HUNG:
+        at, run_id = live_run.crashed_span[1], CRASHED_RUN_ID
     elif "offset 1h" in rule["expr"]:
         earliest, at = _recorded_span(live_run.prometheus, rule["expr"])
         shift_ms = round((at - earliest) * 1000)
         assert shift_ms > 0
     result = live_run.prometheus.query(_provoked(rule["expr"], shift_ms), at)
-    assert RUN_ID in {item["metric"].get("rl_run_id") for item in result}, (rule["alert"], result)
+    assert run_id in {item["metric"].get("rl_run_id") for item in result}, (rule["alert"], result)
+
+
+def _panel_query(title: str, ref_id: str = "A", run_id: str = RUN_ID) -> str:
+    """The dashboard's query ``ref_id`` of the panel ``title``, with the variables substituted."""
+    return next(_substitute(t["expr"], run_id) for _, p, t in dashboard_targets() if p["title"] == title and t["refId"] == ref_id)
+
+
+def _range_values(live_run: LiveRun, query: str) -> dict[str, list[float]]:
+    """The finite values of ``query`` over the demo run, per series (labels as text)."""
+    result = live_run.prometheus.range(query, live_run.first, live_run.last, step=STEP_S)
+    values = {str(item["metric"]): [float(v) for _, v in item["values"]] for item in result}
+    return {key: [v for v in series if v == v and abs(v) != float("inf")] for key, series in values.items()}
+
+
+def test_health_panels_hold_their_invariants_on_the_real_run(live_run: LiveRun) -> None:
+    """On the real run (the demo's ranks and health_rank.py record rollouts and phases) the health panels keep their
+    invariants: whole ranks per phase, at most the ranks that report; group outcome and advantage sign shares that
+    add up to 1; an ESS fraction in (0, 1]; a k3 mismatch KL never negative. The run state reads finished for the
+    demo run, and running, then stopped without a clean finish, for the crashed one."""
+    phases = live_run.prometheus.range(_panel_query("Ranks per phase"), live_run.first, live_run.last, step=STEP_S)
+    assert {"generate", "train"} <= {item["metric"]["rl_phase_name"] for item in phases}
+    in_phases = [v for series in _range_values(live_run, f"sum({_panel_query('Ranks per phase')})").values() for v in series]
+    assert in_phases and all(v == int(v) and 1 <= v <= RANKS + 2 for v in in_phases), sorted(set(in_phases))
+    for title in ("Prompt groups: outcome and zero variance", "Advantage sign shares"):
+        shares = [v for series in _range_values(live_run, f"sum({_panel_query(title)})").values() for v in series]
+        assert shares and all(abs(v - 1) < 1e-9 for v in shares), (title, sorted(set(shares)))
+    ess = [v for series in _range_values(live_run, _panel_query("Effective sample size fraction")).values() for v in series]
+    assert ess and all(0 < v <= 1 for v in ess), sorted(set(ess))
+    kl = live_run.prometheus.range(
+        _panel_query("Mismatch KL(π_inference ‖ π_train): mean per estimator"), live_run.first, live_run.last, step=STEP_S
+    )
+    k3 = [float(v) for item in kl if item["metric"]["rl_kl_estimator"] == "k3" for _, v in item["values"] if v != "NaN"]
+    assert k3 and all(v >= 0 for v in k3), sorted(set(k3))
+    assert live_run.prometheus.value(_panel_query("Run state"), live_run.last + 30) == 1  # finished cleanly
+    crashed = _panel_query("Run state", run_id=CRASHED_RUN_ID)
+    assert live_run.prometheus.value(crashed, live_run.crashed_span[1]) == 0  # running (hung, still reporting)
+    assert live_run.prometheus.value(crashed, live_run.crashed_span[1] + 400) == 2  # stopped without a clean finish
 
 
 def test_every_metric_name_in_dashboards_and_rules_exists_for_the_run(live_run: LiveRun) -> None:

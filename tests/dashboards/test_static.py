@@ -94,26 +94,60 @@ def test_every_promql_selector_names_the_run_and_the_aggregated_side() -> None:
             assert 'rl_run_id="$run"' in selector and 'rl_rank=""' in selector, (panel["title"], selector)
 
 
-# Synthetic runs for the histogram panels: "native" (exponential histograms, schema 5) and "classic"
-# (histogram="explicit", le buckets). Per 15 s step: 10 rewards of exactly 1, 10 tokens exactly 3 versions behind,
-# 8 GRPO groups of which 2 have zero variance (mean 0.25) and one loss of -0.5. Every reward and staleness value
-# is the same, so each of their quantiles is that value exactly once clamped to [min, max]; unclamped, the native
-# estimates lie inside the bucket (0.989 for the p50 of rewards of 1) and the classic ones wherever linear
-# interpolation puts them (0.75).
+# Synthetic runs for every panel query: "native" (exponential histograms, schema 5) and "classic"
+# (histogram="explicit", le buckets); their counters and gauges are the same. Per 15 s step: 10 rewards of exactly
+# 1 (5 from dataset "math", 5 from "code"), 10 tokens exactly 3 versions behind (math in flight, code in the
+# queue), 8 GRPO groups of which 2 have zero variance (mean 0.25), one loss of -0.5, 4 advantages of -0.5, 10
+# responses of 128 tokens, 100 tokens of entropy 0.5, of importance ratio 2 and of mismatch KL 0.25 (k1) and
+# 0.125 (k3). Every histogram's values are equal, so each quantile is that value exactly once clamped to
+# [min, max]; unclamped, the native estimates lie inside the bucket (0.989 for the p50 of rewards of 1) and the
+# classic ones wherever linear interpolation puts them (0.75).
 _SYNTHETIC_LABELS = 'job="trainer",rl_role="trainer",rl_world_size="2",rl_rank=""'
 _SYNTHETIC = [
     # metric, attribute, values per step, native buckets of a step (schema 5), classic cumulative buckets,
-    # positive and negative sums of a step, min, max
-    ("rl_reward", 'rl_reward_fn="total"', 10, "buckets:[10]", {"0.5": 0, "1": 10, "+Inf": 10}, 10, 0, 1, 1),
-    ("rl_staleness", "", 10, "offset:51 buckets:[10]", {"1": 0, "8": 10, "+Inf": 10}, 30, 0, 3, 3),
-    ("rl_metric", 'rl_metric_key="grpo.zero_variance_groups"', 8, "z_bucket:6 buckets:[2]", {"0": 6, "1": 8, "+Inf": 8}, 2, 0, 0, 1),
-    ("rl_metric", 'rl_metric_key="loss.policy"', 1, "n_offset:-32 n_buckets:[1]", {"-1": 0, "0": 1, "+Inf": 1}, 0, 0.5, -0.5, -0.5),
+    # positive, negative and squares sums of a step, min, max
+    ("rl_reward", 'rl_reward_fn="total",rl_dataset="math"', 5, "buckets:[5]", {"0.5": 0, "1": 5, "+Inf": 5}, 5, 0, 5, 1, 1),
+    ("rl_reward", 'rl_reward_fn="total",rl_dataset="code"', 5, "buckets:[5]", {"0.5": 0, "1": 5, "+Inf": 5}, 5, 0, 5, 1, 1),
+    ("rl_staleness", 'rl_dataset="math",rl_staleness_phase="in_flight"', 5, "offset:51 buckets:[5]", {"1": 0, "8": 5, "+Inf": 5}, 15, 0, 45, 3, 3),
+    ("rl_staleness", 'rl_dataset="code",rl_staleness_phase="in_queue"', 5, "offset:51 buckets:[5]", {"1": 0, "8": 5, "+Inf": 5}, 15, 0, 45, 3, 3),
+    ("rl_metric", 'rl_metric_key="grpo.zero_variance_groups"', 8, "z_bucket:6 buckets:[2]", {"0": 6, "1": 8, "+Inf": 8}, 2, 0, 2, 0, 1),
+    ("rl_metric", 'rl_metric_key="loss.policy"', 1, "n_offset:-32 n_buckets:[1]", {"-1": 0, "0": 1, "+Inf": 1}, 0, 0.5, 0.25, -0.5, -0.5),
+    ("rl_advantage", "", 4, "n_offset:-32 n_buckets:[4]", {"-1": 0, "0": 4, "+Inf": 4}, 0, 2, 1, -0.5, -0.5),
+    ("rl_response_length", "", 10, "offset:224 buckets:[10]", {"100": 0, "200": 10, "+Inf": 10}, 1280, 0, 163840, 128, 128),
+    ("rl_entropy", "", 100, "offset:-32 buckets:[100]", {"0.25": 0, "1": 100, "+Inf": 100}, 50, 0, 25, 0.5, 0.5),
+    ("rl_importance_ratio", "", 100, "offset:32 buckets:[100]", {"1": 0, "4": 100, "+Inf": 100}, 200, 0, 400, 2, 2),
+    ("rl_mismatch_kl", 'rl_kl_estimator="k1"', 100, "offset:-64 buckets:[100]", {"0.1": 0, "1": 100, "+Inf": 100}, 25, 0, 6.25, 0.25, 0.25),
+    ("rl_mismatch_kl", 'rl_kl_estimator="k3"', 100, "offset:-96 buckets:[100]", {"0.1": 0, "1": 100, "+Inf": 100}, 12.5, 0, 1.5625, 0.125, 0.125),
+]
+_SYNTHETIC_OTHER = [
+    # series (labels besides the run's), values: the same on both runs
+    ('rl_groups_total{rl_group_outcome="none"}', "0+1x40"),
+    ('rl_groups_total{rl_group_outcome="some"}', "0+2x40"),
+    ('rl_groups_total{rl_group_outcome="all"}', "0+1x40"),
+    ("rl_groups_zero_variance_total", "0+2x40"),
+    ('rl_advantage_sign_total{rl_sign="positive"}', "0+3x40"),
+    ('rl_advantage_sign_total{rl_sign="negative"}', "0+4x40"),
+    ('rl_advantage_sign_total{rl_sign="zero"}', "0+1x40"),
+    ('rl_staleness_unversioned_total{rl_dataset="math"}', "0+15x40"),
+    ('rl_staleness_dropped_total{rl_dataset="code"}', "0+2x40"),
+    ("rl_run_start_time_seconds", "-60x40"),
+    ("rl_run_finished", "0x40"),
+    ("rl_ranks_up", "2x40"),
+    ("rl_ranks_expected", "2x40"),
+    ('rl_phase{rl_phase_name="generate"}', "1x40"),
+    ('rl_phase{rl_phase_name="train"}', "1x40"),
+    ("rl_step", "0+15x40"),
+    ("rl_policy_version", "0+1x40"),
+    ('otel_rl_values_rejected_total{otel_rl_metric="rl.reward",otel_rl_reason="nonfinite"}', "0+3x40"),
+    ("otel_rl_samples_exported_total", "0+30x40"),
+    ('otel_rl_samples_dropped_total{otel_rl_reason="queue_full"}', "0+15x40"),
+    ('otel_rl_export_failures_total{otel_rl_signal="metrics"}', "0+1x40"),
 ]
 
 
 def _synthetic_series(run: str) -> list[dict[str, str]]:
     series = []
-    for metric, attribute, count, native, classic, positive, negative, low, high in _SYNTHETIC:
+    for metric, attribute, count, native, classic, positive, negative, squares, low, high in _SYNTHETIC:
         labels = ",".join(part for part in (_SYNTHETIC_LABELS, f'rl_run_id="{run}"', attribute) if part)
         if run == "native":
             step = f"{{{{schema:5 count:{count} sum:{positive - negative} {native}}}}}"
@@ -124,23 +158,72 @@ def _synthetic_series(run: str) -> list[dict[str, str]]:
         series += [
             {"series": f"{metric}_positive_total{{{labels}}}", "values": f"0+{positive}x40"},
             {"series": f"{metric}_negative_total{{{labels}}}", "values": f"0+{negative}x40"},
+            {"series": f"{metric}_squares_total{{{labels}}}", "values": f"0+{squares}x40"},
             {"series": f"{metric}_max{{{labels}}}", "values": f"{high}x40"},
             {"series": f"{metric}_min{{{labels}}}", "values": f"{low}x40"},
         ]
+    for selector, values in _SYNTHETIC_OTHER:
+        name, _, attribute = selector.partition("{")
+        labels = ",".join(part for part in (_SYNTHETIC_LABELS, f'rl_run_id="{run}"', attribute.rstrip("}")) if part)
+        series.append({"series": f"{name}{{{labels}}}", "values": values})
     return series
 
 
-_EXPECTED = {
-    # (panel title, refId) -> value of the query on either run at 5 min with a 1 m $__rate_interval
+_EXPECTED: dict[tuple[str, str], float | dict[str, float]] = {
+    # (panel title, refId) -> value of the query on either run at 5 min with a 1 m $__rate_interval: one series
+    # without labels, or {labels: value}
+    ("Ranks reporting vs expected", "A"): {'{rl_role="trainer"}': 2},
+    ("Ranks reporting vs expected", "B"): {'{rl_role="trainer"}': 2},
+    ("Ranks per phase", "A"): {'{rl_phase_name="generate"}': 1, '{rl_phase_name="train"}': 1},
+    ("Steps per minute", "A"): 60.0,
+    ("Run state", "A"): 0.0,
+    ("Run duration", "A"): 360.0,
+    ("Time since the step changed", "A"): 0.0,
     ("Reward (total): mean and percentiles", "A"): 1.0,
     ("Reward (total): mean and percentiles", "B"): 1.0,
     ("Reward (total): mean and percentiles", "C"): 1.0,
     ("Reward (total): mean and percentiles", "D"): 1.0,
-    ("Mean reward by reward function", "A"): 1.0,
+    ("Mean reward by reward function", "A"): {'{rl_reward_fn="total"}': 1},
     ("Zero-variance groups (fraction)", "A"): 0.25,
-    ("Other recorded metrics (mean by key)", "A"): -0.5,
+    ("Other recorded metrics (mean by key)", "A"): {'{rl_metric_key="loss.policy"}': -0.5},
+    ("Advantage: mean and percentiles", "A"): -0.5,
+    ("Advantage: mean and percentiles", "B"): -0.5,
+    ("Advantage: mean and percentiles", "C"): -0.5,
+    ("Advantage: mean and percentiles", "D"): -0.5,
+    ("Response length: mean and percentiles", "A"): 128.0,
+    ("Response length: mean and percentiles", "B"): 128.0,
+    ("Response length: mean and percentiles", "C"): 128.0,
+    ("Response length: mean and percentiles", "D"): 128.0,
+    ("Entropy per token: mean and percentiles", "A"): 0.5,
+    ("Entropy per token: mean and percentiles", "B"): 0.5,
+    ("Entropy per token: mean and percentiles", "C"): 0.5,
+    ("Entropy per token: mean and percentiles", "D"): 0.5,
+    ("Importance ratio π_train / π_inference (per token)", "A"): 2.0,
+    ("Importance ratio π_train / π_inference (per token)", "B"): 2.0,
+    ("Importance ratio π_train / π_inference (per token)", "C"): 2.0,
+    ("Mismatch KL(π_inference ‖ π_train): mean per estimator", "A"): {'{rl_kl_estimator="k1"}': 0.25, '{rl_kl_estimator="k3"}': 0.125},
+    ("Effective sample size fraction", "A"): 1.0,
+    ("Prompt groups: outcome and zero variance", "A"): {
+        '{rl_group_outcome="none"}': 0.25, '{rl_group_outcome="some"}': 0.5, '{rl_group_outcome="all"}': 0.25},
+    ("Prompt groups: outcome and zero variance", "B"): 0.5,
+    ("Advantage sign shares", "A"): {'{rl_sign="positive"}': 0.375, '{rl_sign="negative"}': 0.5, '{rl_sign="zero"}': 0.125},
     ("Staleness (policy versions behind, per token)", "A"): 3.0,
     ("Staleness (policy versions behind, per token)", "B"): 3.0,
+    ("Staleness (policy versions behind, per token)", "C"): 3.0,
+    ("Policy version and step", "A"): 20.0,
+    ("Policy version and step", "B"): 300.0,
+    ("Mean reward by dataset", "A"): {'{rl_dataset="math"}': 1, '{rl_dataset="code"}': 1},
+    ("Staleness by dataset: p50 and p99", "A"): {'{rl_dataset="math"}': 3, '{rl_dataset="code"}': 3},
+    ("Staleness by dataset: p50 and p99", "B"): {'{rl_dataset="math"}': 3, '{rl_dataset="code"}': 3},
+    ("Staleness by phase: p50 and p99", "A"): {'{rl_staleness_phase="in_flight"}': 3, '{rl_staleness_phase="in_queue"}': 3},
+    ("Staleness by phase: p50 and p99", "B"): {'{rl_staleness_phase="in_flight"}': 3, '{rl_staleness_phase="in_queue"}': 3},
+    ("Unversioned tokens (per second)", "A"): {'{rl_dataset="math"}': 1},
+    ("Samples dropped as too stale", "A"): {'{rl_dataset="code"}': 8},
+    ("Rejected values (bad input)", "A"): {'{otel_rl_metric="rl.reward",otel_rl_reason="nonfinite"}': 12},
+    ("Samples exported and dropped (per second)", "A"): 2.0,
+    ("Samples exported and dropped (per second)", "B"): {'{otel_rl_reason="queue_full"}': 1},
+    ("Export failures", "A"): {'{otel_rl_signal="metrics"}': 4},
+    ("Time since last data", "A"): 0.0,
 }
 _EXPECTED_HEATMAPS = {
     # (panel title, refId) -> (native histogram of one 1 m window, classic {le: count})
@@ -151,11 +234,12 @@ _EXPECTED_HEATMAPS = {
 }
 
 
-def test_histogram_panels_read_native_and_classic_histograms_with_clamped_quantiles(promtool: Path, tmp_path: Path) -> None:
-    """Every panel query that reads a histogram gives the exact value on a native run and on a classic run."""
+def test_every_panel_query_gives_the_exact_value_on_a_native_and_a_classic_run(promtool: Path, tmp_path: Path) -> None:
+    """Every Prometheus panel query runs in promtool and gives the exact value on a native-histogram run and on a
+    classic one (quantiles clamped to the exact extremes, ratios from the counters, heatmaps per bucket)."""
     targets = {(panel["title"], target["refId"]): target["expr"] for _, panel, target in dashboard_targets()
-               if re.search(r"\brl_(reward|staleness|metric)\{", target["expr"])}  # fmt: skip
-    assert set(targets) == set(_EXPECTED) | set(_EXPECTED_HEATMAPS), "give every histogram query an expectation"
+               if target["datasource"]["type"] == "prometheus"}  # fmt: skip
+    assert set(targets) == set(_EXPECTED) | set(_EXPECTED_HEATMAPS), "give every panel query an expectation"
     cases = []
     for run in ("native", "classic"):
         for key, expr in targets.items():
@@ -164,17 +248,17 @@ def test_histogram_panels_read_native_and_classic_histograms_with_clamped_quanti
                 native, classic = _EXPECTED_HEATMAPS[key]
                 expected = ([{"labels": "{}", "histogram": native}] if run == "native"
                             else [{"labels": f'{{le="{le}"}}', "value": v} for le, v in classic.items()])  # fmt: skip
-            elif "by (rl_reward_fn)" in query:
-                expected = [{"labels": '{rl_reward_fn="total"}', "value": _EXPECTED[key]}]
-            elif "by (rl_metric_key)" in query:
-                expected = [{"labels": '{rl_metric_key="loss.policy"}', "value": _EXPECTED[key]}]
             else:
-                expected = [{"labels": "{}", "value": _EXPECTED[key]}]
+                value = _EXPECTED[key]
+                samples = value if isinstance(value, dict) else {"{}": value}
+                expected = [{"labels": labels, "value": v} for labels, v in samples.items()]
             cases.append({"expr": query, "eval_time": "5m", "exp_samples": expected})
     series = _synthetic_series("native") + _synthetic_series("classic")
-    test = {"evaluation_interval": "15s", "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": cases}]}
-    path = tmp_path / "dashboard_histograms.yml"
-    path.write_text(yaml.safe_dump(test, width=100_000), encoding="utf-8")
+    # fuzzy_compare: equal within one ulp (a rate divides the increase by the extrapolated window: 0.9999999999999999)
+    test = {"evaluation_interval": "15s", "fuzzy_compare": True,
+            "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": cases}]}  # fmt: skip
+    path = tmp_path / "dashboard_queries.yml"
+    path.write_text(yaml.safe_dump(test, width=100_000, allow_unicode=True), encoding="utf-8")
     result = subprocess.run([promtool, "test", "rules", path.name], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr
 
@@ -284,13 +368,30 @@ def test_rule_unit_tests_pass(promtool: Path, path: Path) -> None:
 def test_every_alert_has_a_unit_test_that_fires_and_one_that_stays_silent() -> None:
     """Each alert name appears in some promtool test with expected alerts, and in one expecting none."""
     alerts = {rule["alert"] for rule in rules() if "alert" in rule}
-    assert alerts == {"RLStalenessHigh", "RLTelemetryAbsent", "RLNonFiniteRewards", "RLRewardCollapse", "OtelRLHistogramPointsDropped"}
-    fires, silent = set(), set()
+    assert alerts == {
+        "RLStalenessHigh", "RLTelemetryAbsent", "RLNonFiniteRewards", "RLRewardCollapse", "OtelRLHistogramPointsDropped",
+        "RLTrainerStalled", "RLImportanceRatioHigh", "RLMismatchKLHigh", "RLEffectiveSampleSizeLow", "RLEntropyCollapse",
+        "RLZeroVarianceGroupsHigh", "RLRanksMissing", "RLRunEndedUncleanly"}  # fmt: skip
+    fires: set[str] = set()
+    silent: set[str] = set()
     for path in RULE_TESTS:
         for test in yaml.safe_load(path.read_text(encoding="utf-8"))["tests"]:
             for case in test.get("alert_rule_test", ()):
                 (fires if case.get("exp_alerts") else silent).add(case["alertname"])
     assert alerts <= fires and alerts <= silent, (alerts - fires, alerts - silent)
+
+
+def test_every_alert_has_a_runbook_and_uses_thresholds_that_have_defaults() -> None:
+    """Each alert rule has the annotations summary, description, runbook and dashboard and a severity; every
+    rl_alert_threshold{threshold=...} an alert reads has a default in the rl_alert_threshold rule."""
+    defaults = set(re.findall(r'"threshold", "(\w+)"', next(r["expr"] for r in rules() if r.get("record") == "rl_alert_threshold")))
+    for rule in rules():
+        if "alert" not in rule:
+            continue
+        assert set(rule["annotations"]) == {"summary", "description", "runbook", "dashboard"}, rule["alert"]
+        assert rule["labels"]["severity"] == "warning", rule["alert"]
+        used = set(re.findall(r'rl_alert_threshold\{threshold="(\w+)"\}', rule["expr"]))
+        assert used <= defaults, (rule["alert"], used - defaults)
 
 
 def test_every_rule_selector_reads_the_aggregated_side() -> None:

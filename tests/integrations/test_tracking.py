@@ -52,11 +52,13 @@ def test_verl_metrics_dicts_become_series(shared_stack: Any) -> None:
     run = f'rl_run_id="{run_id}",rl_rank=""'
 
     def metric(name: str, key: str) -> float | None:
+        if name == "rl_metric_count":  # exponential histograms: the native histogram's count
+            return prometheus.value(f'histogram_count(sum(rl_metric{{{run},rl_metric_key="{key}"}}))')
         return prometheus.value(f'sum({name}{{{run},rl_metric_key="{key}"}})')
 
     scores = np.concatenate([d["rewards/correctness"] for d in logged])
     eventually(
-        lambda: prometheus.value(f'sum(rl_reward_count{{{run},rl_reward_fn="correctness"}})') == scores.size,
+        lambda: prometheus.value(f'histogram_count(sum(rl_reward{{{run},rl_reward_fn="correctness"}}))') == scores.size,
         what="the per-sample rewards",
     )
     assert prometheus.value(f'sum(rl_reward_positive_total{{{run},rl_reward_fn="correctness"}})') == scores.sum()

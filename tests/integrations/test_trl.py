@@ -134,8 +134,8 @@ def reward_values(rollouts: list[Rollout], fn: str) -> list[float]:
 
 
 def reward_count(prometheus: Prometheus, run_id: str, fn: str) -> float | None:
-    """``rl_reward_count`` of ``fn`` in run ``run_id``, summed over its series (None before any arrived)."""
-    return prometheus.value(f'sum(rl_reward_count{{rl_run_id="{run_id}",rl_reward_fn="{fn}"}})')
+    """The count of the native histogram ``rl_reward`` of ``fn`` in run ``run_id`` (None before any arrived)."""
+    return prometheus.value(f'histogram_count(sum(rl_reward{{rl_run_id="{run_id}",rl_reward_fn="{fn}"}}))')
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +211,7 @@ def test_logged_scalars_are_metrics_and_reward_means_are_not(shared_stack: Any, 
     prometheus = Prometheus(shared_stack.prometheus_url)
     selector = f'{{rl_run_id="{trl_run.run_id}"}}'
     counts = eventually(
-        lambda: prometheus.by_label(f"sum by (rl_metric_key) (rl_metric_count{selector})", "rl_metric_key"),
+        lambda: prometheus.by_label(f"sum by (rl_metric_key) (histogram_count(rl_metric{selector}))", "rl_metric_key"),
         what="the logged scalars",
     )
     for key in ("loss", "entropy", "grad_norm", "completions/mean_length", "frac_reward_zero_std"):
