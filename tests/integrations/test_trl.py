@@ -165,7 +165,7 @@ def test_rewards_are_exact_per_function_and_in_total(shared_stack: Any, trl_run:
     negative = prometheus.value(f"sum(rl_reward_negative_total{selector})")
     assert positive is not None and negative is not None
     assert positive - negative == pytest.approx(math.fsum(values), abs=1e-9)
-    assert prometheus.value(f"sum(rl_reward_sum{selector})") == pytest.approx(math.fsum(values), abs=1e-9)
+    assert prometheus.value(f"histogram_sum(sum(rl_reward{selector}))") == pytest.approx(math.fsum(values), abs=1e-9)
 
 
 def test_every_rollout_is_a_sample_with_its_texts_rewards_and_advantage(shared_stack: Any, trl_run: TrlRun) -> None:
