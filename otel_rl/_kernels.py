@@ -5,6 +5,9 @@ staleness summary took a dozen passes over 8 MB. These kernels read each value o
 bucket counts, which is as close to the one-pass floor as a histogram gets. Tensors on other devices use the
 torch path in ``otel_rl._stats``, where the operations run on the device.
 
+Large inputs run on several threads (``otel_rl._parallel``): :func:`summarize_values` and
+:func:`summarize_staleness` split them into chunks and combine the partial results.
+
 Semantics match the torch path exactly (and both match a float64 numpy reference in the tests): explicit buckets
 are upper-inclusive (bucket i counts ``bounds[i-1] < x <= bounds[i]``), reward sums accumulate in float64,
 staleness in int64.
@@ -18,6 +21,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
+from otel_rl import _parallel
 from otel_rl._buckets import WINDOW_OCTAVES
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -170,3 +174,52 @@ def staleness_kernel(scale: int, masked: bool) -> Callable[..., tuple[int, int, 
         return count, total, minimum, maximum, future, unversioned
 
     return summarize_staleness
+
+
+def summarize_values(
+    values: np.ndarray, scale: int, bounds: np.ndarray, lookup: np.ndarray, fractions: np.ndarray, counts: np.ndarray
+) -> tuple[int, float, float, float, float, float, int]:
+    """:func:`value_kernel` over ``values``, in chunks on several threads when it is large; ``counts`` receives the
+    bucket counts of all of them."""
+    kernel = value_kernel(scale)
+    parts = _parallel.chunks(values.shape[0])
+    tallies = [counts] + [np.zeros_like(counts) for _ in parts[1:]]
+    results = _parallel.run_all(
+        [functools.partial(kernel, values[part], bounds, lookup, fractions, tally) for part, tally in zip(parts, tallies)]
+    )
+    for tally in tallies[1:]:
+        counts += tally
+    count, positive, negative, squares, minimum, maximum, nonfinite = zip(*results)
+    return sum(count), sum(positive), sum(negative), sum(squares), min(minimum), max(maximum), sum(nonfinite)
+
+
+def summarize_staleness(
+    versions: np.ndarray,
+    keep: np.ndarray,
+    masked: bool,
+    current: int,
+    fine: np.ndarray,
+    scale: int,
+    bounds: np.ndarray,
+    lookup: np.ndarray,
+    fractions: np.ndarray,
+    counts: np.ndarray,
+) -> tuple[int, int, int, int, int, int]:
+    """:func:`staleness_kernel` over ``versions``, in chunks on several threads when it is large; ``fine`` and
+    ``counts`` receive the counts of all of them."""
+    kernel = staleness_kernel(scale, masked)
+    parts = _parallel.chunks(versions.shape[0])
+    tallies = [(fine, counts)] + [(np.zeros_like(fine), np.zeros_like(counts)) for _ in parts[1:]]
+    results = _parallel.run_all(
+        [
+            functools.partial(
+                kernel, versions[part], keep[part] if masked else keep, current, fine_part, bounds, lookup, fractions, counts_part
+            )
+            for part, (fine_part, counts_part) in zip(parts, tallies)
+        ]
+    )
+    for part_fine, part_counts in tallies[1:]:
+        fine += part_fine
+        counts += part_counts
+    count, total, minimum, maximum, future, unversioned = zip(*results)
+    return sum(count), sum(total), min(minimum), max(maximum), sum(future), sum(unversioned)

@@ -45,6 +45,9 @@ SELF_SIGNAL = "otel_rl.signal"
 
 # Sample records (log records and span events) and exemplars
 SAMPLE_EVENT = "rl.sample"
+SAMPLE_ID = "rl.sample.id"
+"""Unique per emitted record (32 hex digits, fixed at emit time): a resent record carries it unchanged, so queries
+count each sample once (``count_uniq(rl.sample.id)``)."""
 SAMPLE_SELECTION = "rl.sample.selection"
 SAMPLE_TABLE = "rl.sample.table"
 """Which table (torchforge's table name, e.g. ``rollout/sample``) a sample belongs to; each keeps its own top/bottom-k."""

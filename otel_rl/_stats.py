@@ -227,8 +227,8 @@ class ValueSummarizer:
             values = np.compress(keep.reshape(-1), values.reshape(-1))
         counts = np.zeros(self.layout.size, dtype=np.int64)
         bounds, scale, lookup, fractions = self.layout.kernel_arguments
-        count, positive, negative, squares, minimum, maximum, nonfinite = _kernels.value_kernel(scale)(
-            values.reshape(-1), bounds, lookup, fractions, counts
+        count, positive, negative, squares, minimum, maximum, nonfinite = _kernels.summarize_values(
+            values.reshape(-1), scale, bounds, lookup, fractions, counts
         )
         return _value_statistics(self.layout, count, positive, negative, squares, minimum, maximum, nonfinite, counts)
 
@@ -326,8 +326,8 @@ class StalenessSummarizer:
             fine = np.zeros(len(self._cpu_lookup), dtype=np.int64)
             bounds, scale, lookup, fractions = self.layout.kernel_arguments
             keep_array, use_keep = _keep_arrays(keep, 1)
-            count, total, minimum, maximum, future, unversioned = _kernels.staleness_kernel(scale, use_keep)(
-                _numpy(generated), keep_array, current_version, fine, bounds, lookup, fractions, counts
+            count, total, minimum, maximum, future, unversioned = _kernels.summarize_staleness(
+                _numpy(generated), keep_array, use_keep, current_version, fine, scale, bounds, lookup, fractions, counts
             )
             used = np.flatnonzero(fine)
             np.add.at(counts, self._cpu_lookup[used], fine[used])

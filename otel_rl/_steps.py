@@ -9,6 +9,7 @@ histograms, so a dashboard point links to the sample that explains it.
 from __future__ import annotations
 
 import math
+import secrets
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -104,16 +105,17 @@ class StepSamples:
                 reason = "redaction" if self._config.redact is not None else "invalid"
                 self._self_telemetry.drop_sample(reason, f"sample dropped: {type(error).__name__}")
                 continue
+            record_attributes = {_names.SAMPLE_ID: secrets.token_hex(16), **record.attributes}
             self._logger.emit(
                 event_name=_names.SAMPLE_EVENT,
                 body=record.body,
-                attributes=record.attributes,
+                attributes=record_attributes,
                 severity_number=SeverityNumber.INFO,
                 context=context,
             )
             self._add_exemplars(sample, span.get_span_context(), now)
             if span.is_recording():
-                span.add_event(_names.SAMPLE_EVENT, attributes={**record.attributes, **record.body})
+                span.add_event(_names.SAMPLE_EVENT, attributes={**record_attributes, **record.body})
         span.end(end_time=now)
 
     def _span(self, step: int | None, started_ns: int) -> trace.Span:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import operator
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -136,7 +137,7 @@ class Telemetry:
             clock=clock,
         )
         self._closed = False
-        atexit.register(self.shutdown)
+        atexit.register(self._shutdown_at_exit)
 
     # -- recording (hot path: never raises) -------------------------------------------------------------------
 
@@ -330,13 +331,24 @@ class Telemetry:
         return self._worker.wait(self._worker.request(), timeout_s or self._settings.shutdown_timeout_s)
 
     def shutdown(self, timeout_s: float | None = None) -> bool:
-        """Emit the open step's samples, export, and stop, within ``timeout_s`` even if the collector hangs."""
+        """Emit the open step's samples, export, and stop, within ``timeout_s`` even if the collector hangs. The
+        run counts as finished cleanly (``rl.run.finished`` 1)."""
+        return self._shutdown(timeout_s, clean=True)
+
+    def _shutdown_at_exit(self) -> None:
+        """At interpreter exit without an explicit shutdown: a process that ends on an uncaught exception (Python
+        sets ``sys.last_value`` before exit handlers run) exports everything but is not marked finished, so
+        ``RLRunEndedUncleanly`` can tell it from a clean end."""
+        self._shutdown(None, clean=getattr(sys, "last_value", None) is None)
+
+    def _shutdown(self, timeout_s: float | None, *, clean: bool) -> bool:
         if self._closed:
             return True
         self._closed = True
-        atexit.unregister(self.shutdown)
+        atexit.unregister(self._shutdown_at_exit)
         self._steps.close(None)
-        self._store.set(_names.RUN_FINISHED, (), 1)
+        if clean:
+            self._store.set(_names.RUN_FINISHED, (), 1)
         finished = self._worker.shutdown(timeout_s or self._settings.shutdown_timeout_s)
         if self._tracer_provider is not None:
             self._tracer_provider.shutdown()

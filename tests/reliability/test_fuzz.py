@@ -173,7 +173,7 @@ def test_samples_never_raise_and_cannot_overwrite_contract_attributes(
             assert len(value.encode("utf-8")) <= 1024
 
 
-_CONTRACT = {"rl.step", "rl.sample.selection", "rl.sample.table", "rl.episode.id", "rl.policy.version", "rl.reward", "rl.advantage",
+_CONTRACT = {"rl.sample.id", "rl.step", "rl.sample.selection", "rl.sample.table", "rl.episode.id", "rl.policy.version", "rl.reward", "rl.advantage",
              "rl.staleness", "rl.request.length", "rl.response.length", _names.SAMPLE_TRUNCATED}  # fmt: skip
 
 

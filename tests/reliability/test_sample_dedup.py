@@ -24,8 +24,8 @@ STEPS = 3
 OFFERED = 5
 KEPT = 4  # top 2 + bottom 2
 
-SAMPLE_KEY = "trace_id, span_id, _time, rl.sample.table, rl.sample.selection, rl.episode.id"
-"""The fields that tell two sample records apart when otel_rl gives no sample id (see docs/reliability.md)."""
+SAMPLE_KEY = "rl.sample.id"
+"""What tells two sample records apart: the id each record gets when it is emitted (docs/reliability.md)."""
 
 
 class DuplicatingProxy:

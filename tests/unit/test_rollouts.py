@@ -4,7 +4,10 @@ on the torch path that tensors on other devices take; bad fields are dropped and
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -247,3 +250,31 @@ def test_exemplars_reach_dataset_streams(metric_exporter: RecordingMetricExporte
         (("rl.dataset", "math"), ("rl.staleness.phase", "in_queue")): ["m"],
     }
     telemetry.shutdown()
+
+
+_EXIT_SCRIPT = """
+import sys
+from otel_rl import Telemetry, TelemetryConfig
+from tests.conftest import RecordingMetricExporter
+
+class Reporting(RecordingMetricExporter):
+    def shutdown(self, timeout_millis=30_000, **kwargs):
+        print("finished", self.latest()[("rl.run.finished", ())].value, flush=True)
+
+telemetry = Telemetry(TelemetryConfig(run_id="exit", export_interval_s=60), metric_exporter=Reporting())
+telemetry.record_rewards([1.0])
+if sys.argv[1] == "raise":
+    raise RuntimeError("the training loop crashed")
+"""
+
+
+@pytest.mark.parametrize(("ending", "finished"), [("return", 1), ("raise", 0)])
+def test_process_exit_marks_the_run_finished_only_without_an_uncaught_exception(ending: str, finished: int) -> None:
+    """Without an explicit shutdown the exit handler still exports; a process ending on an uncaught exception keeps
+    rl.run.finished at 0, so RLRunEndedUncleanly fires for it and not for a clean end."""
+    root = Path(__file__).parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", _EXIT_SCRIPT, ending], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert f"finished {finished}" in result.stdout, result.stderr
+    assert (result.returncode != 0) == (ending == "raise")

@@ -4,6 +4,10 @@ and the torch operations that tensors on other devices (GPUs) go through."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -12,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from otel_rl import _parallel
 from otel_rl._buckets import ExplicitLayout, ExponentialLayout, Layout
 from otel_rl._stats import BadInput, ValueSummarizer, StalenessSummarizer
 from tests.reference import bucket_counts, exponential_sides
@@ -29,8 +34,36 @@ class TorchStaleness(StalenessSummarizer):
     kernel_devices = frozenset()
 
 
-REWARDS = pytest.mark.parametrize("summarizer", [ValueSummarizer, TorchRewards])
-STALENESS = pytest.mark.parametrize("summarizer", [StalenessSummarizer, TorchStaleness])
+@contextmanager
+def chunked() -> Iterator[None]:
+    """The CPU kernels split over 3 threads in chunks of a few values, as a large input is."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        with mock.patch.object(_parallel, "MIN_CHUNK", 4):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+class ChunkedRewards(ValueSummarizer):
+    """The CPU kernel on several threads (``otel_rl._parallel``)."""
+
+    def summarize(self, *args: Any, **kwargs: Any) -> Any:
+        with chunked():
+            return super().summarize(*args, **kwargs)
+
+
+class ChunkedStaleness(StalenessSummarizer):
+    """The CPU kernel on several threads."""
+
+    def summarize(self, *args: Any, **kwargs: Any) -> Any:
+        with chunked():
+            return super().summarize(*args, **kwargs)
+
+
+REWARDS = pytest.mark.parametrize("summarizer", [ValueSummarizer, TorchRewards, ChunkedRewards])
+STALENESS = pytest.mark.parametrize("summarizer", [StalenessSummarizer, TorchStaleness, ChunkedStaleness])
 REWARD_BOUNDS = (-2.0, -0.5, 0.0, 0.5, 1.0, 3.0)
 STALENESS_BOUNDS = (0, 1, 2, 4, 8, 100)
 

@@ -315,6 +315,24 @@ def test_span_events_carry_the_samples(metric_exporter: RecordingMetricExporter)
     assert [e.attributes["response"] for e in span.events] == ["a", "b"]
     record = logs.get_finished_logs()[0].log_record
     assert record.trace_id == span.context.trace_id and record.span_id == span.context.span_id
+    assert [e.attributes["rl.sample.id"] for e in span.events] == [
+        r.log_record.attributes["rl.sample.id"] for r in logs.get_finished_logs()
+    ]
+
+
+def test_every_sample_record_has_its_own_id(metric_exporter: RecordingMetricExporter) -> None:
+    """rl.sample.id: 32 hex digits, distinct for every record emitted, also for samples alike but for the reward."""
+    logs = InMemoryLogRecordExporter()
+    config = TelemetryConfig(run_id="r", top_k=2, bottom_k=2, export_interval_s=60)
+    telemetry = Telemetry(config, metric_exporter=metric_exporter, log_exporter=logs)
+    for step in range(3):
+        telemetry.step(step)
+        for reward in range(4):
+            telemetry.record_sample(EpisodeSample(reward=float(reward), response="same"))
+    telemetry.shutdown()
+    ids = [r.log_record.attributes["rl.sample.id"] for r in logs.get_finished_logs()]
+    assert len(ids) == 12 and len(set(ids)) == 12
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
 
 
 def test_console_mode_prints_a_readable_block_per_step(capsys: pytest.CaptureFixture[str]) -> None:
