@@ -14,7 +14,7 @@ import torch
 from bench import report
 from bench.machine import machine
 
-SECTIONS = ("ingest", "growth", "training_thread", "memory", "cuda", "collector")
+SECTIONS = ("ingest", "growth", "training_thread", "memory", "cuda", "collector", "capacity")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
 
 
@@ -56,6 +56,10 @@ def run(*, quick: bool, only: tuple[str, ...] = SECTIONS, threads: int = 2) -> d
         results["collector"] = (
             collector_scale([10], ticks=3) if quick else collector_scale([100, 250, 500, 1000, 2000, 4000], ticks=8)
         )
+    if "capacity" in only:
+        from bench.capacity import capacity
+
+        results["capacity"] = capacity(steps=2, per_step=20) if quick else capacity()
     results["elapsed_s"] = time.perf_counter() - started
     results["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     return results

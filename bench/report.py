@@ -137,6 +137,17 @@ def tables(results: dict[str, Any]) -> list[Table]:
                 rows,
             )
         )
+    capacity = results.get("capacity")
+    if capacity:
+        series, store = capacity["series_per_run"], capacity["log_store"]
+        rows = [
+            ["series per run (all signals)", f"{series['series']} ({series['series_with_rank_label']} with a rank label)"],
+            ["sample records stored", f"{store['records_stored']} of {store['records_expected']}"],
+            ["records per VictoriaLogs CPU-second", str(store["records_per_cpu_s"])],
+            ["records/s achieved (shared cores)", str(store["records_per_s_achieved"])],
+            ["disk per record", f"{store['disk_bytes_per_record']} B ({store['record_text_bytes']} B of text)"],
+        ]
+        out.append(("6b. Capacity inputs (docs/scale.md)", ["measure", "value"], rows))
     return out
 
 
