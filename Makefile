@@ -50,6 +50,7 @@ typecheck: venv
 	$(VENV)/bin/mypy otel_rl demo bench
 
 test: stack-install typecheck test-otel-lowest
+	$(VENV)/bin/otel-rl stack install --cluster
 	$(PY) -m pytest -q
 
 bench: venv

@@ -38,7 +38,9 @@ def _add_stack_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster",
         action="store_true",
-        help="VictoriaLogs as a cluster: two storage nodes behind the VictoriaLogs port (docs/scale.md)",
+        help="the cluster profile: VictoriaLogs as two storage nodes behind the VictoriaLogs port (docs/scale.md), "
+        "and two Thanos receivers and a Thanos querier instead of Prometheus (docs/tsdb_cluster.md); with "
+        "'install', also build Thanos (minutes)",
     )
 
 
@@ -63,6 +65,7 @@ def _config_from(args: argparse.Namespace) -> StackConfig:
         state_dir=args.state_dir,
         ready_timeout_s=args.timeout or 60.0,
         victorialogs_cluster=args.cluster,
+        tsdb_cluster=args.cluster,
     )
 
 
@@ -83,9 +86,10 @@ def _stack_install(args: argparse.Namespace) -> int:
     """``otel-rl stack install``: install or build whatever binary is missing."""
     config = _config_from(args)
     started = time.monotonic()
-    binaries = install.install_all(root=config.resolved_root(), home=config.home)
+    binaries = install.install_all(root=config.resolved_root(), home=config.home, cluster=config.tsdb_cluster)
     for item in fields(binaries):
-        print(f"{item.name:<13} {getattr(binaries, item.name)}")
+        if getattr(binaries, item.name) is not None:
+            print(f"{item.name:<13} {getattr(binaries, item.name)}")
     print(f"ready in {time.monotonic() - started:.1f} s")
     return 0
 
@@ -96,7 +100,7 @@ def _stack_up(args: argparse.Namespace) -> int:
     stack.up()
     print(f"OTLP gRPC     {stack.otlp_grpc_endpoint}")
     print(f"OTLP HTTP     {stack.otlp_http_endpoint}")
-    print(f"Prometheus    {stack.prometheus_url}")
+    print(f"{'Thanos query' if stack.config.tsdb_cluster else 'Prometheus':<13} {stack.prometheus_url}")
     print(f"VictoriaLogs  {stack.victorialogs_url}")
     print(f"state         {stack.state_dir}")
     print(f"export OTEL_EXPORTER_OTLP_ENDPOINT={stack.otlp_grpc_endpoint}")
@@ -115,18 +119,21 @@ def _stack_status(args: argparse.Namespace) -> int:
     """``otel-rl stack status``: one line per component; exit status 0 only when all are healthy."""
     stack = _stack_for(args)
     statuses = stack.status()
-    print(f"{'component':<13} {'pid':>8}  {'state':<8} {'health':<9} url")
+    print(f"{'component':<16} {'pid':>8}  {'state':<8} {'health':<9} url")
     for name in stack.component_names:
         status = statuses[name]
         pid = "-" if status.pid is None else str(status.pid)
         health = "healthy" if status.healthy else "unhealthy"
-        print(f"{name:<13} {pid:>8}  {status.state:<8} {health:<9} {status.health_url}")
+        print(f"{name:<16} {pid:>8}  {status.state:<8} {health:<9} {status.health_url}")
     print(f"state         {stack.state_dir}")
     return 0 if all(status.healthy for status in statuses.values()) else 1
 
 
 _STACK_ACTIONS: dict[str, tuple[_Action, str]] = {
-    "install": (_stack_install, "install the collector, VictoriaLogs and Prometheus if missing"),
+    "install": (
+        _stack_install,
+        "install the collector, VictoriaLogs and Prometheus (and Thanos with --cluster) if missing",
+    ),
     "up": (_stack_up, "install what is missing, start the stack and wait until it is healthy"),
     "down": (_stack_down, "stop the stack (SIGTERM, then SIGKILL)"),
     "status": (_stack_status, "print each component's pid, state and health"),

@@ -62,6 +62,30 @@ class StackPorts:
     """First VictoriaLogs storage node (cluster profile only; see :attr:`StackConfig.victorialogs_cluster`)."""
     vlstorage_1: int = 9492
     """Second VictoriaLogs storage node (cluster profile only)."""
+    thanos_receive_0_write: int = 19291
+    """First Thanos receiver's remote-write endpoint, ``/api/v1/receive`` (TSDB cluster profile only; see
+    :attr:`StackConfig.tsdb_cluster`): the collector writes here."""
+    thanos_receive_0_grpc: int = 10901
+    """First Thanos receiver's gRPC (Store API for the querier, forwarding between receivers: its hashring
+    endpoint)."""
+    thanos_receive_0_http: int = 10902
+    """First Thanos receiver's HTTP (``/-/ready``, ``/metrics``)."""
+    thanos_receive_0_capnp: int = 19391
+    """First Thanos receiver's Cap'n Proto replication listener (``--receive.capnproto-address``; unused with the
+    default gRPC replication protocol, but it listens)."""
+    thanos_receive_1_write: int = 19292
+    """Second Thanos receiver's remote-write endpoint (TSDB cluster profile only)."""
+    thanos_receive_1_grpc: int = 10911
+    """Second Thanos receiver's gRPC."""
+    thanos_receive_1_http: int = 10912
+    """Second Thanos receiver's HTTP."""
+    thanos_receive_1_capnp: int = 19392
+    """Second Thanos receiver's Cap'n Proto replication listener."""
+    thanos_query: int = 10904
+    """Thanos querier's HTTP: the Prometheus query API (``/api/v1/query``), which :attr:`Stack.prometheus_url
+    <otel_rl.stack.services.Stack.prometheus_url>` names in the TSDB cluster profile."""
+    thanos_query_grpc: int = 10903
+    """Thanos querier's own gRPC (Store API); nothing of the stack uses it, but it listens."""
 
     def __post_init__(self) -> None:
         seen: dict[int, str] = {}
@@ -106,7 +130,8 @@ class StackConfig:
     """Extra environment for the collector, e.g. ``{"OTEL_RL_AGGREGATION_INTERVAL": "1s"}``; the stack's own
     variables (:data:`otel_rl.stack.env.COLLECTOR_ENV_NAMES`) cannot be overridden here."""
     prometheus_retention: str = "15d"
-    """Prometheus ``--storage.tsdb.retention.time``."""
+    """Prometheus ``--storage.tsdb.retention.time`` (the Thanos receivers' ``--tsdb.retention`` in the TSDB cluster
+    profile)."""
     victorialogs_retention: str = "7d"
     """VictoriaLogs ``-retentionPeriod``."""
     victorialogs_flags: tuple[str, ...] = (
@@ -125,6 +150,14 @@ class StackConfig:
     ``vlstorage_0``/``vlstorage_1``, each with its own data folder) behind the ``victorialogs`` component, which
     then stores nothing itself and serves ingestion and LogsQL on the same port by routing to them
     (``-storageNode``). The collector and every query client see no difference. See docs/scale.md."""
+    tsdb_cluster: bool = False
+    """Replace Prometheus by a distributed TSDB behind the same remote-write contract: two Thanos receivers
+    (``thanos-receive-0``, ``thanos-receive-1``) in one hashring with replication factor 1 (series are sharded
+    between them, each has its own data folder), and a Thanos querier over both. The collector remote-writes to
+    the first receiver, which forwards each series to its owner; :attr:`Stack.prometheus_url
+    <otel_rl.stack.services.Stack.prometheus_url>` is the querier's Prometheus query API. Prometheus does not run:
+    recording rules and alerts would need Thanos Ruler (not part of the stack), and the collector's own metrics are
+    not scraped. Needs the Thanos binary (``otel-rl stack install --cluster``). See docs/tsdb_cluster.md."""
     ready_timeout_s: float = 60.0
     """Seconds to wait for each component to report healthy after starting it."""
     stop_timeout_s: float = 10.0
@@ -138,8 +171,9 @@ class StackConfig:
         clashes = sorted(set(self.collector_environment) & set(COLLECTOR_ENV_NAMES))
         if clashes:
             raise ValueError(f'"collector_environment" must not set the stack\'s own variables, got {clashes!r}')
-        if not isinstance(self.victorialogs_cluster, bool):
-            raise TypeError(f'"victorialogs_cluster" must be a bool, got {self.victorialogs_cluster!r}')
+        for name in ("victorialogs_cluster", "tsdb_cluster"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f'"{name}" must be a bool, got {getattr(self, name)!r}')
         for name in ("ready_timeout_s", "stop_timeout_s"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0:

@@ -35,9 +35,9 @@ COLLECTOR_METRICS_HOST: Final = "OTEL_RL_COLLECTOR_METRICS_HOST"
 COLLECTOR_METRICS_PORT: Final = "OTEL_RL_COLLECTOR_METRICS_PORT"
 """Port of the collector's own metrics (e.g. ``"8888"``)."""
 
-COLLECTOR_PROMETHEUS_URL: Final = "OTEL_RL_PROMETHEUS_URL"
-"""Base URL of Prometheus without a trailing slash (e.g. ``"http://127.0.0.1:9090"``); the remote-write
-endpoint is ``${env:OTEL_RL_PROMETHEUS_URL}/api/v1/write``."""
+COLLECTOR_REMOTE_WRITE_URL: Final = "OTEL_RL_REMOTE_WRITE_URL"
+"""The whole remote-write URL (Prometheus ``http://127.0.0.1:9090/api/v1/write``, a Thanos receiver's
+``/api/v1/receive``, Mimir's ``/api/v1/push``, VictoriaMetrics' ``/api/v1/write``)."""
 
 COLLECTOR_VICTORIALOGS_URL: Final = "OTEL_RL_VICTORIALOGS_URL"
 """Base URL of VictoriaLogs without a trailing slash (e.g. ``"http://127.0.0.1:9428"``); OTLP/HTTP logs go to
@@ -54,7 +54,7 @@ COLLECTOR_ENV_NAMES: Final = (
     COLLECTOR_HEALTH_ENDPOINT,
     COLLECTOR_METRICS_HOST,
     COLLECTOR_METRICS_PORT,
-    COLLECTOR_PROMETHEUS_URL,
+    COLLECTOR_REMOTE_WRITE_URL,
     COLLECTOR_VICTORIALOGS_URL,
     COLLECTOR_QUEUE_DIR,
 )

@@ -8,6 +8,9 @@
   :data:`PROMETHEUS_VERSION` into ``$OTEL_RL_HOME/bin``, with a version stamp (the builder is installed the same
   way, by :func:`ensure_go_binary`). Prometheus's module has no built web UI; its API, which Grafana, the report
   and the tests use, is complete.
+* Thanos (the TSDB cluster profile only, :func:`ensure_thanos`): ``go build`` of ``cmd/thanos`` inside a writable
+  copy of the module at :data:`THANOS_VERSION`, into ``$OTEL_RL_HOME/bin`` with a version stamp; minutes cold, so
+  :func:`install_all` builds it only when asked (``cluster=True``, ``otel-rl stack install --cluster``).
 
 The Go installs and the collector build hold an exclusive lock on ``$OTEL_RL_HOME/install.lock`` so that
 concurrent ``up`` calls (a test session and a shell) do not build the same thing twice or read a half-written
@@ -27,7 +30,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -66,6 +69,24 @@ PROMETHEUS_MODULE: Final = "github.com/prometheus/prometheus"
 PROMETHEUS_VERSION: Final = "v0.316.0"
 """Pinned Prometheus module version: Prometheus 3.16.0 (native histograms stable, remote-write 2.0 receiver)."""
 
+THANOS_MODULE: Final = "github.com/thanos-io/thanos"
+"""Go module of Thanos; its ``cmd/thanos`` is one binary for every component (``receive``, ``query``, ...)."""
+
+THANOS_VERSION: Final = "v0.42.5"
+"""Pinned Thanos release (native histograms on by default in ``receive``: ``--tsdb.enable-native-histograms``)."""
+
+THANOS_TOOLCHAIN: Final = "go1.26.10"
+"""``GOTOOLCHAIN`` for fetching and building Thanos: its go.mod says ``go 1.26.10``, newer than some local Go
+installs; the go command downloads this toolchain once (a module of its own, seconds)."""
+
+THANOS_BINARY_NAME: Final = "thanos"
+"""File name of the built Thanos binary."""
+
+THANOS_BUILD_TAGS: Final = ("netgo", "slicelabels")
+"""Go build tags of the Thanos release build (its ``.promu.yml``). ``slicelabels`` is required: Thanos converts
+Prometheus ``labels.Labels`` to its own label slices without copying, which only matches Prometheus's slice
+implementation (without the tag a receiver panics in gRPC marshalling on the querier's first call, measured)."""
+
 _MANIFEST_COMPONENT_KEYS: Final = ("receivers", "processors", "exporters", "connectors", "extensions", "providers")
 
 PATCHES_DIR_NAME: Final = "patches"
@@ -91,6 +112,9 @@ class Binaries:
     """The Prometheus server."""
     promtool: Path
     """Prometheus's companion tool (config and rule checks)."""
+    thanos: Path | None = None
+    """Thanos (``receive`` and ``query`` of the TSDB cluster profile), or ``None`` when it was not built (the default
+    install skips it: :func:`install_all` with ``cluster=False``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,22 +247,18 @@ def _run(argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, cw
         ) from error
 
 
-def _go_env(gobin: Path) -> dict[str, str]:
-    """Return the environment for ``go install`` into ``gobin``."""
-    env = dict(os.environ)
-    env["GOBIN"] = str(gobin)
-    return env
+def _go_env(**variables: str) -> dict[str, str]:
+    """Return this process's environment with ``variables`` (e.g. ``GOBIN``, ``GOTOOLCHAIN``) set on top."""
+    return {**os.environ, **variables}
 
 
-def ensure_go_binary(package: str, version: str, binary_name: str, *, home: Path) -> Path:
-    """Return ``binary_name`` at ``version`` in ``$OTEL_RL_HOME/bin``, installing ``package@version`` if needed.
+def _ensure_binary(binary_name: str, version: str, *, home: Path, what: str, build: Callable[[Path], Path]) -> Path:
+    """Return ``binary_name`` at ``version`` in ``$OTEL_RL_HOME/bin``, calling ``build`` first if needed.
 
-    ``go install`` runs when the binary is missing or its version stamp (``<binary_name>.version`` beside it)
-    names another version. It writes into a temporary GOBIN and the binary is then renamed into place, so a
-    failed install leaves nothing half-written. Takes :func:`install_lock` itself: the caller must not hold it.
-
-    Raises:
-        InstallError: when ``go install`` fails or produces no ``binary_name``.
+    ``build(scratch)`` runs when the binary is missing or its version stamp (``<binary_name>.version`` beside it)
+    names another version; it works in ``scratch``, a temporary folder in the bin folder, and returns the binary it
+    made there, which is then renamed into place, so a failed build leaves nothing half-written. ``what`` names the
+    build in the log lines. Takes :func:`install_lock` itself: the caller must not hold it.
     """
     bin_dir = layout.bin_dir(home)
     binary = bin_dir / binary_name
@@ -252,19 +272,64 @@ def ensure_go_binary(package: str, version: str, binary_name: str, *, home: Path
     with install_lock(home):
         if current():
             return binary
-        target = f"{package}@{version}"
-        _logger.info("installing %s into %s", target, bin_dir)
+        _logger.info("installing %s into %s", what, bin_dir)
         started = time.monotonic()
         bin_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".go-install-", dir=bin_dir) as scratch:
-            _run([go_executable(), "install", target], env=_go_env(Path(scratch)))
-            built = Path(scratch) / binary_name
-            if not built.is_file():
-                raise InstallError(f"'go install {target}' succeeded but produced no {binary_name!r} in GOBIN")
-            os.replace(built, binary)
+            os.replace(build(Path(scratch)), binary)
         stamp.write_text(version + "\n", encoding="utf-8")
-        _logger.info("installed %s in %.1f s", target, time.monotonic() - started)
+        _logger.info("installed %s in %.1f s", what, time.monotonic() - started)
     return binary
+
+
+def ensure_go_binary(package: str, version: str, binary_name: str, *, home: Path) -> Path:
+    """Return ``binary_name`` at ``version`` in ``$OTEL_RL_HOME/bin``, installing ``package@version`` if needed.
+
+    ``go install`` runs when the binary is missing or its version stamp (``<binary_name>.version`` beside it)
+    names another version. It writes into a temporary GOBIN and the binary is then renamed into place, so a
+    failed install leaves nothing half-written. Takes :func:`install_lock` itself: the caller must not hold it.
+
+    Raises:
+        InstallError: when ``go install`` fails or produces no ``binary_name``.
+    """
+    target = f"{package}@{version}"
+
+    def build(scratch: Path) -> Path:
+        _run([go_executable(), "install", target], env=_go_env(GOBIN=str(scratch)))
+        built = scratch / binary_name
+        if not built.is_file():
+            raise InstallError(f"'go install {target}' succeeded but produced no {binary_name!r} in GOBIN")
+        return built
+
+    return _ensure_binary(binary_name, version, home=home, what=target, build=build)
+
+
+def ensure_thanos(*, home: Path) -> Path:
+    """Return Thanos at :data:`THANOS_VERSION` in ``$OTEL_RL_HOME/bin``, building it first if needed.
+
+    ``go install github.com/thanos-io/thanos/cmd/thanos@version`` is refused (its go.mod has ``replace``
+    directives), so the module is fetched (``go mod download``), copied into the scratch folder, made writable, and
+    ``go build -tags`` :data:`THANOS_BUILD_TAGS` ``./cmd/thanos`` runs inside the copy, with ``GOTOOLCHAIN`` =
+    :data:`THANOS_TOOLCHAIN`. Cached and locked like :func:`ensure_go_binary`; the version stamp names the tags
+    too, so a binary built with other tags is rebuilt. A 136 MB binary, minutes to build (docs/tsdb_cluster.md).
+
+    Raises:
+        InstallError: when fetching the module or building fails.
+    """
+    target = f"{THANOS_MODULE}@{THANOS_VERSION}"
+    env = _go_env(GOTOOLCHAIN=THANOS_TOOLCHAIN)
+    tags = ",".join(THANOS_BUILD_TAGS)
+
+    def build(scratch: Path) -> Path:
+        go = go_executable()
+        source = _writable_module_copy(go, THANOS_MODULE, THANOS_VERSION, scratch / "module", env=env)
+        built = scratch / THANOS_BINARY_NAME
+        version = f"-X github.com/prometheus/common/version.Version={THANOS_VERSION.removeprefix('v')}"
+        _run([go, "build", f"-tags={tags}", f"-ldflags={version}", "-o", built, "./cmd/thanos"], env=env, cwd=source)
+        return built
+
+    stamp = f"{THANOS_VERSION} -tags={tags}"
+    return _ensure_binary(THANOS_BINARY_NAME, stamp, home=home, what=f"{target} (go build -tags={tags})", build=build)
 
 
 def ensure_collector(manifest: Path, *, home: Path) -> Path:
@@ -330,10 +395,8 @@ def _patched_manifest(manifest: Path, *, go: Path, scratch: Path) -> Path:
     for patch in patches:
         key = (patch.module, patch.version)
         if key not in copies:
-            copies[key] = scratch / "modules" / f"{patch.module.replace('/', '_')}@{patch.version}"
-            shutil.copytree(_go_module_dir(go, patch.module, patch.version), copies[key])
-            for entry in (copies[key], *copies[key].rglob("*")):
-                entry.chmod(entry.stat().st_mode | 0o200)
+            destination = scratch / "modules" / f"{patch.module.replace('/', '_')}@{patch.version}"
+            copies[key] = _writable_module_copy(go, patch.module, patch.version, destination)
         try:
             _run([_patch_executable(), "-p1", "--batch", "--forward", "--fuzz=0", "-i", patch.path], cwd=copies[key])
         except InstallError as error:
@@ -350,14 +413,33 @@ def _patched_manifest(manifest: Path, *, go: Path, scratch: Path) -> Path:
     return effective
 
 
-def _go_module_dir(go: Path, module: str, version: str) -> Path:
+def _writable_module_copy(
+    go: Path, module: str, version: str, destination: Path, *, env: Mapping[str, str] | None = None
+) -> Path:
+    """Copy ``module@version`` from the Go module cache (:func:`_go_module_dir`) to ``destination``, make every
+    file writable (the cache's are read-only) and return ``destination``.
+
+    Raises:
+        InstallError: when ``go mod download`` fails.
+    """
+    shutil.copytree(_go_module_dir(go, module, version, env=env), destination)
+    for entry in (destination, *destination.rglob("*")):
+        entry.chmod(entry.stat().st_mode | 0o200)
+    return destination
+
+
+def _go_module_dir(go: Path, module: str, version: str, *, env: Mapping[str, str] | None = None) -> Path:
     """Return the module cache folder of ``module@version``, downloading it if needed (read-only files).
+
+    ``env`` replaces the environment of ``go mod download`` (e.g. to set ``GOTOOLCHAIN``).
 
     Raises:
         InstallError: when ``go mod download`` fails.
     """
     command = [str(go), "mod", "download", "-json", f"{module}@{version}"]
-    result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    result = subprocess.run(
+        command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=None if env is None else dict(env)
+    )
     try:
         info = json.loads(result.stdout)
     except ValueError:
@@ -400,14 +482,19 @@ def ensure_prometheus(*, home: Path) -> tuple[Path, Path]:
     return prometheus, promtool
 
 
-def install_all(*, root: Path | None = None, home: Path | None = None) -> Binaries:
+def install_all(*, root: Path | None = None, home: Path | None = None, cluster: bool = False) -> Binaries:
     """Ensure every binary of the stack and return their paths.
 
-    ``root`` defaults to :func:`layout.repository_root`, ``home`` to ``$OTEL_RL_HOME``.
+    ``root`` defaults to :func:`layout.repository_root`, ``home`` to ``$OTEL_RL_HOME``. Thanos, which only the TSDB
+    cluster profile runs and which takes minutes to build, is ensured only with ``cluster=True``
+    (:attr:`Binaries.thanos` is ``None`` otherwise).
     """
     root = layout.repository_root() if root is None else root
     home = otel_rl_home() if home is None else home
     prometheus, promtool = ensure_prometheus(home=home)
     victorialogs = ensure_go_binary(VICTORIALOGS_PACKAGE, VICTORIALOGS_VERSION, VICTORIALOGS_BINARY_NAME, home=home)
     collector = ensure_collector(layout.collector_manifest(root), home=home)
-    return Binaries(collector=collector, victorialogs=victorialogs, prometheus=prometheus, promtool=promtool)
+    thanos = ensure_thanos(home=home) if cluster else None
+    return Binaries(
+        collector=collector, victorialogs=victorialogs, prometheus=prometheus, promtool=promtool, thanos=thanos
+    )

@@ -6,11 +6,13 @@ A :class:`Stack` keeps everything in its state directory::
     <state_dir>/run/<name>.pid      pid and start time of each component
     <state_dir>/logs/<name>.log     stdout and stderr of each component (appended)
     <state_dir>/prometheus.yml      Prometheus config rendered from ``prometheus/prometheus.yml``
-    <state_dir>/data/<name>/        Prometheus TSDB and VictoriaLogs storage
+    <state_dir>/thanos-*.{json,yml} the Thanos hashring and querier endpoints (TSDB cluster profile)
+    <state_dir>/data/<name>/        Prometheus TSDB, Thanos receiver TSDBs and VictoriaLogs storage
 
-so that another process (the CLI) can report on it and stop it. Start order is VictoriaLogs, Prometheus, then the
-collector (which writes to both); stop order is the reverse, so the collector can flush on SIGTERM. What differs
-between the components (ports, health endpoint, command line) is in their specs, :data:`components.SPECS`.
+so that another process (the CLI) can report on it and stop it. Start order is VictoriaLogs, Prometheus (in the
+TSDB cluster profile: the Thanos receivers and querier), then the collector (which writes to both); stop order is
+the reverse, so the collector can flush on SIGTERM. What differs between the components (ports, health endpoint,
+command line) is in their specs, :data:`components.SPECS`.
 """
 
 from __future__ import annotations
@@ -129,7 +131,8 @@ class Stack:
     @property
     def component_names(self) -> tuple[ComponentName, ...]:
         """The components this stack runs, in start order: :data:`COMPONENTS`, preceded by the two storage nodes
-        in the VictoriaLogs cluster profile."""
+        in the VictoriaLogs cluster profile, with two Thanos receivers and a querier instead of Prometheus in the
+        TSDB cluster profile."""
         return active_components(self.config)
 
     @classmethod
@@ -149,6 +152,7 @@ class Stack:
                 host=saved["host"],
                 state_dir=state_dir,
                 victorialogs_cluster=bool(saved.get("victorialogs_cluster", False)),
+                tsdb_cluster=bool(saved.get("tsdb_cluster", False)),
             )
         return cls(base)
 
@@ -166,8 +170,9 @@ class Stack:
 
     @property
     def prometheus_url(self) -> str:
-        """Prometheus base URL, e.g. ``http://127.0.0.1:9090`` (API under ``/api/v1/``)."""
-        return components.base_url(self.config, self.config.ports.prometheus)
+        """Base URL of the Prometheus query API (under ``/api/v1/``), e.g. ``http://127.0.0.1:9090``: Prometheus,
+        or the Thanos querier in the TSDB cluster profile (:attr:`StackConfig.tsdb_cluster`)."""
+        return components.query_url(self.config)
 
     @property
     def victorialogs_url(self) -> str:
@@ -196,7 +201,9 @@ class Stack:
     def binaries(self) -> install.Binaries:
         """Return the stack's executables, installing (or building) whatever is missing on first call."""
         if self._binaries is None:
-            self._binaries = install.install_all(root=self.config.resolved_root(), home=self.config.home)
+            self._binaries = install.install_all(
+                root=self.config.resolved_root(), home=self.config.home, cluster=self.config.tsdb_cluster
+            )
         return self._binaries
 
     def up(self) -> None:
@@ -384,6 +391,7 @@ class Stack:
                     "host": self.config.host,
                     "ports": self.config.ports.as_dict(),
                     "victorialogs_cluster": self.config.victorialogs_cluster,
+                    "tsdb_cluster": self.config.tsdb_cluster,
                 },
                 indent=2,
             )

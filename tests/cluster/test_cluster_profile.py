@@ -1,14 +1,20 @@
-"""The VictoriaLogs cluster profile's configuration and command lines (no processes started)."""
+"""The cluster profiles' configuration and command lines (no processes started): VictoriaLogs storage nodes, and
+Thanos receivers and querier instead of Prometheus."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
-from otel_rl.stack.components import COMPONENTS, SPECS, active_components
+import yaml
+
+from otel_rl.stack.components import COMPONENTS, SPECS, active_components, collector_environment
 from otel_rl.stack.config import StackConfig, StackPorts
 from otel_rl.stack.install import Binaries
+from otel_rl.stack.services import Stack
 
 BINARIES = Binaries(
     collector=Path("/bin/otelcol-rl"), victorialogs=Path("/bin/victoria-logs"), prometheus=Path("/bin/prometheus"),
@@ -16,10 +22,14 @@ BINARIES = Binaries(
 )  # fmt: skip
 
 
-def test_cluster_flag_must_be_a_bool() -> None:
-    """victorialogs_cluster is validated at construction: a non-bool is a TypeError showing it."""
-    with pytest.raises(TypeError, match=r"\"victorialogs_cluster\" must be a bool, got 'yes'"):
-        StackConfig(victorialogs_cluster="yes")  # type: ignore[arg-type]
+THANOS = dataclasses.replace(BINARIES, thanos=Path("/bin/thanos"))
+
+
+@pytest.mark.parametrize("flag", ["victorialogs_cluster", "tsdb_cluster"])
+def test_cluster_flags_must_be_bools(flag: str) -> None:
+    """The profile flags are validated at construction: a non-bool is a TypeError showing it."""
+    with pytest.raises(TypeError, match=rf"\"{flag}\" must be a bool, got 'yes'"):
+        StackConfig(**{flag: "yes"})
 
 
 def test_single_node_profile_is_unchanged(tmp_path: Path) -> None:
@@ -46,11 +56,68 @@ def test_cluster_profile_routes_the_front_to_two_storage_nodes(tmp_path: Path) -
         assert f"-httpListenAddr=127.0.0.1:{port}" in argv and "-inmemoryDataFlushInterval=1s" in argv
 
 
-def test_cli_status_with_cluster_lists_the_storage_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`otel-rl stack status --cluster` on a stack that is not running reports all five components, unhealthy."""
+TSDB_COMPONENTS = ("thanos-receive-0", "thanos-receive-1", "thanos-query")
+
+
+def test_tsdb_cluster_profile_replaces_prometheus_by_thanos(tmp_path: Path) -> None:
+    """With tsdb_cluster, two receivers (own TSDB folder and ports, one hashring of both gRPC endpoints, replication
+    factor 1) and a querier over both (strict endpoints, no partial responses) run instead of Prometheus; the
+    collector remote-writes to the first receiver's /api/v1/receive and the stack's query URL is the querier."""
+    ports = StackPorts.free()
+    config = StackConfig(ports=ports, state_dir=tmp_path, tsdb_cluster=True)
+    assert active_components(config) == ("victorialogs", *TSDB_COMPONENTS, "collector")
+    grpc = [f"127.0.0.1:{ports.thanos_receive_0_grpc}", f"127.0.0.1:{ports.thanos_receive_1_grpc}"]
+    for index, (write, http) in enumerate(
+        [(ports.thanos_receive_0_write, ports.thanos_receive_0_http), (ports.thanos_receive_1_write, ports.thanos_receive_1_http)]
+    ):
+        command = SPECS[f"thanos-receive-{index}"].command(config, THANOS, tmp_path)  # type: ignore[index]
+        assert command.argv[:2] == ("/bin/thanos", "receive")
+        assert f"--tsdb.path={tmp_path / 'data' / f'thanos-receive-{index}'}" in command.argv
+        assert f"--remote-write.address=127.0.0.1:{write}" in command.argv
+        assert f"--http-address=127.0.0.1:{http}" in command.argv
+        assert f"--receive.local-endpoint={grpc[index]}" in command.argv
+        assert "--receive.replication-factor=1" in command.argv
+        capnp = [f"127.0.0.1:{ports.thanos_receive_0_capnp}", f"127.0.0.1:{ports.thanos_receive_1_capnp}"]
+        endpoints = [{"address": g, "capnproto_address": c} for g, c in zip(grpc, capnp, strict=True)]
+        assert json.loads(command.inputs[0].read_text()) == [{"hashring": "default", "endpoints": endpoints}]
+    query = SPECS["thanos-query"].command(config, THANOS, tmp_path)
+    assert f"--http-address=127.0.0.1:{ports.thanos_query}" in query.argv and "--no-query.partial-response" in query.argv
+    endpoints = yaml.safe_load(query.inputs[0].read_text())["endpoints"]
+    assert endpoints == [{"address": address, "strict": True} for address in grpc]
+    assert collector_environment(config)["OTEL_RL_REMOTE_WRITE_URL"] == (
+        f"http://127.0.0.1:{ports.thanos_receive_0_write}/api/v1/receive"
+    )
+    assert Stack(config, binaries=THANOS).prometheus_url == f"http://127.0.0.1:{ports.thanos_query}"
+
+
+def test_tsdb_cluster_needs_the_thanos_binary(tmp_path: Path) -> None:
+    """Binaries without Thanos (the default install) cannot start a receiver: a ValueError naming the field."""
+    config = StackConfig(ports=StackPorts.free(), state_dir=tmp_path, tsdb_cluster=True)
+    with pytest.raises(ValueError, match=r'"binaries.thanos" must be set to run thanos-receive-0 .*got None'):
+        SPECS["thanos-receive-0"].command(config, BINARIES, tmp_path)
+    with pytest.raises(ValueError, match=r'"binaries.thanos" must be set to run thanos-query .*got None'):
+        SPECS["thanos-query"].command(config, BINARIES, tmp_path)
+
+
+def test_cli_status_with_cluster_lists_both_profiles(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`otel-rl stack status --cluster` on a stack that is not running reports the storage nodes, the Thanos
+    components and no Prometheus, all unhealthy."""
     from otel_rl.cli import main
 
     ports = [f"--{name.replace('_', '-')}-port={port}" for name, port in StackPorts.free().as_dict().items()]
     assert main(["stack", "status", "--cluster", "--state-dir", str(tmp_path), *ports]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines[1:-1]] == ["vlstorage-0", "vlstorage-1", *COMPONENTS]
+    assert [line.split()[0] for line in lines[1:-1]] == [
+        "vlstorage-0", "vlstorage-1", "victorialogs", *TSDB_COMPONENTS, "collector"
+    ]  # fmt: skip
+
+
+def test_ensure_thanos_reuses_a_binary_stamped_with_its_version_and_tags(tmp_path: Path) -> None:
+    """A Thanos binary whose stamp names the pinned version and build tags is returned without building."""
+    from otel_rl.stack import install
+
+    (tmp_path / "bin").mkdir()
+    binary = tmp_path / "bin" / "thanos"
+    binary.write_bytes(b"")
+    (tmp_path / "bin" / "thanos.version").write_text(f"{install.THANOS_VERSION} -tags=netgo,slicelabels\n")
+    assert install.ensure_thanos(home=tmp_path) == binary

@@ -30,7 +30,7 @@ def cluster(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> It
     state = tmp_path_factory.mktemp("vl-cluster")
     with private_stack(stack_binaries, state / "stack", victorialogs_cluster=True) as stack:
         common = {
-            "OTEL_RL_PROMETHEUS_URL": stack.prometheus_url,
+            "OTEL_RL_REMOTE_WRITE_URL": stack.prometheus_url + "/api/v1/write",
             "OTEL_RL_VICTORIALOGS_URL": stack.victorialogs_url,
             "OTEL_RL_AGGREGATION_INTERVAL": "1s",
             "OTEL_RL_QUEUE_DIR": str(state / "queues"),

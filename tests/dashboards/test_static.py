@@ -312,7 +312,7 @@ def test_compose_mounts_exist_and_provisioning_agrees() -> None:
         assert env[var].startswith("0.0.0.0:")
     published = {name: {p.split(":")[-1] for p in s.get("ports", ())} for name, s in services.items()}
     assert {env["OTEL_RL_OTLP_GRPC_ENDPOINT"].split(":")[1], env["OTEL_RL_OTLP_HTTP_ENDPOINT"].split(":")[1]} <= published["collector"]
-    assert env["OTEL_RL_PROMETHEUS_URL"] == "http://prometheus:9090" and "9090" in published["prometheus"]
+    assert env["OTEL_RL_REMOTE_WRITE_URL"] == "http://prometheus:9090/api/v1/write" and "9090" in published["prometheus"]
     assert env["OTEL_RL_VICTORIALOGS_URL"] == "http://victorialogs:9428" and "9428" in published["victorialogs"]
     # Prometheus: the flags of the local stack, the compose config, the repository's rules.
     prometheus = services["prometheus"]

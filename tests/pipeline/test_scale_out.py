@@ -58,7 +58,7 @@ def topology(shared_stack: Any, stack_binaries: Any, tmp_path_factory: pytest.Te
     """Two gateways writing to the shared Prometheus and VictoriaLogs, and two agents in front of them."""
     logs = tmp_path_factory.mktemp("scale-out")
     common = {
-        "OTEL_RL_PROMETHEUS_URL": shared_stack.prometheus_url,
+        "OTEL_RL_REMOTE_WRITE_URL": shared_stack.prometheus_url + "/api/v1/write",
         "OTEL_RL_VICTORIALOGS_URL": shared_stack.victorialogs_url,
         "OTEL_RL_AGGREGATION_INTERVAL": "1s",
     }

@@ -163,7 +163,7 @@ def failover_topology(
         pytest.skip(f"agents need a private /etc/hosts (mount namespace): {reason}")
     port = _shared_port()
     common = {
-        "OTEL_RL_PROMETHEUS_URL": shared_stack.prometheus_url,
+        "OTEL_RL_REMOTE_WRITE_URL": shared_stack.prometheus_url + "/api/v1/write",
         "OTEL_RL_VICTORIALOGS_URL": shared_stack.victorialogs_url,
         "OTEL_RL_AGGREGATION_INTERVAL": "1s",
         "OTEL_RL_QUEUE_DIR": str(tmp_path / "queue"),

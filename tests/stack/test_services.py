@@ -118,8 +118,8 @@ def test_config_rejects_bad_timeout() -> None:
 
 def test_config_rejects_overriding_stack_variables() -> None:
     """collector_environment cannot override the variables the stack sets itself."""
-    with pytest.raises(ValueError, match=r"must not set the stack's own variables, got \['OTEL_RL_PROMETHEUS_URL'\]"):
-        StackConfig(collector_environment={"OTEL_RL_PROMETHEUS_URL": "http://elsewhere"})
+    with pytest.raises(ValueError, match=r"must not set the stack's own variables, got \['OTEL_RL_REMOTE_WRITE_URL'\]"):
+        StackConfig(collector_environment={"OTEL_RL_REMOTE_WRITE_URL": "http://elsewhere"})
 
 
 def test_unknown_component_is_rejected(tmp_path: Path) -> None:
