@@ -35,12 +35,16 @@ def chunks(length: int) -> list[slice]:
 
 
 def run_all(tasks: Sequence[Callable[[], T]]) -> list[T]:
-    """The results of ``tasks`` in order: the first runs in the calling thread, the others on the shared pool."""
+    """The results of ``tasks`` in order: the first runs in the calling thread, the others on the shared pool; a
+    task no pool thread has started by the time the caller is free runs in the caller too, so a busy machine
+    never makes the caller wait for a thread to be scheduled (no worse than running them all itself)."""
     if len(tasks) <= 1:
         return [task() for task in tasks]
     futures = [_executor().submit(task) for task in tasks[1:]]
-    first = tasks[0]()
-    return [first] + [future.result() for future in futures]
+    results = [tasks[0]()]
+    for task, future in zip(tasks[1:], futures):
+        results.append(task() if future.cancel() else future.result())
+    return results
 
 
 def _executor() -> ThreadPoolExecutor:

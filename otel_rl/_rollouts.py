@@ -22,10 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
-from otel_rl import _names
+from otel_rl import _kernels, _names
 from otel_rl._names import Distribution
 from otel_rl._stats import BadInput, Statistics, ValueSummarizer, _first_unmasked, _numpy, as_tensor
 
@@ -109,17 +108,13 @@ class RolloutSummarizer:
             distribution(_names.ENTROPY, (), entropy, lambda: per_token(*_tokens(entropy, mask, "entropy"), "entropy"))
         if logprobs is not None or inference_logprobs is not None:
             try:
-                ratio, log_ratio, keep = _ratios(logprobs, inference_logprobs, mask)
+                ratio, k1, k3, keep = _mismatch(logprobs, inference_logprobs, mask)
             except BadInput as error:
                 out.rejected.append((_names.IMPORTANCE_RATIO.histogram.name, error, logprobs))
             else:
-                k1 = (_names.KL_ESTIMATOR, "k1")
-                k3 = (_names.KL_ESTIMATOR, "k3")
                 distribution(_names.IMPORTANCE_RATIO, (), ratio, lambda: per_token(ratio, keep, "logprobs"))
-                distribution(_names.MISMATCH_KL, (k1,), ratio, lambda: per_token(-log_ratio, keep, "logprobs"))
-                distribution(
-                    _names.MISMATCH_KL, (k3,), ratio, lambda: per_token((ratio - 1).sub_(log_ratio), keep, "logprobs")
-                )
+                distribution(_names.MISMATCH_KL, ((_names.KL_ESTIMATOR, "k1"),), ratio, lambda: per_token(k1, keep, "logprobs"))
+                distribution(_names.MISMATCH_KL, ((_names.KL_ESTIMATOR, "k3"),), ratio, lambda: per_token(k3, keep, "logprobs"))
         if group_ids is not None:
             try:
                 groups = self._groups(group_ids, rewards, rows)
@@ -212,11 +207,12 @@ def _group_counts(counts: list[int], out: RolloutStatistics) -> None:
     out.counts.append((_names.GROUPS_ZERO_VARIANCE, (), int(counts[3])))
 
 
-def _ratios(
+def _mismatch(
     logprobs: Any, inference_logprobs: Any, mask: Any
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """``exp(d)`` and ``d = logprobs - inference_logprobs`` per token in float64 on the tensors' device, with the
-    flat mask still to apply (see :func:`_tokens`)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Per token, with ``d = logprobs - inference_logprobs``: the importance ratio ``r = exp(d)``, ``k1 = -d`` and
+    ``k3 = (r - 1) - d``, in float64 on the tensors' device, and the flat mask still to apply (see
+    :func:`_tokens`)."""
     if logprobs is None or inference_logprobs is None:
         raise BadInput("missing", '"logprobs" and "inference_logprobs" go together (trainer and inference per token)')
     train = as_tensor(logprobs, argument="logprobs")
@@ -227,8 +223,9 @@ def _ratios(
         )
     train_tokens, keep = _tokens(train, mask, "logprobs")
     inference_tokens, _ = _tokens(inference, mask, "inference_logprobs")
-    log_ratio = train_tokens.to(torch.float64) - inference_tokens.to(torch.float64)
-    return torch.exp(log_ratio), log_ratio, keep
+    d = train_tokens.to(torch.float64) - inference_tokens.to(torch.float64)
+    r = torch.exp(d)
+    return r, -d, (r - 1).sub_(d), keep
 
 
 def _tokens(values: Any, mask: Any, argument: str) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -241,7 +238,7 @@ def _tokens(values: Any, mask: Any, argument: str) -> tuple[torch.Tensor, torch.
         return tensor.reshape(-1), None
     if tensor.device.type != "cpu":
         return tensor.reshape(-1), keep.reshape(-1)
-    selected = np.compress(keep.reshape(-1).numpy(), _numpy(tensor).reshape(-1))
+    selected = _kernels.select(_numpy(tensor).reshape(-1), keep.reshape(-1).numpy())
     return torch.from_numpy(selected), None
 
 

@@ -224,7 +224,7 @@ class ValueSummarizer:
         if use_keep:
             # Selecting first is cheaper than testing the mask in the loop, which a random mask makes the CPU
             # mispredict (measured on 1M values, 70% kept: 1.1 ms + 2.8 ms against 7.6 ms).
-            values = np.compress(keep.reshape(-1), values.reshape(-1))
+            values = _kernels.select(values.reshape(-1), keep.reshape(-1))
         counts = np.zeros(self.layout.size, dtype=np.int64)
         bounds, scale, lookup, fractions = self.layout.kernel_arguments
         count, positive, negative, squares, minimum, maximum, nonfinite = _kernels.summarize_values(
