@@ -3,14 +3,17 @@
 - Series per run: 4 real ``Telemetry`` ranks record everything a GRPO step has (3 reward functions, 2 datasets,
   staleness in flight and in queue, every ``record_rollouts`` field, phases, samples) for a few steps; Prometheus
   is asked how many series the run has, and how many of them carry a rank (not merged).
-- The log store: sender processes emit sample records (1 KiB prompt, 2 KiB response, the real record form) as
-  fast as the pipeline takes them; the VictoriaLogs process's CPU seconds and data-folder growth per record give
+- The log store: sender processes emit sample records (1 KiB prompt and 2 KiB response of random words from a
+  5,000-word vocabulary, so that they compress like text, in the real record form) as fast as the pipeline takes
+  them; the VictoriaLogs process's CPU seconds and data-folder growth per record give
   samples per second per core and bytes per sample on disk.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import random
+import string
 import time
 import uuid
 from pathlib import Path
@@ -23,8 +26,19 @@ from otel_rl import EpisodeSample, Telemetry, TelemetryConfig
 from otel_rl.query import Prometheus, VictoriaLogs
 
 _RANKS = 4
-_PROMPT = "p" * 1024
-_RESPONSE = "r" * 2048
+_PROMPT_BYTES = 1024
+_RESPONSE_BYTES = 2048
+_VOCABULARY = ["".join(random.Random(i).choices(string.ascii_lowercase, k=2 + i % 9)) for i in range(5_000)]
+
+
+def _text(rng: random.Random, size: int) -> str:
+    """``size`` characters of random words."""
+    words: list[str] = []
+    length = 0
+    while length < size:
+        words.append(rng.choice(_VOCABULARY))
+        length += len(words[-1]) + 1
+    return " ".join(words)[:size]
 
 
 def _config(endpoint: str, run_id: str, rank: int, **overrides: Any) -> TelemetryConfig:
@@ -96,11 +110,17 @@ def series_per_run(stack: Any, *, steps: int = 5) -> dict[str, Any]:
 
 def _emit_samples(endpoint: str, run_id: str, rank: int, steps: int, per_step: int) -> None:
     telemetry = Telemetry(_config(endpoint, run_id, rank, top_k=per_step, bottom_k=0, sample_queue_size=65_536))
+    rng = random.Random(rank)
     for step in range(steps):
         telemetry.step(step)
         for index in range(per_step):
             telemetry.record_sample(
-                EpisodeSample(reward=float(index), prompt=_PROMPT, response=_RESPONSE, episode_id=f"{rank}-{step}-{index}")
+                EpisodeSample(
+                    reward=float(index),
+                    prompt=_text(rng, _PROMPT_BYTES),
+                    response=_text(rng, _RESPONSE_BYTES),
+                    episode_id=f"{rank}-{step}-{index}",
+                )
             )
     telemetry.shutdown(60)
 
@@ -144,7 +164,7 @@ def log_store(stack: Any, *, senders: int = 2, steps: int = 50, per_step: int = 
     return {
         "records_expected": expected,
         "records_stored": count,
-        "record_text_bytes": len(_PROMPT) + len(_RESPONSE),
+        "record_text_bytes": _PROMPT_BYTES + _RESPONSE_BYTES,
         "wall_s": round(elapsed, 1),
         "records_per_s_achieved": round(count / elapsed, 1),
         "victorialogs_cpu_s": round(cpu, 2),
