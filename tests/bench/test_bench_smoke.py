@@ -83,3 +83,11 @@ def test_collector_scale_is_exact_and_reports_costs(results: dict[str, Any]) -> 
     (row,) = results["collector"]["rows"]
     assert row["exact"] and row["all_senders_ok"] and row["got_count"] == row["expected_count"]
     assert all(_positive_finite(row[key]) for key in ("lag_after_last_export_s", "collector_rss_mib"))
+
+
+def test_capacity_counts_series_and_stores_every_sample(results: dict[str, Any]) -> None:
+    """A run's series are merged (none per rank) and every sample record reaches VictoriaLogs, with its costs."""
+    series, store = results["capacity"]["series_per_run"], results["capacity"]["log_store"]
+    assert series["series"] > 50 and series["series_with_rank_label"] == 0 and series["metric_names"] > 10
+    assert store["records_stored"] == store["records_expected"] > 0
+    assert all(_positive_finite(store[key]) for key in ("records_per_cpu_s", "disk_bytes_per_record", "wall_s"))
