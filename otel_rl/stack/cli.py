@@ -39,7 +39,7 @@ def _add_stack_options(parser: argparse.ArgumentParser) -> None:
         "--cluster",
         action="store_true",
         help="the cluster profile: VictoriaLogs as two storage nodes behind the VictoriaLogs port (docs/scale.md), "
-        "and two Thanos receivers and a Thanos querier instead of Prometheus (docs/tsdb_cluster.md); with "
+        "and two Thanos receivers and a Thanos querier instead of Prometheus (docs/scale.md); with "
         "'install', also build Thanos (minutes)",
     )
 

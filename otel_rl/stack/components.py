@@ -226,7 +226,7 @@ def _thanos_receive_command(index: int) -> CommandBuilder:
     one holds a series.
 
     While the owner of a series is down, the other receiver answers a write that holds it with HTTP 503 ("target
-    not available"), which the collector retries; measured in docs/tsdb_cluster.md."""
+    not available"), which the collector retries; measured in docs/scale.md."""
     name, prefix = THANOS_RECEIVERS[index]
 
     def command(config: StackConfig, binaries: Binaries, state_dir: Path) -> Command:

@@ -157,7 +157,7 @@ class StackConfig:
     the first receiver, which forwards each series to its owner; :attr:`Stack.prometheus_url
     <otel_rl.stack.services.Stack.prometheus_url>` is the querier's Prometheus query API. Prometheus does not run:
     recording rules and alerts would need Thanos Ruler (not part of the stack), and the collector's own metrics are
-    not scraped. Needs the Thanos binary (``otel-rl stack install --cluster``). See docs/tsdb_cluster.md."""
+    not scraped. Needs the Thanos binary (``otel-rl stack install --cluster``). See docs/scale.md."""
     ready_timeout_s: float = 60.0
     """Seconds to wait for each component to report healthy after starting it."""
     stop_timeout_s: float = 10.0

@@ -311,7 +311,7 @@ def ensure_thanos(*, home: Path) -> Path:
     directives), so the module is fetched (``go mod download``), copied into the scratch folder, made writable, and
     ``go build -tags`` :data:`THANOS_BUILD_TAGS` ``./cmd/thanos`` runs inside the copy, with ``GOTOOLCHAIN`` =
     :data:`THANOS_TOOLCHAIN`. Cached and locked like :func:`ensure_go_binary`; the version stamp names the tags
-    too, so a binary built with other tags is rebuilt. A 136 MB binary, minutes to build (docs/tsdb_cluster.md).
+    too, so a binary built with other tags is rebuilt. A 136 MB binary, minutes to build (docs/scale.md).
 
     Raises:
         InstallError: when fetching the module or building fails.

@@ -1,6 +1,6 @@
 """A distributed TSDB behind the same remote-write contract (StackConfig.tsdb_cluster: two Thanos receivers in one
 hashring and a Thanos querier instead of Prometheus), fed by the scale-out topology: ranks -> 2 agents -> 2 gateways
--> Thanos (metrics) and VictoriaLogs (samples) (issue 13; docs/tsdb_cluster.md). The receiver that holds a run's
+-> Thanos (metrics) and VictoriaLogs (samples) (issue 13; docs/scale.md). The receiver that holds a run's
 reward histogram is SIGKILLed mid-run and restarted on the same ports and data folder.
 """
 
@@ -22,6 +22,7 @@ from otel_rl.query import Prometheus, QueryError, VictoriaLogs
 from otel_rl.stack import install
 from otel_rl.stack.env import otel_rl_home
 from tests.pipeline.harness import RankProcess, eventually, private_stack
+from tests.cluster.workload import record_steps
 from tests.pipeline.test_scale_out import Collector
 
 RANKS = 8
@@ -92,7 +93,7 @@ def test_two_runs_through_thanos_with_a_receiver_restart_are_exact(
     reward histogram is down, queries through the querier fail (no partial responses); after it returns on the same
     ports and data folder, every run's native histogram count and sum and its max/min gauges are exact through the
     querier, and every sample is in VictoriaLogs once. Measured and printed, not asserted: the remote-write requests
-    the gateways dropped while it was down (docs/tsdb_cluster.md)."""
+    the gateways dropped while it was down (docs/scale.md)."""
     stack, agents, logs = tsdb_cluster
     run_ids = [f"tsdb-{name}-{uuid.uuid4().hex[:6]}" for name in ("a", "b")]
     started = time.monotonic()
@@ -111,21 +112,15 @@ def test_two_runs_through_thanos_with_a_receiver_restart_are_exact(
     prometheus = Prometheus(stack.prometheus_url)
     logs_client = VictoriaLogs(stack.victorialogs_url)
 
+    def rewards(rank: RankProcess, step: int) -> list[float]:
+        # Multiples of 1/8: every partial sum is exact in float64, so sums compare with ==.
+        values: list[float] = (rng.integers(-60, 60, 20) / 8).tolist()
+        if step == 0 and rank.rank == 0:
+            values[:2] = [EXTREME, -EXTREME]
+        return values
+
     def steps(first: int, count: int) -> None:
-        for step in range(first, first + count):
-            for rank in ranks:
-                rank.step(step)
-                # Multiples of 1/8: every partial sum is exact in float64, so sums compare with ==.
-                values = (rng.integers(-60, 60, 20) / 8).tolist()
-                if step == 0 and rank.rank == 0:
-                    values[:2] = [EXTREME, -EXTREME]
-                rank.rewards(values)
-                recorded[rank.run_id].extend(values)
-                for index in range(5):
-                    rank.sample(reward=float(index), episode_id=f"{rank.run_id}-{rank.rank}-{step}-{index}")
-        for rank in ranks:
-            rank.step(first + count)  # emits the last step's samples
-            assert rank.flush()
+        record_steps(ranks, first, count, rewards, recorded)
 
     def selector(run_id: str) -> str:
         return f'{{rl_run_id="{run_id}",rl_reward_fn="total"}}'

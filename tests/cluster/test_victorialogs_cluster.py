@@ -18,6 +18,7 @@ import requests
 
 from otel_rl.query import Prometheus, QueryError, VictoriaLogs
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack
+from tests.cluster.workload import record_steps
 from tests.pipeline.test_scale_out import Collector
 
 RANKS = 4
@@ -93,17 +94,7 @@ def test_two_runs_through_agents_gateways_and_a_storage_node_restart_are_exact(c
     selector = " or ".join(f'rl.run.id:="{run_id}"' for run_id in run_ids)
 
     def steps(first: int, count: int) -> None:
-        for step in range(first, first + count):
-            for rank in ranks:
-                rank.step(step)
-                values = rng.normal(0, 1, 20).round(3).tolist()
-                rank.rewards(values)
-                recorded[rank.run_id].extend(values)
-                for index in range(5):
-                    rank.sample(reward=float(index), episode_id=f"{rank.run_id}-{rank.rank}-{step}-{index}")
-        for rank in ranks:
-            rank.step(first + count)  # emits the last step's samples
-            assert rank.flush()
+        record_steps(ranks, first, count, lambda rank, step: rng.normal(0, 1, 20).round(3).tolist(), recorded)
 
     def stored() -> int:
         found = logs.query(f"{selector} | stats count() as n")
