@@ -264,10 +264,10 @@ def test_killed_gateway_fails_over_and_the_run_totals_stay_exact(
         values = [float(v) for _, v in history[0]["values"]]
         assert values == sorted(values) and values[-1] == len(recorded), values
         assert max(values) <= len(recorded)
-        # The dashboards' form (rate/increase summed over series) does not double count either: the new series starts
-        # at the recounted total, which increase() does not count; what it misses is the recount itself.
-        increased = prometheus.value(f"sum without (otel_rl_gateway) (increase(rl_reward_count{selector}[10m]))")
-        assert increased is not None and increased < len(recorded)
+        # Measured, not asserted: the dashboards' form (increase() summed over the gateways' series) is not exact across
+        # a failover; Prometheus extrapolates the new series' start toward zero, so it may count part of the recount
+        # (docs/reliability.md, "Gateway failover").
+        increased = prometheus.value(f"sum without (otel_rl_gateway) (increase(rl_reward_count{selector}[10m]))") or 0.0
 
         def sample_times(gateway: Gateway) -> list[float]:
             own = f'{{rl_run_id="{run_id}",rl_reward_fn="total",otel_rl_gateway="{gateway.gateway_id}"}}'
