@@ -72,11 +72,20 @@ def clamp(value: float | None, low: float | None, high: float | None) -> float |
 
 
 def quantiles(
-    sources: Sources, metric: str, selector: str, qs: tuple[float, ...], *, start: float | None, end: float, since: float
+    sources: Sources,
+    metric: str,
+    selector: str,
+    qs: tuple[float, ...],
+    *,
+    start: float | None,
+    end: float,
+    since: float,
+    integers: bool = False,
 ) -> dict[str, float | None]:
     """The ``qs`` quantiles of ``metric`` recorded between ``start`` (None: the beginning) and ``end``, from the
     native histogram (else the classic buckets), each clamped to the exact min and max of the gauges over
-    ``[start or since, end]``. Keys ``p50``, ``p90``, ...."""
+    ``[start or since, end]``, rounded when the metric only takes ``integers`` (as the dashboards do). Keys
+    ``p50``, ``p90``, ...."""
     native, classic = _histogram(metric, selector, start, end)
     window = f"[{round((end - (since if start is None else start)) * 1000)}ms]"
     prometheus = sources.prometheus
@@ -84,7 +93,12 @@ def quantiles(
     high = prometheus.value(f"max(max_over_time({metric}_max{selector}{window}))", end)
     return {
         f"p{round(q * 100)}": clamp(
-            prometheus.value(f"histogram_quantile({q}, {native}) or histogram_quantile({q}, {classic})", end), low, high
+            prometheus.value(
+                f"{'round' if integers else ''}(histogram_quantile({q}, {native}) or histogram_quantile({q}, {classic}))",
+                end,
+            ),
+            low,
+            high,
         )
         for q in qs
     }
@@ -219,7 +233,7 @@ def summarize(sources: Sources, *, expected_count: int | None) -> dict[str, Any]
             "sum": prometheus.value(
                 f"histogram_sum(sum(rl_staleness{sel})) or sum(rl_staleness_sum{sel})", end
             ),
-            **quantiles(sources, "rl_staleness", sel, (0.5, 0.99), start=None, end=end, since=since),
+            **quantiles(sources, "rl_staleness", sel, (0.5, 0.99), start=None, end=end, since=since, integers=True),
             "min": prometheus.value(f"min(min_over_time(rl_staleness_min{sel}[{round(end - since)}s]))", end),
             "max": prometheus.value(f"max(max_over_time(rl_staleness_max{sel}[{round(end - since)}s]))", end),
         },

@@ -6,7 +6,12 @@ from typing import Any
 
 
 def _number(value: Any) -> str:
-    return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+    """A count as an integer (Prometheus answers floats), anything else with three decimals."""
+    if value is None:
+        return "-"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def format_summary(summary: dict[str, Any]) -> str:

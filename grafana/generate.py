@@ -129,13 +129,19 @@ def _mean(metric: str, selector: str, by: str = "") -> str:
     )
 
 
-def _quantile(q: float, metric: str, selector: str, by: str = "") -> str:
+def _quantile(q: float, metric: str, selector: str, by: str = "", *, integers: bool = False) -> str:
     """The ``q`` quantile of ``metric`` over the window: from the native histogram, else from the classic
-    ``_bucket`` series, clamped to the exact merged min and max over the same window (``_min``/``_max`` gauges)."""
+    ``_bucket`` series, clamped to the exact merged min and max over the same window (``_min``/``_max`` gauges).
+
+    ``integers``: the metric only takes integer values (staleness, lengths), so the estimate is rounded: a quantile
+    interpolated inside a bucket is otherwise a value nothing had (staleness p50 0.987). Exact while a bucket is
+    narrower than 1/2 (values up to 22 at scale 5), within one bucket above."""
     estimate = (
         f"(histogram_quantile({q}, sum{_group(by)} (rate({metric}{{{selector}}}{WINDOW})))"
         f" or histogram_quantile({q}, sum{_group(by, 'le')} (rate({metric}_bucket{{{selector}}}{WINDOW}))))"
     )
+    if integers:
+        estimate = f"round{estimate}"
     low = f"min{_group(by)} (min_over_time({metric}_min{{{selector}}}{WINDOW}))"
     high = f"max{_group(by)} (max_over_time({metric}_max{{{selector}}}{WINDOW}))"
     return clamp_to_extremes(estimate, low, high, on=by)
@@ -339,8 +345,8 @@ def rl_run() -> model.Dashboard:
         "(max of the ranks' per-export maxima).",
         "none",
         "versions behind",
-        _prom("A", _quantile(0.5, "rl_staleness", RUN), "p50"),
-        _prom("B", _quantile(0.99, "rl_staleness", RUN), "p99"),
+        _prom("A", _quantile(0.5, "rl_staleness", RUN, integers=True), "p50"),
+        _prom("B", _quantile(0.99, "rl_staleness", RUN, integers=True), "p99"),
         _prom("C", f"max(max_over_time(rl_staleness_max{{{RUN}}}{WINDOW}))", "max"),
     )
     staleness_distribution = _heatmap(
@@ -519,9 +525,9 @@ def rl_run() -> model.Dashboard:
         "none",
         "tokens",
         _prom("A", _mean("rl_response_length", RUN), "mean"),
-        _prom("B", _quantile(0.5, "rl_response_length", RUN), "p50"),
-        _prom("C", _quantile(0.9, "rl_response_length", RUN), "p90"),
-        _prom("D", _quantile(0.99, "rl_response_length", RUN), "p99"),
+        _prom("B", _quantile(0.5, "rl_response_length", RUN, integers=True), "p50"),
+        _prom("C", _quantile(0.9, "rl_response_length", RUN, integers=True), "p90"),
+        _prom("D", _quantile(0.99, "rl_response_length", RUN, integers=True), "p99"),
     ).min(0)
     entropy = _series(
         "Entropy per token: mean and percentiles",
@@ -598,8 +604,8 @@ def rl_run() -> model.Dashboard:
         "dataset's exact min and max.",
         "none",
         "versions behind",
-        _prom("A", _quantile(0.5, "rl_staleness", with_dataset, by="rl_dataset"), "{{rl_dataset}} p50"),
-        _prom("B", _quantile(0.99, "rl_staleness", with_dataset, by="rl_dataset"), "{{rl_dataset}} p99"),
+        _prom("A", _quantile(0.5, "rl_staleness", with_dataset, by="rl_dataset", integers=True), "{{rl_dataset}} p50"),
+        _prom("B", _quantile(0.99, "rl_staleness", with_dataset, by="rl_dataset", integers=True), "{{rl_dataset}} p99"),
     ).min(0)
     staleness_by_phase = _series(
         "Staleness by phase: p50 and p99",
@@ -607,8 +613,8 @@ def rl_run() -> model.Dashboard:
         "and in_queue (waited in the buffer), clamped to each phase's exact min and max.",
         "none",
         "versions behind",
-        _prom("A", _quantile(0.5, "rl_staleness", with_phase, by="rl_staleness_phase"), "{{rl_staleness_phase}} p50"),
-        _prom("B", _quantile(0.99, "rl_staleness", with_phase, by="rl_staleness_phase"), "{{rl_staleness_phase}} p99"),
+        _prom("A", _quantile(0.5, "rl_staleness", with_phase, by="rl_staleness_phase", integers=True), "{{rl_staleness_phase}} p50"),
+        _prom("B", _quantile(0.99, "rl_staleness", with_phase, by="rl_staleness_phase", integers=True), "{{rl_staleness_phase}} p99"),
     ).min(0)
     unversioned = _series(
         "Unversioned tokens (per second)",
