@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,6 +52,26 @@ class Panel:
     axis_label: str
     """The y-axis label (timeseries ``axisLabel``, heatmap ``yAxis.axisLabel``); may be empty."""
     targets: tuple[Target, ...]
+    value_texts: dict[float, str] = field(default_factory=dict)
+    """The panel's value mappings (Grafana ``type: value``): the text a stat shows for a value, e.g. 1 -> "finished
+    cleanly"."""
+
+
+def _value_texts(defaults: dict[str, Any]) -> dict[float, str]:
+    """The value mappings of a panel's field defaults.
+
+    >>> _value_texts({"mappings": [{"type": "value", "options": {"1": {"text": "finished cleanly"}}}]})
+    {1.0: 'finished cleanly'}
+    """
+    texts: dict[float, str] = {}
+    for mapping in defaults.get("mappings") or []:
+        if mapping.get("type") == "value":
+            for value, option in (mapping.get("options") or {}).items():
+                try:
+                    texts[float(value)] = str(option.get("text", value))
+                except (TypeError, ValueError, AttributeError):
+                    continue
+    return texts
 
 
 def default_dashboard_path() -> Path:
@@ -104,6 +124,7 @@ def _panel(item: dict[str, Any]) -> Panel:
         unit=str(defaults.get("unit") or "none"),
         axis_label=str(axis or ""),
         targets=tuple(targets),
+        value_texts=_value_texts(defaults),
     )
 
 

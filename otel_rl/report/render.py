@@ -241,7 +241,8 @@ def _draw_stat(ax: Any, data: PanelData) -> None:
     if not values:
         _no_data(ax, "no value")
         return
-    ax.text(0.5, 0.55, _format_value(values[-1], data.panel.unit), ha="center", va="center", fontsize=26, weight="bold", transform=ax.transAxes)
+    text = data.panel.value_texts.get(values[-1]) or _format_value(values[-1], data.panel.unit)
+    ax.text(0.5, 0.55, text, ha="center", va="center", fontsize=26 if len(text) < 12 else 18, weight="bold", transform=ax.transAxes)
     legend = data.series[0].legend if data.series else ""
     ax.text(0.5, 0.2, f"{legend}\n(at the end of the report range)", ha="center", va="center", fontsize=10, color="#444444", transform=ax.transAxes)
 

@@ -402,3 +402,11 @@ def test_every_rule_selector_reads_the_aggregated_side() -> None:
             if name.startswith("rl_alert_threshold"):
                 continue
             assert 'rl_rank=""' in matchers, (rule.get("record") or rule.get("alert"), name)
+
+
+def test_report_shows_the_run_state_in_words() -> None:
+    """The report's stat panels carry the dashboard's value mappings: the run state reads as Grafana shows it."""
+    from otel_rl.report.dashboard import default_dashboard_path, load_panels
+
+    (state,) = [panel for panel in load_panels(default_dashboard_path()) if panel.title == "Run state"]
+    assert state.value_texts == {0.0: "running", 1.0: "finished cleanly", 2.0: "stopped without a clean finish"}
