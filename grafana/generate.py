@@ -265,12 +265,15 @@ def _run_state(selector: str) -> str:
 
 SAMPLES_QUERY = (
     '{rl.run.id="$run"} rl.sample.selection:in(top,bottom) '
+    "| sort by (_time desc) | limit 400 "
+    "| sort by (_time desc) limit 1 partition by (rl.sample.id) "
     "| copy _msg as response "
     "| fields _time, rl.step, rl.sample.selection, rl.reward, prompt, response, target "
     "| sort by (_time desc) | limit 200"
 )
-"""LogsQL of the samples table: the run's kept top/bottom episodes, newest first, with their texts. The collector
-sends the response as the message (``VL-Msg-Field: response``), so it is read back from ``_msg``."""
+"""LogsQL of the samples table: the run's kept top/bottom episodes, newest first, with their texts, each once. The
+collector sends the response as the message (``VL-Msg-Field: response``), so it is read back from ``_msg``. A
+resent record (delivery is at least once) has the same ``rl.sample.id``: of the newest 400 records, one per id."""
 
 
 def _heatmap(title: str, description: str, axis: str, expr: str) -> heatmap.Panel:

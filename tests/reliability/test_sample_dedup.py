@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from otel_rl.query import VictoriaLogs
+from otel_rl.report.dashboard import default_dashboard_path, load_panels, substitute
 from tests.pipeline.harness import RankProcess, eventually
 
 STEPS = 3
@@ -103,6 +104,12 @@ def test_resent_samples_are_counted_once(shared_stack: Any, proxy: DuplicatingPr
         if with_episode_ids:
             by_id = logs.query(f"{selector} | stats count_uniq(rl.episode.id) as samples")
             assert int(by_id[0]["samples"]) == expected
+        # The dashboard's samples table shows each sample once.
+        (table,) = [panel for panel in load_panels(default_dashboard_path()) if panel.type == "table"]
+        logsql = substitute(table.targets[0].expr, run_id=run_id, rate_interval="1m", interval="1m")
+        shown = logs.query(logsql)
+        assert len(shown) == expected
+        assert len({(row["rl.step"], row["rl.reward"], row["_time"]) for row in shown}) == expected
     finally:
         for rank in ranks:
             rank.kill()
