@@ -37,16 +37,24 @@ VALUES_PER_STEP = 30
 PROBE_PERIOD_S = 0.5
 
 
-def _failover_promql(selector: str) -> dict[str, str]:
-    """The run's totals across a gateway failover (docs/reliability.md, "Gateway failover")."""
-    newest = f"on (otel_rl_gateway) topk(1, rl_reward_count{selector})"
-    return {
-        "count": f"max without (otel_rl_gateway) (rl_reward_count{selector})",
-        "bucket": f"max without (otel_rl_gateway) (rl_reward_bucket{selector})",
-        "sum": f"rl_reward_sum{selector} and {newest}",
+def _count(selector: str, histogram: str) -> str:
+    """The count of the run's reward histogram, per gateway, in either histogram form."""
+    return f"rl_reward_count{selector}" if histogram == "explicit" else f"histogram_count(rl_reward{selector})"
+
+
+def _failover_promql(selector: str, histogram: str) -> dict[str, str]:
+    """The run's totals across a gateway failover (docs/reliability.md, "Gateway failover"), in either form."""
+    count = _count(selector, histogram)
+    total = f"rl_reward_sum{selector}" if histogram == "explicit" else f"histogram_sum(rl_reward{selector})"
+    queries = {
+        "count": f"max without (otel_rl_gateway) ({count})",
+        "sum": f"{total} and on (otel_rl_gateway) topk(1, {count})",
         "max": f"max(max_over_time(rl_reward_max{selector}[10m]))",
         "min": f"min(min_over_time(rl_reward_min{selector}[10m]))",
     }
+    if histogram == "explicit":
+        queries["bucket"] = f"max without (otel_rl_gateway) (rl_reward_bucket{selector})"
+    return queries
 
 
 class Gateway(Collector):
@@ -192,21 +200,23 @@ def failover_topology(
             collector.stop()
 
 
+@pytest.mark.parametrize("histogram", ["exponential", "explicit"])
 def test_killed_gateway_fails_over_and_the_run_totals_stay_exact(
-    shared_stack: Any, failover_topology: tuple[list[Gateway], list[Collector], HealthDNS]
+    shared_stack: Any, failover_topology: tuple[list[Gateway], list[Collector], HealthDNS], histogram: str
 ) -> None:
-    """SIGKILL the gateway owning a 4-rank run: agents move it to the other gateway; the failover PromQL stays exact."""
+    """SIGKILL the gateway owning a 4-rank run: agents move it to the other gateway; the failover PromQL stays exact
+    (native histograms, the default, and classic buckets)."""
     gateways, agents, dns = failover_topology
     prometheus = Prometheus(shared_stack.prometheus_url)
     rng = np.random.default_rng(13)
     run_id = f"failover-{uuid.uuid4().hex[:8]}"
     selector = f'{{rl_run_id="{run_id}",rl_reward_fn="total"}}'
-    promql = _failover_promql(selector)
+    promql = _failover_promql(selector, histogram)
     recorded: list[float] = []
     with ThreadPoolExecutor(RANKS) as pool:
         ranks = list(pool.map(
             lambda rank: RankProcess(endpoint=f"http://{agents[rank % 2].endpoint}", run_id=run_id, rank=rank,
-                                     world_size=RANKS),
+                                     world_size=RANKS, histogram=histogram),
             range(RANKS),
         ))  # fmt: skip
 
@@ -227,7 +237,7 @@ def test_killed_gateway_fails_over_and_the_run_totals_stay_exact(
         _wait(count_exact, what="the run merged before the kill")
         step()
         baseline_s = _wait(count_exact, what="one more step before the kill")
-        owners = {s["metric"]["otel_rl_gateway"] for s in prometheus.query(f"rl_reward_count{selector}")}
+        owners = {s["metric"]["otel_rl_gateway"] for s in prometheus.query(_count(selector, histogram))}
         assert len(owners) == 1, owners
         owner = next(g for g in gateways if g.gateway_id in owners)
         survivor = next(g for g in gateways if g is not owner)
@@ -245,15 +255,16 @@ def test_killed_gateway_fails_over_and_the_run_totals_stay_exact(
         _wait(count_exact, what="the run's totals after two more steps")
         time.sleep(2.0)  # a late or duplicated point would show up here
 
-        series = prometheus.by_label(f"rl_reward_count{selector}", "otel_rl_gateway")
+        series = prometheus.by_label(_count(selector, histogram), "otel_rl_gateway")
         assert series.keys() == {owner.gateway_id, survivor.gateway_id}, series
         assert series[survivor.gateway_id] == len(recorded)  # the live gateway recounted every rank's history
         assert series[owner.gateway_id] == before_kill  # frozen at what it had merged when it died
-        doubled = prometheus.value(f"sum without (otel_rl_gateway) (rl_reward_count{selector})")
+        doubled = prometheus.value(f"sum without (otel_rl_gateway) ({_count(selector, histogram)})")
         assert doubled == len(recorded) + before_kill  # why the PromQL must not sum over gateways
 
         assert prometheus.value(promql["count"]) == len(recorded)
-        assert prometheus.by_label(promql["bucket"], "le") == expected_buckets(recorded, REWARD_BOUNDS)
+        if histogram == "explicit":
+            assert prometheus.by_label(promql["bucket"], "le") == expected_buckets(recorded, REWARD_BOUNDS)
         assert prometheus.value(promql["sum"]) == pytest.approx(sum(recorded), rel=1e-12, abs=1e-9)
         assert prometheus.value(promql["max"]) == max(recorded)
         assert prometheus.value(promql["min"]) == min(recorded)
@@ -267,16 +278,21 @@ def test_killed_gateway_fails_over_and_the_run_totals_stay_exact(
         # Measured, not asserted: the dashboards' form (increase() summed over the gateways' series) is not exact across
         # a failover; Prometheus extrapolates the new series' start toward zero, so it may count part of the recount
         # (docs/reliability.md, "Gateway failover").
-        increased = prometheus.value(f"sum without (otel_rl_gateway) (increase(rl_reward_count{selector}[10m]))") or 0.0
+        increase = (
+            f"increase(rl_reward_count{selector}[10m])"
+            if histogram == "explicit"
+            else f"histogram_count(increase(rl_reward{selector}[10m]))"
+        )
+        increased = prometheus.value(f"sum without (otel_rl_gateway) ({increase})") or 0.0
 
         def sample_times(gateway: Gateway) -> list[float]:
             own = f'{{rl_run_id="{run_id}",rl_reward_fn="total",otel_rl_gateway="{gateway.gateway_id}"}}'
-            matrix = prometheus.query(f"rl_reward_count{own}[10m]")
+            matrix = prometheus.query(f"rl_reward_max{own}[10m]")  # written with every merged point, in both forms
             return [float(t) for t, _ in matrix[0]["values"]]
 
         last_old, first_new = max(sample_times(owner)), min(sample_times(survivor))
         print(
-            f"\nfailover: baseline step->exact {baseline_s:.1f}s; kill->exact {failover_s:.1f}s; "
+            f"\nfailover ({histogram}): baseline step->exact {baseline_s:.1f}s; kill->exact {failover_s:.1f}s; "
             f"kill->delisted {delisted_s:.1f}s; series gap {first_new - last_old:.1f}s "
             f"(last {owner.gateway_id} sample {last_old - killed_at:+.1f}s, first {survivor.gateway_id} sample "
             f"{first_new - killed_at:+.1f}s from the kill); frozen {owner.gateway_id} count "
