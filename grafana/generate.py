@@ -129,6 +129,19 @@ def _mean(metric: str, selector: str, by: str = "") -> str:
     )
 
 
+def _traffic_light(*, orange: float, red: float) -> dash.ThresholdsConfig:
+    """Green below ``orange``, orange from it, red from ``red``: the stat panels' thresholds."""
+    return (
+        dash.ThresholdsConfig()
+        .mode(model.ThresholdsMode.ABSOLUTE)
+        .steps([
+            model.Threshold(value=None, color="green"),
+            model.Threshold(value=orange, color="orange"),
+            model.Threshold(value=red, color="red"),
+        ])
+    )
+
+
 def _quantile(q: float, metric: str, selector: str, by: str = "", *, integers: bool = False) -> str:
     """The ``q`` quantile of ``metric`` over the window: from the native histogram, else from the classic
     ``_bucket`` series, clamped to the exact merged min and max over the same window (``_min``/``_max`` gauges).
@@ -427,15 +440,7 @@ def rl_run() -> model.Dashboard:
         .datasource(PROMETHEUS)
         .unit("s")
         .with_target(_prom("A", f"time() - max(timestamp(rl_step{{{RUN}}}))", "seconds since last data").instant())
-        .thresholds(
-            dash.ThresholdsConfig()
-            .mode(model.ThresholdsMode.ABSOLUTE)
-            .steps([
-                model.Threshold(value=None, color="green"),
-                model.Threshold(value=60, color="orange"),
-                model.Threshold(value=300, color="red"),
-            ])
-        )
+        .thresholds(_traffic_light(orange=60, red=300))
     )
     # Run: is it up, are all ranks in, what are they doing, is the step moving.
     ranks = _series(
@@ -498,15 +503,7 @@ def rl_run() -> model.Dashboard:
         "or the run has stopped.",
         "s",
         _prom("A", _seconds_since_step_changed(RUN), "seconds since the step changed").instant(),
-    ).thresholds(
-        dash.ThresholdsConfig()
-        .mode(model.ThresholdsMode.ABSOLUTE)
-        .steps([
-            model.Threshold(value=None, color="green"),
-            model.Threshold(value=600, color="orange"),
-            model.Threshold(value=1800, color="red"),
-        ])
-    )
+    ).thresholds(_traffic_light(orange=600, red=1800))
 
     # Rollout health: what record_rollouts measured.
     advantage = _series(
