@@ -10,26 +10,37 @@ INSTALLED := $(VENV)/.installed
 LOWEST := .venv-otel-lowest
 LOWEST_INSTALLED := $(LOWEST)/.installed
 
-.PHONY: venv stack-install stack-up stack-down demo test test-otel-lowest typecheck bench soak clean
+# uv (pinned, from PyPI into .uv/venv) installs both environments from one cache of unpacked wheels, hard-linked
+# into each (its default on Linux), so PyTorch's 5 GB with its CUDA wheels lie once on disk, not once per
+# environment. The cache is .uv/cache, inside the checkout so that the links never cross a filesystem.
+UV_VERSION := 0.13.9
+UV := .uv/venv/bin/uv
+UV_INSTALLED := .uv/venv/uv-$(UV_VERSION).installed
+export UV_CACHE_DIR ?= $(CURDIR)/.uv/cache
 
-$(INSTALLED): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+.PHONY: venv stack-install stack-up stack-down demo test test-otel-lowest typecheck chart-check bench soak clean
+
+$(UV_INSTALLED):
+	test -x .uv/venv/bin/python || $(PYTHON) -m venv .uv/venv
+	.uv/venv/bin/python -m pip install -q 'uv==$(UV_VERSION)'
+	touch $@
+
+$(INSTALLED): pyproject.toml | $(UV_INSTALLED)
+	test -x $(PY) || $(UV) venv -q --seed --python $(PYTHON) $(VENV)
+	$(UV) pip install -q --python $(PY) -e '.[dev]'
 	touch $@
 
 # Core install first, then a smoke run proving a trainer needs no extra; the test tools come after.
-$(LOWEST_INSTALLED): pyproject.toml .ci/otel-lowest.txt
-	test -x $(LOWEST)/bin/python || $(PYTHON) -m venv $(LOWEST)
-	$(LOWEST)/bin/python -m pip install -q --upgrade pip
-	$(LOWEST)/bin/python -m pip install -q -e . -c .ci/otel-lowest.txt
+$(LOWEST_INSTALLED): pyproject.toml .ci/otel-lowest.txt | $(UV_INSTALLED)
+	test -x $(LOWEST)/bin/python || $(UV) venv -q --seed --python $(PYTHON) $(LOWEST)
+	$(UV) pip install -q --python $(LOWEST)/bin/python -e . -c .ci/otel-lowest.txt
 	$(LOWEST)/bin/python -c 'import otel_rl, otel_rl.torchforge; t = otel_rl.Telemetry(otel_rl.TelemetryConfig(exporter="none")); t.record_rewards([1.0]); t.shutdown()'
-	$(LOWEST)/bin/python -m pip install -q -c .ci/otel-lowest.txt 'pytest>=8' 'hypothesis>=6.100' 'pyyaml>=6'
+	$(UV) pip install -q --python $(LOWEST)/bin/python -c .ci/otel-lowest.txt 'pytest>=8' 'hypothesis>=6.100' 'pyyaml>=6'
 	touch $@
 
 # The unit suite on the lowest supported OpenTelemetry (the main venv has the newest).
 test-otel-lowest: $(LOWEST_INSTALLED)
-	$(LOWEST)/bin/python -m pip list 2>/dev/null | grep -E '^opentelemetry-sdk +1\.39\.0$$'
+	$(UV) pip list --python $(LOWEST)/bin/python 2>/dev/null | grep -E '^opentelemetry-sdk +1\.39\.0$$'
 	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider tests/unit otel_rl --ignore=otel_rl/stack --ignore=otel_rl/report --ignore=otel_rl/trl.py
 
 venv: $(INSTALLED)
@@ -49,7 +60,14 @@ demo: stack-install
 typecheck: venv
 	$(VENV)/bin/mypy otel_rl demo bench
 
-test: stack-install typecheck test-otel-lowest
+# The Helm chart (deploy/helm/): `helm lint --strict` and `helm template` (Helm's own library, helm.sh/helm/v3) over
+# the defaults and every values file, every object decoded strictly into its Kubernetes or prometheus-operator Go
+# type. The go command fetches the modules of deploy/helm/check/go.mod itself. tests/deploy/ checks the rendered
+# collector configs and rules with the collector's `validate` and promtool.
+chart-check:
+	cd deploy/helm/check && go test -count=1 ./...
+
+test: stack-install typecheck test-otel-lowest chart-check
 	$(VENV)/bin/otel-rl stack install --cluster
 	$(PY) -m pytest -q
 

@@ -14,7 +14,7 @@ import torch
 from bench import report
 from bench.machine import machine
 
-SECTIONS = ("ingest", "growth", "training_thread", "memory", "cuda", "collector", "capacity")
+SECTIONS = ("ingest", "growth", "training_thread", "phases", "memory", "cuda", "collector", "capacity")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
 
 
@@ -42,6 +42,10 @@ def run(*, quick: bool, only: tuple[str, ...] = SECTIONS, threads: int = 2) -> d
         results["training_thread"] = (
             training_thread(steps=4, rounds=1, warmup=1, rollouts=16) if quick else training_thread(steps=500, rounds=2)
         )
+    if "phases" in only:
+        from bench.phases import phase_spans
+
+        results["phases"] = phase_spans(steps=20) if quick else phase_spans()
     if "memory" in only:
         results["memory"] = (
             memory_growth(steps=200, every=50, warmup=20, rollouts=8, tokens=64)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from bench.collector_scale import _proc
-from otel_rl import EpisodeSample, Telemetry, TelemetryConfig
+from otel_rl import EpisodeSample, Telemetry, TelemetryConfig, promql
 from otel_rl.query import Prometheus, VictoriaLogs
 
 _RANKS = 4
@@ -87,7 +87,7 @@ def series_per_run(stack: Any, *, steps: int = 5) -> dict[str, Any]:
     for telemetry in ranks:
         telemetry.shutdown()
     prometheus = Prometheus(stack.prometheus_url, timeout_s=10)
-    selector = f'{{rl_run_id="{run_id}"}}'
+    selector = promql.selector(rl_run_id=run_id)
     deadline = time.time() + 60
     total = 0.0
     while time.time() < deadline:
@@ -96,12 +96,13 @@ def series_per_run(stack: Any, *, steps: int = 5) -> dict[str, Any]:
         if now and now == total:
             break
         total = now
-    per_rank = prometheus.value(f'count(last_over_time({{rl_run_id="{run_id}",rl_rank!=""}}[5m]))') or 0.0
+    per_rank = f"{{{promql.matchers(rl_run_id=run_id)},{promql.match('rl_rank', '', '!=')}}}"
+    per_rank_series = prometheus.value(f"count(last_over_time({per_rank}[5m]))") or 0.0
     names = prometheus.query(f"count by (__name__) (last_over_time({selector}[5m]))")
     return {
         "ranks": _RANKS,
         "series": int(total),
-        "series_with_rank_label": int(per_rank),
+        "series_with_rank_label": int(per_rank_series),
         "metric_names": len(names),
         "note": "3 reward fns x 2 datasets, staleness in flight and in queue per dataset, every record_rollouts "
         "field, 4 phases, samples; native histograms (one series per histogram stream)",
@@ -152,7 +153,7 @@ def log_store(stack: Any, *, senders: int = 2, steps: int = 50, per_step: int = 
     count = 0
     deadline = time.time() + 60
     while time.time() < deadline:
-        found = logs.query(f'{{rl.run.id="{run_id}"}} | stats count() as n')
+        found = logs.query(f"{promql.logsql_stream('rl.run.id', run_id)} | stats count() as n")
         count = int(found[0]["n"]) if found else 0
         if count >= expected:
             break

@@ -36,9 +36,9 @@ def _sender(
     from opentelemetry.sdk.metrics.export import MetricsData
 
     config = TelemetryConfig(run_id=run_id, rank=0, world_size=world_size, exporter="none").resolved
-    reward_layout, _, staleness_layout = layouts(config)
-    rewards = ValueSummarizer(reward_layout).summarize([0.5 * (i % 5) - 1.0 for i in range(_VALUES_PER_TICK)], None)
-    staleness = StalenessSummarizer(staleness_layout).summarize(list(range(_VALUES_PER_TICK)), 20, None)
+    layout = layouts(config)
+    rewards = ValueSummarizer(layout.of(REWARDS)).summarize([0.5 * (i % 5) - 1.0 for i in range(_VALUES_PER_TICK)], None)
+    staleness = StalenessSummarizer(layout.of(STALENESS)).summarize(list(range(_VALUES_PER_TICK)), 20, None)
     fn = attributes(**{REWARD_FN: REWARD_FN_TOTAL})
     stores = []
     for rank in ranks:

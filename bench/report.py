@@ -96,6 +96,18 @@ def tables(results: dict[str, Any]) -> list[Table]:
                 rows,
             )
         )
+    phases = results.get("phases")
+    if phases:
+        rows = [[arm, _time(data["median_ns"]), _time(data["p99_ns"])] for arm, data in phases["arms"].items()]
+        rows.append(["spans' cost", f"{phases['span_cost_per_step_us']:.0f} us/step", f"{phases['span_cost_per_span_us']:.1f} us/span"])
+        out.append(
+            (
+                f"3b. Phase spans on the training thread ({phases['spans_per_step']} spans a step, {phases['steps']:,} steps; "
+                f"traced / untraced median {_ratio(phases['traced_vs_untraced_median'])})",
+                ["arm", "median", "p99"],
+                rows,
+            )
+        )
     memory = results.get("memory")
     if memory:
         out.append(

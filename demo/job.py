@@ -1,6 +1,10 @@
 """One rank of the demo job: GRPO on the addition task, with every statistic going out through otel_rl.
 
-Ranks average gradients with gloo (the training's own collective); telemetry never uses a collective. Each rank
+Ranks average gradients with gloo (the training's own collective); telemetry never uses a collective. Each step's
+time is spent in phases (``telemetry.phase``): ``generate``, ``score``, ``train`` with the gradients' all-reduce
+nested as ``allreduce``, ``sync`` (the weight sync: the new weights to the rollout generator), and ``wait_data`` for
+the rest of the step's minimum time (idle); each step is a trace across the ranks in Jaeger and the collector turns the phases into
+duration histograms. Tokens, samples, FLOPs and the generator's weight buffer feed the performance row. Each rank
 also writes what it recorded to ``<record_dir>/rank-<r>.jsonl``, the ground truth the tests compare against.
 """
 
@@ -22,6 +26,10 @@ from demo.policy import LaggedGenerator, Policy, group_advantages, grpo_loss
 from demo.task import MAX_TOKENS, REWARD_FNS, prompt_text, response_lengths, response_text, rewards, sample_prompts
 
 SERVICE_NAME = "otel-rl-demo"
+PEAK_FLOPS = 5e10
+"""The peak FLOP/s the demo states for each rank (one CPU thread, order of magnitude): what its MFU is relative to."""
+PHASES = ("generate", "score", "train", "allreduce", "sync", "wait_data")
+"""The phases of every demo step, in order (``allreduce`` inside ``train``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +50,10 @@ class JobSettings:
     learning_rate: float = 1e-2
     entropy_bonus: float = 0.02
     seed: int = 0
+    runaway: bool = False
+    """After ``steps`` steps, keep training while the rollout generator gets no new weights (a stuck weight sync), so
+    staleness grows by one version a step, until the main process sets the ranks' stop event
+    (``python -m demo --provoke-alert``: until RLStalenessHigh's notification arrived)."""
 
 
 def lag_for(step: int, steps: int) -> int:
@@ -51,8 +63,17 @@ def lag_for(step: int, steps: int) -> int:
     return round(1.5 * (1 - math.cos(2 * math.pi * step / max(steps, 1))))
 
 
-def run_rank(rank: int, settings: JobSettings, progress: Any) -> None:
-    """Train for ``settings.steps`` steps as rank ``rank``; report each finished step on ``progress``."""
+def _stopped(rank: int, stop: Any) -> bool:
+    """Whether the main process asked the runaway to stop, as rank 0 saw it: broadcast, so that every rank leaves
+    the loop at the same step (the gradients' all-reduce needs all of them)."""
+    flag = torch.tensor([int(rank == 0 and stop.is_set())])
+    dist.broadcast(flag, src=0)
+    return bool(flag.item())
+
+
+def run_rank(rank: int, settings: JobSettings, progress: Any, stop: Any = None) -> None:
+    """Train for ``settings.steps`` steps as rank ``rank`` (then, with ``settings.runaway``, until ``stop`` is set,
+    publishing no new weights to the generator); report each finished step on ``progress``."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(settings.master_port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=settings.ranks)
@@ -68,6 +89,8 @@ def run_rank(rank: int, settings: JobSettings, progress: Any) -> None:
             endpoint=settings.endpoint,
             export_interval_s=settings.export_interval_s,
             shutdown_timeout_s=10,
+            flops_per_token=flops_per_token(Policy()),
+            peak_flops=PEAK_FLOPS,
         )
     )
     torch.manual_seed(settings.seed)
@@ -77,17 +100,27 @@ def run_rank(rank: int, settings: JobSettings, progress: Any) -> None:
     rollout_generator = LaggedGenerator(policy, keep=8, switch_probability=0.25, generator=generator)
     rollout_generator.publish(0)
     truth = open(Path(settings.record_dir) / f"rank-{rank}.jsonl", "w", encoding="utf-8")
-    for step in range(settings.steps):
+    step = 0
+    while step < settings.steps or (settings.runaway and not _stopped(rank, stop)):
         started = time.monotonic()
+        stepped_ns = [time.time_ns()]
         telemetry.step(step)
+        stepped_ns.append(time.time_ns())
         record = train_step(step, settings, policy, optimizer, rollout_generator, generator, telemetry)
-        truth.write(json.dumps(record) + "\n")
+        with telemetry.phase("wait_data"):
+            time.sleep(max(0.0, settings.step_seconds - (time.monotonic() - started)))
+        truth.write(json.dumps({**record, "stepped_ns": stepped_ns, "ended_ns": time.time_ns()}) + "\n")
         progress.put(1)
-        time.sleep(max(0.0, settings.step_seconds - (time.monotonic() - started)))
-    telemetry.step(settings.steps)
+        step += 1
+    telemetry.step(step)
     truth.close()
     otel_rl.reset()
     dist.destroy_process_group()
+
+
+def flops_per_token(policy: Policy) -> float:
+    """Training FLOPs per token: 6 per parameter (forward and backward), the usual estimate."""
+    return 6.0 * sum(parameter.numel() for parameter in policy.parameters())
 
 
 def train_step(
@@ -100,63 +133,88 @@ def train_step(
     telemetry: otel_rl.Telemetry,
 ) -> dict[str, Any]:
     """Generate, reward, record telemetry, update; returns what was recorded (the ground truth)."""
-    telemetry.set_phase("generate")
     prompts = sample_prompts(settings.prompts_per_rank, generator).repeat_interleave(settings.group_size, dim=0)
-    rollouts = rollout_generator.generate(prompts, lag_for(step, settings.steps))
-    telemetry.set_phase("score")
-    by_fn = rewards(prompts, rollouts.tokens)
-    lengths = response_lengths(rollouts.tokens)
-    mask = torch.arange(MAX_TOKENS).expand_as(rollouts.tokens) < lengths.unsqueeze(1)
-    advantages, zero_variance = group_advantages(by_fn["total"], settings.group_size)
+    telemetry.set_async_state(in_flight=prompts.shape[0], buffer_used=rollout_generator.held,
+                              buffer_capacity=rollout_generator.capacity)  # fmt: skip
+    with telemetry.phase("generate"):
+        rollouts = rollout_generator.generate(prompts, lag_for(step, settings.steps))
+    telemetry.set_async_state(in_flight=0, queue_depth=prompts.shape[0])
+    return _score_and_train(step, settings, policy, optimizer, rollout_generator, prompts, rollouts, telemetry)
 
-    hard = prompts.sum(dim=1) >= 10  # two datasets: sums with a carry are harder
-    for dataset, rows in (("carry", hard), ("no_carry", ~hard)):
-        telemetry.record_rewards(by_fn["total"][rows], dataset=dataset)
-        telemetry.record_staleness(rollouts.versions[rows], step, mask=mask[rows], dataset=dataset, phase="in_flight")
-    for fn in REWARD_FNS:
-        telemetry.record_rewards(by_fn[fn], fn=fn)
-    telemetry.record_metric("grpo.zero_variance_groups", zero_variance.float())
-    staleness = (step - rollouts.versions).masked_fill(~mask, -1)
-    for row in range(prompts.shape[0]):
-        telemetry.record_sample(
-            otel_rl.EpisodeSample(
-                episode_id=f"{settings.run_id}-{step}-r{torch.distributed.get_rank()}-{row}",
-                policy_version=int(rollouts.versions[row, 0]),
-                prompt=prompt_text(prompts[row]),
-                response=response_text(rollouts.tokens[row], int(lengths[row])),
-                target=str(int(prompts[row].sum())),
-                reward=float(by_fn["total"][row]),
-                reward_breakdown={fn: float(by_fn[fn][row]) for fn in REWARD_FNS},
-                advantage=float(advantages[row]),
-                staleness=int(staleness[row].max()),
-                request_len=2,
-                response_len=int(lengths[row]),
-                dataset="carry" if bool(hard[row]) else "no_carry",
+
+def _score_and_train(
+    step: int,
+    settings: JobSettings,
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    rollout_generator: LaggedGenerator,
+    prompts: torch.Tensor,
+    rollouts: Any,
+    telemetry: otel_rl.Telemetry,
+) -> dict[str, Any]:
+    """Score the step's rollouts and record them (phase ``score``), then train and publish the new weights."""
+    with telemetry.phase("score"):
+        by_fn = rewards(prompts, rollouts.tokens)
+        lengths = response_lengths(rollouts.tokens)
+        mask = torch.arange(MAX_TOKENS).expand_as(rollouts.tokens) < lengths.unsqueeze(1)
+        advantages, zero_variance = group_advantages(by_fn["total"], settings.group_size)
+
+        hard = prompts.sum(dim=1) >= 10  # two datasets: sums with a carry are harder
+        for dataset, rows in (("carry", hard), ("no_carry", ~hard)):
+            telemetry.record_rewards(by_fn["total"][rows], dataset=dataset)
+            telemetry.record_staleness(rollouts.versions[rows], step, mask=mask[rows], dataset=dataset, phase="in_flight")
+        for fn in REWARD_FNS:
+            telemetry.record_rewards(by_fn[fn], fn=fn)
+        staleness = (step - rollouts.versions).masked_fill(~mask, -1)
+        for row in range(prompts.shape[0]):
+            telemetry.record_sample(
+                otel_rl.EpisodeSample(
+                    episode_id=f"{settings.run_id}-{step}-r{torch.distributed.get_rank()}-{row}",
+                    policy_version=int(rollouts.versions[row, 0]),
+                    prompt=prompt_text(prompts[row]),
+                    response=response_text(rollouts.tokens[row], int(lengths[row])),
+                    target=str(int(prompts[row].sum())),
+                    reward=float(by_fn["total"][row]),
+                    reward_breakdown={fn: float(by_fn[fn][row]) for fn in REWARD_FNS},
+                    advantage=float(advantages[row]),
+                    staleness=int(staleness[row].max()),
+                    request_len=2,
+                    response_len=int(lengths[row]),
+                    dataset="carry" if bool(hard[row]) else "no_carry",
+                )
             )
-        )
 
-    telemetry.set_phase("train")
-    loss, logprobs, entropy = grpo_loss(policy, rollouts, advantages, mask.float(), entropy_bonus=settings.entropy_bonus)
-    telemetry.record_rollouts(
-        mask=mask,
-        advantages=advantages,
-        response_lengths=lengths,
-        entropy=entropy,
-        logprobs=logprobs,
-        inference_logprobs=rollouts.behaviour_logprobs,
-        rewards=by_fn["total"],
-        group_ids=torch.arange(prompts.shape[0]) // settings.group_size,
-    )
-    optimizer.zero_grad()
-    loss.backward()
-    telemetry.set_phase("sync")
-    for parameter in policy.parameters():
-        if parameter.grad is not None:
-            dist.all_reduce(parameter.grad)
-            parameter.grad /= settings.ranks
-    optimizer.step()
+    newest = rollouts.versions.masked_fill(~mask, -1).max(dim=1).values
+    oldest = rollouts.versions.masked_fill(~mask, 2**62).min(dim=1).values
+    spanned = (newest - oldest + 1).clamp(min=1)  # the versions a response's tokens were generated with (monotone)
+    with telemetry.phase("train"):
+        loss, logprobs, entropy = grpo_loss(policy, rollouts, advantages, mask.float(), entropy_bonus=settings.entropy_bonus)
+        telemetry.record_rollouts(
+            mask=mask,
+            advantages=advantages,
+            response_lengths=lengths,
+            entropy=entropy,
+            logprobs=logprobs,
+            inference_logprobs=rollouts.behaviour_logprobs,
+            rewards=by_fn["total"],
+            group_ids=torch.arange(prompts.shape[0]) // settings.group_size,
+            versions_spanned=spanned,
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        with telemetry.phase("allreduce"):
+            for parameter in policy.parameters():
+                if parameter.grad is not None:
+                    dist.all_reduce(parameter.grad)
+                    parameter.grad /= settings.ranks
+        optimizer.step()
+    tokens = int(mask.sum())
+    telemetry.record_tokens(generated=tokens, trained=tokens, samples=prompts.shape[0])
+    telemetry.set_async_state(queue_depth=0)
     telemetry.record_metric("loss.policy", loss.item())
-    rollout_generator.publish(step + 1)
+    if step < settings.steps:  # in the runaway the weight sync is stuck: staleness grows a version a step
+        with telemetry.phase("sync"):  # the weight sync: the new weights to the rollout generator
+            rollout_generator.publish(step + 1)
     return {
         "step": step,
         "rewards": {fn: by_fn[fn].tolist() for fn in (*REWARD_FNS, "total")},
@@ -164,5 +222,6 @@ def train_step(
         "zero_variance_groups": int(zero_variance.sum()),
         "solved_per_group": (by_fn["total"] >= 1.0).view(-1, settings.group_size).sum(dim=1).tolist(),
         "advantages": advantages.tolist(),
+        "tokens": tokens,
     }
 

@@ -66,6 +66,16 @@ class LaggedGenerator:
         self._switch = switch_probability
         self._generator = generator
 
+    @property
+    def held(self) -> int:
+        """How many policy snapshots the generator holds (its weight buffer)."""
+        return len(self._snapshots)
+
+    @property
+    def capacity(self) -> int:
+        """How many snapshots it keeps at most."""
+        return self._keep
+
     def publish(self, version: int) -> None:
         """Make the policy's current weights available to the generator as ``version``."""
         self._snapshots[version] = {k: v.detach().clone() for k, v in self._policy.state_dict().items()}

@@ -4,7 +4,8 @@ Window statistics subtract cumulative values at two instants (exact; ``increase(
 summary can be checked against what the ranks recorded. Histograms are read as Prometheus native histograms
 (``rl_reward``, ``rl_staleness``: the ranks' default exponential histograms), else as the classic ``_bucket`` and
 ``_count`` series (``TelemetryConfig(histogram="explicit")``), and every quantile is clamped to the exact merged
-min and max (the ``_min``/``_max`` gauges) of its window, as on the dashboards.
+min and max (the ``_min``/``_max`` gauges) of its window, as on the dashboards: the queries come from the
+dashboards' own builders (:mod:`otel_rl.promql`), read over cumulative values instead of a rate window.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from otel_rl.query import Prometheus, VictoriaLogs
+from otel_rl import promql
+from otel_rl.query import Jaeger, Prometheus, VictoriaLogs
 
 _TIMEOUT_S = 10
 
@@ -23,6 +25,8 @@ class Sources:
     prometheus_url: str
     victorialogs_url: str
     run_id: str
+    jaeger_url: str | None = None
+    """Jaeger's query API: the slowest step's trace (None: the summary names no trace)."""
 
     @property
     def prometheus(self) -> Prometheus:
@@ -35,40 +39,24 @@ class Sources:
         return VictoriaLogs(self.victorialogs_url, timeout_s=_TIMEOUT_S)
 
     def selector(self, **labels: str) -> str:
-        pairs = {"rl_run_id": self.run_id, **labels}
-        return "{" + ",".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
+        """Label matchers of the run's series with ``labels`` (values quoted)."""
+        return promql.matchers(rl_run_id=self.run_id, **labels)
 
 
 def _offset(expr: str, selector: str, seconds: float) -> str:
-    """``expr`` with every ``selector`` in it read ``seconds`` earlier."""
-    return expr.replace(selector, f"{selector} offset {round(seconds * 1000)}ms")
+    """``expr`` with every series of ``selector`` in it read ``seconds`` earlier."""
+    return expr.replace(f"{{{selector}}}", f"{{{selector}}} offset {_duration(seconds)}")
 
 
-def _histogram(metric: str, selector: str, start: float | None, end: float) -> tuple[str, str]:
-    """PromQL of what histogram ``metric`` recorded between ``start`` (None: the beginning) and ``end``, evaluated
-    at ``end``: the native histogram, and the classic buckets by ``le``."""
-    native = f"sum({metric}{selector})"
-    classic = f"sum by (le) ({metric}_bucket{selector})"
-    if start is None:
-        return native, classic
-    return (f"({native} - {_offset(native, selector, end - start)})",
-            f"({classic} - {_offset(classic, selector, end - start)})")  # fmt: skip
+def _since(expr: str, selector: str, start: float | None, end: float) -> str:
+    """What the cumulative ``expr`` grew by from ``start`` to ``end`` (evaluated at ``end``): ``expr`` minus itself
+    ``end - start`` earlier, exact (``increase()`` would extrapolate); ``expr`` itself when ``start`` is None (the
+    beginning)."""
+    return expr if start is None else f"({expr} - {_offset(expr, selector, end - start)})"
 
 
-def _count(metric: str, selector: str) -> str:
-    """PromQL of the values recorded into ``metric`` so far: the native histogram's count, else the classic one."""
-    return f"(histogram_count(sum({metric}{selector})) or sum({metric}_count{selector}))"
-
-
-def clamp(value: float | None, low: float | None, high: float | None) -> float | None:
-    """``value`` within ``[low, high]``; None when any is unknown (no values, so no quantile either).
-
-    >>> clamp(0.989, 1.0, 1.0), clamp(2.5, 0.0, 4.0), clamp(None, 0.0, 1.0)
-    (1.0, 2.5, None)
-    """
-    if value is None or low is None or high is None:
-        return None
-    return min(max(value, low), high)
+def _duration(seconds: float) -> str:
+    return f"{round(seconds * 1000)}ms"
 
 
 def quantiles(
@@ -86,19 +74,11 @@ def quantiles(
     native histogram (else the classic buckets), each clamped to the exact min and max of the gauges over
     ``[start or since, end]``, rounded when the metric only takes ``integers`` (as the dashboards do). Keys
     ``p50``, ``p90``, ...."""
-    native, classic = _histogram(metric, selector, start, end)
-    window = f"[{round((end - (since if start is None else start)) * 1000)}ms]"
-    prometheus = sources.prometheus
-    low = prometheus.value(f"min(min_over_time({metric}_min{selector}{window}))", end)
-    high = prometheus.value(f"max(max_over_time({metric}_max{selector}{window}))", end)
+    native, classic = (_since(h, selector, start, end) for h in promql.buckets(metric, selector, window=None))
+    bounds = promql.extremes(metric, selector, window=_duration(end - (since if start is None else start)))
     return {
-        f"p{round(q * 100)}": clamp(
-            prometheus.value(
-                f"{'round' if integers else ''}(histogram_quantile({q}, {native}) or histogram_quantile({q}, {classic}))",
-                end,
-            ),
-            low,
-            high,
+        f"p{round(q * 100)}": sources.prometheus.value(
+            promql.clamp_to_extremes(promql.quantile_estimate(q, native, classic, integers=integers), *bounds), end
         )
         for q in qs
     }
@@ -106,25 +86,31 @@ def quantiles(
 
 def wait_until_settled(sources: Sources, *, expected_count: int | None, timeout_s: float = 60) -> float:
     """Wait until the run's reward count stops changing (or reaches ``expected_count``); returns that time."""
-    query = _count("rl_reward", sources.selector(rl_reward_fn="total"))
+    query = promql.count("rl_reward", sources.selector(rl_reward_fn="total"), window=None)
+    return _settled(sources, query, expected_count, timeout_s, what="reward count")
+
+
+def _settled(sources: Sources, query: str, expected: float | None, timeout_s: float, *, what: str) -> float:
+    """Poll ``query`` every second until it reaches ``expected`` (or, when that is None, gives one value three
+    times in a row); returns that time."""
     deadline = time.time() + timeout_s
     previous, stable = None, 0
     while time.time() < deadline:
         now = time.time()
         value = sources.prometheus.value(query, now)
-        if value is not None and expected_count is not None and value >= expected_count:
+        if value is not None and expected is not None and value >= expected:
             return now
         stable = stable + 1 if value is not None and value == previous else 0
-        if expected_count is None and stable >= 3:
+        if expected is None and stable >= 3:
             return now
         previous = value
         time.sleep(1)
-    raise TimeoutError(f"run {sources.run_id!r}: reward count still {previous} after {timeout_s}s")
+    raise TimeoutError(f"run {sources.run_id!r}: {what} still {previous} after {timeout_s}s")
 
 
 def reporting_span(sources: Sources, now: float, lookback_s: float) -> tuple[float, float]:
     """When the run's reward count first appeared in Prometheus, and when it reached its final value."""
-    query = _count("rl_reward", sources.selector(rl_reward_fn="total"))
+    query = promql.count("rl_reward", sources.selector(rl_reward_fn="total"), window=None)
     series = sources.prometheus.range(query, now - lookback_s, now, step=0.5)[0]
     values = [(float(t), float(v)) for t, v in series["values"]]
     final = values[-1][1]
@@ -136,20 +122,14 @@ def window_stats(sources: Sources, fn: str, start: float | None, end: float, *, 
     """Count, mean, p50 and p90 of ``rl.reward{fn}`` recorded between ``start`` (None: the beginning, the run's
     first point at ``since``) and ``end``."""
     sel = sources.selector(rl_reward_fn=fn)
+    count = _since(promql.count("rl_reward", sel, window=None), sel, start, end)
+    total = _since(promql.signed_sum("rl_reward", sel, window=None), sel, start, end)
     prometheus = sources.prometheus
-
-    def delta(metric: str) -> str:
-        agg = f"sum({metric}{sel})"
-        return agg if start is None else f"({agg} - {_offset(agg, sel, end - start)})"
-
-    native, _ = _histogram("rl_reward", sel, start, end)
-    count = prometheus.value(f"histogram_count({native}) or {delta('rl_reward_count')}", end)
-    mean = prometheus.value(
-        f"({delta('rl_reward_positive_total')} - {delta('rl_reward_negative_total')})"
-        f" / (histogram_count({native}) or {delta('rl_reward_count')})",
-        end,
-    )
-    return {"count": count, "mean": mean, **quantiles(sources, "rl_reward", sel, (0.5, 0.9), start=start, end=end, since=since)}
+    return {
+        "count": prometheus.value(count, end),
+        "mean": prometheus.value(f"{total} / {count}", end),
+        **quantiles(sources, "rl_reward", sel, (0.5, 0.9), start=start, end=end, since=since),
+    }
 
 
 def samples(sources: Sources, selection: str, limit: int) -> list[dict[str, Any]]:
@@ -157,7 +137,7 @@ def samples(sources: Sources, selection: str, limit: int) -> list[dict[str, Any]
     one per distinct prompt and response."""
     order = "desc" if selection == "top" else "asc"
     query = (
-        f'rl.run.id:="{sources.run_id}" rl.sample.selection:="{selection}" '
+        f"{promql.logsql_exact('rl.run.id', sources.run_id)} {promql.logsql_exact('rl.sample.selection', selection)} "
         f"| sort by (rl.reward {order}, rl.step desc) | limit {limit * 20}"
     )
     distinct: dict[tuple[str, str], dict[str, Any]] = {}
@@ -174,27 +154,20 @@ def health(sources: Sources, end: float, *, since: float) -> dict[str, Any]:
     sel = sources.selector()
 
     def total(metric: str, **labels: str) -> float | None:
-        return prometheus.value(f"sum({metric}{sources.selector(**labels)})", end)
+        return prometheus.value(promql.increase(metric, sources.selector(**labels), window=None), end)
 
     def mean(metric: str, **labels: str) -> float | None:
-        selector = sources.selector(**labels)
-        return prometheus.value(
-            f"(sum({metric}_positive_total{selector}) - sum({metric}_negative_total{selector}))"
-            f" / histogram_count(sum({metric}{selector}))",
-            end,
-        )
+        return prometheus.value(promql.mean(metric, sources.selector(**labels), window=None), end)
 
-    ratio_count = prometheus.value(_count("rl_importance_ratio", sel), end)
-    ratio_sum, ratio_squares = total("rl_importance_ratio_positive_total"), total("rl_importance_ratio_squares_total")
     lookback = f"[{round(end - since)}s]"
     return {
         "importance_ratio": {
-            "tokens": ratio_count,
+            "tokens": prometheus.value(promql.count("rl_importance_ratio", sel, window=None), end),
             "mean": mean("rl_importance_ratio"),
             **quantiles(sources, "rl_importance_ratio", sel, (0.5, 0.99), start=None, end=end, since=since),
-            "ess_fraction": None
-            if not (ratio_count and ratio_squares and ratio_sum)
-            else ratio_sum**2 / (ratio_count * ratio_squares),
+            "ess_fraction": prometheus.value(
+                promql.effective_sample_size("rl_importance_ratio", sel, window=None), end
+            ),
         },
         "mismatch_kl": {estimator: mean("rl_mismatch_kl", rl_kl_estimator=estimator) for estimator in ("k1", "k3")},
         "entropy_mean": mean("rl_entropy"),
@@ -205,20 +178,85 @@ def health(sources: Sources, end: float, *, since: float) -> dict[str, Any]:
         "advantage_signs": {sign: total("rl_advantage_sign_total", rl_sign=sign) for sign in ("positive", "negative", "zero")},
         "reward_by_dataset": {dataset: mean("rl_reward", rl_reward_fn="total", rl_dataset=dataset) for dataset in ("carry", "no_carry")},
         "ranks": {
-            "up": prometheus.value(f"max(max_over_time(rl_ranks_up{sel}{lookback}))", end),
-            "expected": prometheus.value(f"max(last_over_time(rl_ranks_expected{sel}{lookback}))", end),
-            "finished": prometheus.value(f"max(last_over_time(rl_run_finished{sel}{lookback}))", end),
+            "up": prometheus.value(f"max(max_over_time(rl_ranks_up{{{sel}}}{lookback}))", end),
+            "expected": prometheus.value(f"max(last_over_time(rl_ranks_expected{{{sel}}}{lookback}))", end),
+            "finished": prometheus.value(f"max(last_over_time(rl_run_finished{{{sel}}}{lookback}))", end),
         },
     }
 
 
-def summarize(sources: Sources, *, expected_count: int | None) -> dict[str, Any]:
+def wait_for_spans(sources: Sources, *, expected_spans: int | None, timeout_s: float = 60) -> float:
+    """Wait until the run's phase spans are all counted (``rl_phase_calls_total`` reaches ``expected_spans``, or
+    stops changing when that is None); returns that time. Spans leave a rank in batches (every 5 s, the last at its
+    shutdown) and pass the collector's spanmetrics, so they arrive seconds after the rank's last metrics."""
+    query = promql.increase(promql.PHASE_CALLS, sources.selector(), window=None)
+    return _settled(sources, query, expected_spans, timeout_s, what="phase spans counted")
+
+
+def performance(sources: Sources, begin: float, end: float, *, service: str, expected_spans: int | None) -> dict[str, Any]:
+    """Where the run's time went, from the collector's phase durations (``rl_phase_duration_seconds``, every rank's
+    phase spans merged), once all of them arrived (:func:`wait_for_spans`): per phase its spans, seconds, share of
+    the ranks' time between ``begin`` and ``end``, mean and p99; the slowest phase (longest mean span); tokens, tokens
+    per second and MFU over the run; and, from Jaeger, the slowest step (its root span ``rl.step``) and its trace id."""
+    prometheus = sources.prometheus
+    sel = sources.selector()
+    counted = wait_for_spans(sources, expected_spans=expected_spans)
+
+    def by_phase(expr: str) -> dict[str, float]:
+        return {item["metric"]["rl_phase_name"]: float(item["value"][1]) for item in prometheus.query(expr, counted)}
+
+    seconds = by_phase(f"sum by (rl_phase_name) ({promql.PHASE_DURATION}_sum{{{sel}}})")
+    spans = by_phase(f"sum by (rl_phase_name) ({promql.PHASE_DURATION}_count{{{sel}}})")
+    p99 = by_phase(f"histogram_quantile(0.99, sum by (rl_phase_name, le) ({promql.PHASE_DURATION}_bucket{{{sel}}}))")
+    ranks = prometheus.value(f"max(rl_ranks_expected{{{sel}}})", end) or 1.0
+    wall = max(end - begin, 1e-9)
+    split = {
+        phase: {"spans": spans.get(phase), "seconds": total, "share": total / (ranks * wall),
+                "mean": total / spans[phase] if spans.get(phase) else None, "p99": p99.get(phase)}
+        for phase, total in sorted(seconds.items(), key=lambda item: -item[1])
+    }  # fmt: skip
+    slowest = max(split, key=lambda phase: split[phase]["mean"] or 0.0) if split else None
+    trained = prometheus.value(promql.increase("rl_tokens_trained_total", sel, window=None), end)
+    flops = prometheus.value(f"max(rl_flops_per_token{{{sel}}}) / sum(rl_flops_peak_per_second{{{sel}}})", end)
+    tokens_per_s = None if trained is None else trained / wall
+    return {
+        "split": split,
+        "slowest_phase": slowest,
+        "tokens": {
+            "generated": prometheus.value(promql.increase("rl_tokens_generated_total", sel, window=None), end),
+            "trained": trained,
+            "trained_per_s": tokens_per_s,
+            "mfu": None if tokens_per_s is None or flops is None else tokens_per_s * flops,
+        },
+        "slowest_step": slowest_step(sources, begin, end, service=service),
+    }
+
+
+def slowest_step(sources: Sources, begin: float, end: float, *, service: str) -> dict[str, Any] | None:
+    """The run's slowest step in Jaeger: step, seconds and trace id of the longest root span ``rl.step``."""
+    if sources.jaeger_url is None:
+        return None
+    traces = Jaeger(sources.jaeger_url, timeout_s=_TIMEOUT_S).traces(
+        service, operation="rl.step", tags={"rl.run.id": sources.run_id}, start=begin - 60, end=end + 60, limit=100_000
+    )
+    steps = [
+        {"step": int(tags["rl.step"]), "seconds": span["duration"] / 1e6, "trace_id": found["traceID"]}
+        for found in traces
+        for span in found["spans"]
+        if span["operationName"] == "rl.step" and not span.get("references")
+        for tags in [{tag["key"]: tag["value"] for tag in span.get("tags") or ()}]
+    ]
+    return max(steps, key=lambda step: step["seconds"]) if steps else None
+
+
+def summarize(sources: Sources, *, expected_count: int | None, expected_spans: int | None, service: str) -> dict[str, Any]:
     """Everything the demo prints: reward early vs late, staleness p99 and max, and the extreme samples."""
     begin, end = reporting_span(sources, wait_until_settled(sources, expected_count=expected_count), 3600)
     quarter = max((end - begin) / 4, 1.0)
     since = begin - 60  # the extremes gauges of the run's first points, with a margin
     sel = sources.selector()
     prometheus = sources.prometheus
+    minimum, maximum = promql.extremes("rl_staleness", sel, window=_duration(end - since))
     return {
         "run_id": sources.run_id,
         "window_s": round(end - begin, 3),
@@ -229,14 +267,15 @@ def summarize(sources: Sources, *, expected_count: int | None) -> dict[str, Any]
             "by_fn": {fn: window_stats(sources, fn, None, end, since=since) for fn in ("correctness", "format")},
         },
         "staleness": {
-            "count": prometheus.value(_count("rl_staleness", sel), end),
+            "count": prometheus.value(promql.count("rl_staleness", sel, window=None), end),
             "sum": prometheus.value(
-                f"histogram_sum(sum(rl_staleness{sel})) or sum(rl_staleness_sum{sel})", end
+                f"histogram_sum(sum(rl_staleness{{{sel}}})) or sum(rl_staleness_sum{{{sel}}})", end
             ),
             **quantiles(sources, "rl_staleness", sel, (0.5, 0.99), start=None, end=end, since=since, integers=True),
-            "min": prometheus.value(f"min(min_over_time(rl_staleness_min{sel}[{round(end - since)}s]))", end),
-            "max": prometheus.value(f"max(max_over_time(rl_staleness_max{sel}[{round(end - since)}s]))", end),
+            "min": prometheus.value(minimum, end),
+            "max": prometheus.value(maximum, end),
         },
         "health": health(sources, end, since=since),
+        "performance": performance(sources, begin, end, service=service, expected_spans=expected_spans),
         "samples": {"top": samples(sources, "top", 3), "bottom": samples(sources, "bottom", 3)},
     }

@@ -15,7 +15,8 @@ def _number(value: Any) -> str:
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    """Markdown: reward early vs late, per reward function, staleness, and the top and bottom samples."""
+    """Markdown: reward early vs late, per reward function, staleness, health, where the time went (the time split,
+    the slowest phase, tokens and MFU, the slowest step's trace), and the top and bottom samples."""
     reward = summary["reward"]
     lines = [
         f"# otel-rl demo run {summary['run_id']}",
@@ -45,6 +46,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         "",
         *_health(summary["health"]),
         "",
+        *_performance(summary["performance"]),
+        "",
         "## Samples (from VictoriaLogs)",
         "",
         "| selection | reward | step | prompt | response | target |",
@@ -57,6 +60,32 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f"| {sample.get('_msg', '')} | {sample.get('target', '')} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _performance(performance: dict[str, Any]) -> list[str]:
+    tokens, step = performance["tokens"], performance["slowest_step"]
+    lines = [
+        "## Where the time went (phase spans, every rank, merged by the collector)",
+        "",
+        "| phase | spans | seconds | share of the ranks' time | mean s | p99 s |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {phase} | {_number(stats['spans'])} | {_number(stats['seconds'])} | {_number(stats['share'])} "
+        f"| {_number(stats['mean'])} | {_number(stats['p99'])} |"
+        for phase, stats in performance["split"].items()
+    ]
+    slowest = performance["slowest_phase"]
+    lines += [
+        "",
+        f"slowest phase: {slowest} (mean {_number(performance['split'][slowest]['mean'])} s per span)" if slowest
+        else "slowest phase: - (no phase spans)",
+        f"tokens generated {_number(tokens['generated'])}, trained {_number(tokens['trained'])} "
+        f"({_number(tokens['trained_per_s'])} per second), MFU {_number(tokens['mfu'])}",
+        f"slowest step: {step['step']} ({_number(step['seconds'])} s), trace {step['trace_id']}" if step
+        else "slowest step: - (no Jaeger given)",
+    ]  # fmt: skip
+    return lines
 
 
 def _health(health: dict[str, Any]) -> list[str]:

@@ -4,7 +4,8 @@ Every rank records reward and staleness distributions and episode samples; they 
 OpenTelemetry Collector merges the ranks (no collectives in the trainer). See ``docs/contract.md`` for the names.
 """
 
-from otel_rl._config import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS, ResolvedConfig, TelemetryConfig
+from otel_rl._buckets import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS
+from otel_rl._config import ResolvedConfig, TelemetryConfig
 from otel_rl._global import get_telemetry, reset, setup
 from otel_rl._samples import EpisodeSample, SampleFilter, TopBottomFilter
 from otel_rl._telemetry import Telemetry

@@ -23,11 +23,24 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Literal, Protocol, get_args
 
 import numpy as np
 import torch
+from opentelemetry.sdk.metrics import Exemplar
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Buckets,
+    ExponentialHistogram,
+    ExponentialHistogramDataPoint,
+    Histogram,
+    HistogramDataPoint,
+)
+
+from otel_rl._names import Distribution, LayoutRole
 
 WINDOW_OCTAVES = 40
 """Octaves of the exponential window on each side of 1: indices from ``-(40 << scale)`` to ``(40 << scale) - 1``."""
@@ -37,6 +50,64 @@ DEFAULT_SCALE = 5
 """Buckets 2.2% wide: a quantile read from them is within 1.1% (geometric midpoint) to 2.2% of the value."""
 _LOOKUP_BITS = 10
 _FRACTION_BITS = 52
+
+#: Reward buckets: fine around the common [-1, 1] range, coarse tails for shaped rewards.
+DEFAULT_REWARD_BOUNDS: tuple[float, ...] = (
+    -10.0, -5.0, -2.0, -1.0, -0.75, -0.5, -0.25, -0.1, 0.0,
+    0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 2.0, 5.0, 10.0,
+)  # fmt: skip
+#: Staleness buckets in the user's version unit: every small lag, then roughly doubling.
+DEFAULT_STALENESS_BOUNDS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512, 1024, 4096)
+#: The explicit bounds of the roles that have no setting: token counts double up to 128 Ki tokens; importance
+#: ratios are dense around 1; small signed values (entropy in nats, KL estimates) span decades on both sides of 0.
+ROLE_BOUNDS: Mapping[LayoutRole, tuple[float, ...]] = {
+    "unbounded": (),
+    "length": (0, *(float(1 << k) for k in range(18))),
+    "ratio": (0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 1.0, 1.01, 1.02, 1.05, 1.1, 1.25, 2.0, 5.0),
+    "small": (-1.0, -0.1, -0.01, -0.001, 0.0, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
+}
+HistogramForm = Literal["exponential", "explicit"]
+
+
+@dataclass(frozen=True)
+class PointFields:
+    """What a cumulative histogram point carries besides its buckets (OpenTelemetry's field names)."""
+
+    attributes: dict[str, str]
+    start_time_unix_nano: int
+    time_unix_nano: int
+    count: int
+    sum: float
+    min: float
+    max: float
+    exemplars: list[Exemplar]
+
+
+HistogramPoint = HistogramDataPoint | ExponentialHistogramDataPoint
+
+
+class Layout(Protocol):
+    """Where each value falls (one slot of a flat counts array), and how counts go on the wire."""
+
+    @property
+    def size(self) -> int:
+        """Slots of the counts array."""
+
+    def slot(self, value: float) -> int:
+        """The slot of one finite value."""
+
+    def slots(self, values: torch.Tensor) -> torch.Tensor:
+        """The slots of a float64 tensor of finite values, on its device."""
+
+    @property
+    def kernel_arguments(self) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+        """``(bounds, scale, lookup, fractions)`` for ``otel_rl._kernels``."""
+
+    def point(self, fields: PointFields, counts: np.ndarray) -> HistogramPoint:
+        """The OTLP point of ``counts`` in this layout."""
+
+    def metric_data(self, points: Sequence[HistogramPoint]) -> Histogram | ExponentialHistogram:
+        """The cumulative OTLP histogram of ``points`` (all from :meth:`point` of this layout)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +137,15 @@ class ExplicitLayout:
         """``(bounds, scale, lookup, fractions)`` for ``otel_rl._kernels``; scale -1 selects explicit bounds."""
         empty = np.empty(0, dtype=np.int64)
         return np.asarray(self.bounds, dtype=np.float64), -1, empty, empty
+
+    def point(self, fields: PointFields, counts: np.ndarray) -> HistogramPoint:
+        """A classic histogram point: one count per bound, plus the bucket above every bound."""
+        return HistogramDataPoint(
+            **vars(fields), bucket_counts=tuple(counts.tolist()), explicit_bounds=tuple(float(b) for b in self.bounds)
+        )
+
+    def metric_data(self, points: Sequence[HistogramPoint]) -> Histogram:
+        return Histogram(data_points=list(points), aggregation_temporality=AggregationTemporality.CUMULATIVE)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -139,6 +219,21 @@ class ExponentialLayout:
         """``(bounds, scale, lookup, fractions)`` for ``otel_rl._kernels``."""
         return np.empty(0, dtype=np.float64), self.scale, self.lookup, self.fractions
 
+    def point(self, fields: PointFields, counts: np.ndarray) -> HistogramPoint:
+        """An exponential histogram point: each side trimmed to its non-empty span, zero threshold 0."""
+        sides = self.sides(counts)
+        return ExponentialHistogramDataPoint(
+            **vars(fields),
+            scale=self.scale,
+            zero_count=sides.zero_count,
+            positive=Buckets(offset=sides.positive_offset, bucket_counts=sides.positive),
+            negative=Buckets(offset=sides.negative_offset, bucket_counts=sides.negative),
+            flags=0,
+        )
+
+    def metric_data(self, points: Sequence[HistogramPoint]) -> ExponentialHistogram:
+        return ExponentialHistogram(data_points=list(points), aggregation_temporality=AggregationTemporality.CUMULATIVE)  # type: ignore[arg-type]
+
     def sides(self, counts: np.ndarray) -> ExponentialSides:
         """The counts array as OpenTelemetry's sides, each trimmed to its non-empty span."""
         negative_offset, negative = _trimmed(counts[: self.width], self.lowest)
@@ -169,4 +264,34 @@ def _root_of_two(k: int, scale: int) -> float:
     return best
 
 
-Layout = ExplicitLayout | ExponentialLayout
+@dataclass(frozen=True)
+class Layouts:
+    """The bucket layout of every :data:`~otel_rl._names.LayoutRole`, resolved once per process: one instance per
+    role, shared by every summarizer of that role (layouts cache their device tensors)."""
+
+    by_role: Mapping[LayoutRole, Layout]
+
+    def of(self, distribution: Distribution) -> Layout:
+        """The layout of ``distribution``'s role."""
+        return self.by_role[distribution.role]
+
+    @classmethod
+    def resolve(
+        cls,
+        form: HistogramForm,
+        *,
+        scale: int,
+        reward_bounds: tuple[float, ...] = DEFAULT_REWARD_BOUNDS,
+        staleness_bounds: tuple[int, ...] = DEFAULT_STALENESS_BOUNDS,
+    ) -> Layouts:
+        """Every role's layout: one exponential layout at ``scale`` for all of them, or each role's explicit bounds
+        (``reward_bounds`` and ``staleness_bounds`` for those roles, :data:`ROLE_BOUNDS` for the others).
+
+        >>> Layouts.resolve("explicit", scale=5).by_role["length"].bounds[:4]
+        (0.0, 1.0, 2.0, 4.0)
+        """
+        if form == "exponential":
+            exponential = ExponentialLayout(scale)
+            return cls({role: exponential for role in get_args(LayoutRole)})
+        bounds = {**ROLE_BOUNDS, "reward": reward_bounds, "staleness": staleness_bounds}
+        return cls({role: ExplicitLayout(tuple(float(b) for b in bounds[role])) for role in get_args(LayoutRole)})

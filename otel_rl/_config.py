@@ -7,31 +7,49 @@ typed; the rest of the package reads only that, and the hot path never looks at 
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import math
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
 from otel_rl import _env
-from otel_rl._buckets import DEFAULT_SCALE, MAX_SCALE
+from otel_rl._inputs import describe
+from otel_rl._buckets import DEFAULT_REWARD_BOUNDS, DEFAULT_SCALE, DEFAULT_STALENESS_BOUNDS, MAX_SCALE, HistogramForm
+
+_logger = logging.getLogger(__name__)
 
 ExporterKind = Literal["otlp", "console", "file", "none"]
-Protocol = Literal["grpc", "http/protobuf"]
-HistogramForm = Literal["exponential", "explicit"]
+OtlpProtocol = Literal["grpc", "http/protobuf"]
 
-_EXPORTERS: tuple[str, ...] = ("otlp", "console", "file", "none")
-_PROTOCOLS: tuple[str, ...] = ("grpc", "http/protobuf")
-_HISTOGRAM_FORMS: tuple[str, ...] = ("exponential", "explicit")
 _DEFAULT_ENDPOINTS = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
+_warned_plaintext: set[str] = set()
 
-#: Reward buckets: fine around the common [-1, 1] range, coarse tails for shaped rewards.
-DEFAULT_REWARD_BOUNDS: tuple[float, ...] = (
-    -10.0, -5.0, -2.0, -1.0, -0.75, -0.5, -0.25, -0.1, 0.0,
-    0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 2.0, 5.0, 10.0,
-)  # fmt: skip
-#: Staleness buckets in the user's version unit: every small lag, then roughly doubling.
-DEFAULT_STALENESS_BOUNDS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512, 1024, 4096)
+
+class Headers(Mapping[str, str]):
+    """Export headers whose values never show: ``repr`` and ``str`` print the names only (they carry tokens).
+
+    >>> Headers({"authorization": "Bearer secret"})
+    Headers({'authorization': '<redacted>'})
+    """
+
+    def __init__(self, values: Mapping[str, str]) -> None:
+        self._values = dict(values)
+
+    def __getitem__(self, key: str) -> str:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Headers({ {key: '<redacted>' for key in self._values}!r})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,12 +80,18 @@ class TelemetryConfig:
     endpoint: str | None = None
     """OTLP endpoint; env ``OTEL_EXPORTER_OTLP_ENDPOINT``; default ``http://localhost:4317`` (gRPC) or
     ``http://localhost:4318`` (HTTP). For HTTP, the base URL: ``/v1/metrics`` and ``/v1/logs`` are appended."""
-    protocol: Protocol | None = None
+    protocol: OtlpProtocol | None = None
     """``grpc`` or ``http/protobuf``; env ``OTEL_EXPORTER_OTLP_PROTOCOL``; default ``grpc``."""
     headers: Mapping[str, str] | None = None
-    """Headers sent with every export (e.g. ``authorization``); env ``OTEL_EXPORTER_OTLP_HEADERS``. Never logged."""
+    """Headers sent with every export (e.g. ``authorization``); env ``OTEL_EXPORTER_OTLP_HEADERS``. Never logged,
+    never shown by ``repr``. Sent over plain ``http://`` to a host other than this one, they are warned about once."""
     certificate_file: str | None = None
     """PEM file of trusted CAs, turns on TLS; env ``OTEL_EXPORTER_OTLP_CERTIFICATE``."""
+    client_certificate_file: str | None = None
+    """PEM certificate chain this process presents to the collector (mutual TLS), with ``client_key_file``; env
+    ``OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE``."""
+    client_key_file: str | None = None
+    """PEM private key of ``client_certificate_file``; env ``OTEL_EXPORTER_OTLP_CLIENT_KEY``."""
     output_file: str | None = None
     """JSON-lines output for ``exporter="file"``; env ``OTEL_RL_OUTPUT_FILE``; default ``otel-rl-<rank>.jsonl``."""
     export_interval_s: float | None = None
@@ -95,8 +119,10 @@ class TelemetryConfig:
     ``histogram="explicit"``; default :data:`DEFAULT_STALENESS_BOUNDS`."""
     max_reward_fns: int = 32
     """Distinct ``rl.reward.fn`` names before further names fold into ``_overflow``."""
-    max_metric_keys: int = 32
-    """Distinct ``rl.metric.key`` names (``record_metric``) before further keys fold into ``_overflow``."""
+    max_metric_keys: int = 512
+    """Distinct ``rl.metric.key`` names (``record_metric``) before further keys fold into ``_overflow``. A verl GRPO
+    step logs 81 keys, 113 with rollout correction, and its validation 75 more with ``n=16`` over two data sources
+    (docs/contract.md); each key becomes six series per run."""
     max_sample_tables: int = 16
     """Distinct sample tables (``record_sample(..., table=...)``) before further tables fold into ``_overflow``."""
     max_datasets: int = 16
@@ -120,7 +146,18 @@ class TelemetryConfig:
     sample_queue_size: int = 4_096
     """Sample records waiting for export; beyond it the oldest are dropped and counted."""
     samples_as_span_events: bool = False
-    """Also attach kept samples as events of a per-step span ``rl.step``."""
+    """Also attach kept samples as events of this rank's step span ``rl.rank.step`` (with ``trace_phases``)."""
+    trace_phases: bool = True
+    """Export each step and phase as spans (one trace per step across ranks, ``otel_rl._phases``); the collector's
+    ``spanmetrics`` turns them into phase durations per run. Off: the phase gauges only."""
+    flops_per_token: float | None = None
+    """Training FLOPs per trained token (about 6N for a model of N parameters, 2N more with a reference model);
+    with ``peak_flops`` the dashboards show MFU = tokens trained/s x flops_per_token / sum of peak_flops."""
+    peak_flops: float | None = None
+    """Peak FLOP/s of this rank's device (e.g. 989e12 for an H100 SXM in BF16 dense); set on training ranks only."""
+    distinct_prompts: bool = True
+    """Top and bottom samples prefer episodes of different prompts (see :class:`~otel_rl.TopBottomFilter`): a
+    GRPO group's rollouts share a prompt and often a reward, and a table of one prompt twice says little."""
     seed: int | None = None
     """Seed of the reservoir sampler, for reproducible selections."""
     instance_id: str = field(default_factory=lambda: str(uuid.uuid4()))
@@ -129,15 +166,16 @@ class TelemetryConfig:
     """The settings in force: every field resolved (argument, then environment, then default) and validated."""
 
     def __post_init__(self) -> None:
+        if self.headers is not None and isinstance(self.headers, Mapping):
+            object.__setattr__(self, "headers", Headers(self.headers))
         object.__setattr__(self, "resolved", _resolve(self))
 
 
 @dataclass(frozen=True, kw_only=True)
-class ResolvedConfig:
-    """The settings in force for one process: :class:`TelemetryConfig` with every field resolved and checked.
-
-    Fields mean what the same-named fields of :class:`TelemetryConfig` say; none is left unset.
-    """
+class ResolvedConfig(TelemetryConfig):
+    """The settings in force for one process: a :class:`TelemetryConfig` whose every field is set (argument, then
+    environment, then default) and checked. Only the fields that can come from the environment are declared again,
+    with the types they have once resolved; the others mean and hold what the user form says."""
 
     service_name: str
     run_id: str
@@ -147,33 +185,18 @@ class ResolvedConfig:
     role: str
     exporter: ExporterKind
     endpoint: str
-    protocol: Protocol
+    protocol: OtlpProtocol
     headers: Mapping[str, str]
-    certificate_file: str | None
     output_file: str
     export_interval_s: float
     export_timeout_s: float
-    extremes_hold_s: float
-    shutdown_timeout_s: float
-    histogram: HistogramForm
-    histogram_scale: int
     reward_bounds: tuple[float, ...]
     staleness_bounds: tuple[int, ...]
-    max_reward_fns: int
-    max_metric_keys: int
-    max_sample_tables: int
-    max_datasets: int
-    max_phases: int
-    solved_reward: float
-    top_k: int
-    bottom_k: int
-    random_k: int
-    sample_text_budget_bytes: int
-    redact: Callable[[str, str], str] | None
-    sample_queue_size: int
-    samples_as_span_events: bool
-    seed: int | None
-    instance_id: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "headers", Headers(self.headers))
+        object.__setattr__(self, "resolved", self)
+        _validate(self)
 
 
 def _pick(value: object, env_value: object, default: object) -> Any:
@@ -184,10 +207,12 @@ def _resolve(config: TelemetryConfig) -> ResolvedConfig:
     """Apply argument > environment > default to every field of ``config``, then validate the result."""
     rank = _pick(config.rank, _env.read_int(_env.RANK_VARS), 0)
     world_size = _pick(config.world_size, _env.read_int(_env.WORLD_SIZE_VARS), 1)
+    _check_integer("rank", rank, 0)  # now: the defaults below are made from them
+    _check_integer("world_size", world_size, 1)
     run_id_env = _env.read_first(_env.RUN_ID_VARS)
     run_id = _pick(config.run_id, run_id_env[1] if run_id_env else None, None)
     protocol = _pick(config.protocol, _env.read(_env.OTEL_EXPORTER_OTLP_PROTOCOL), "grpc")
-    _check_choice("protocol", protocol, _PROTOCOLS)
+    _check_choice("protocol", protocol, get_args(OtlpProtocol))
     if config.headers is not None and not isinstance(config.headers, Mapping):
         raise TypeError(f'"headers" must be a mapping of str to str, got a {type(config.headers).__name__}')
     env_headers = _env.read(_env.OTEL_EXPORTER_OTLP_HEADERS)
@@ -201,11 +226,11 @@ def _resolve(config: TelemetryConfig) -> ResolvedConfig:
     if run_id is None:
         if isinstance(world_size, int) and world_size > 1:
             raise ValueError(
-                f'"run_id" is required when "world_size" > 1 (got world_size={world_size!r}): set it, or '
+                f'"run_id" is required when "world_size" > 1 (got world_size={describe(world_size)}): set it, or '
                 f"{_env.OTEL_RL_RUN_ID}, or launch with torchrun --rdzv-id / SLURM"
             )
         run_id = f"run-{uuid.uuid4().hex[:12]}"
-    values: dict[str, Any] = {item.name: getattr(config, item.name) for item in fields(ResolvedConfig)}
+    values: dict[str, Any] = {item.name: getattr(config, item.name) for item in fields(config) if item.init}
     values.update(
         service_name=_pick(config.service_name, _env.read(_env.OTEL_SERVICE_NAME), "rl-trainer"),
         run_id=run_id,
@@ -218,6 +243,10 @@ def _resolve(config: TelemetryConfig) -> ResolvedConfig:
         protocol=protocol,
         headers=dict(headers),
         certificate_file=_pick(config.certificate_file, _env.read(_env.OTEL_EXPORTER_OTLP_CERTIFICATE), None),
+        client_certificate_file=_pick(
+            config.client_certificate_file, _env.read(_env.OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE), None
+        ),
+        client_key_file=_pick(config.client_key_file, _env.read(_env.OTEL_EXPORTER_OTLP_CLIENT_KEY), None),
         output_file=_pick(config.output_file, _env.read(_env.OTEL_RL_OUTPUT_FILE), f"otel-rl-{rank}.jsonl"),
         export_interval_s=_pick(
             config.export_interval_s, _env.read_float(_env.OTEL_METRIC_EXPORT_INTERVAL, scale=1e-3), 2.0
@@ -232,28 +261,53 @@ def _resolve(config: TelemetryConfig) -> ResolvedConfig:
         for name in ("reward_bounds", "staleness_bounds"):
             if getattr(config, name) is not None:
                 raise ValueError(
-                    f'"{name}" applies to histogram="explicit" only, got {name}={getattr(config, name)!r} with '
+                    f'"{name}" applies to histogram="explicit" only, got {name}={describe(getattr(config, name))} with '
                     f'histogram="exponential" (exponential buckets need no bounds; set histogram="explicit")'
                 )
     resolved = ResolvedConfig(**values)
-    _validate(resolved)
+    _warn_plaintext_headers(resolved)
     return resolved
 
 
+def _warn_plaintext_headers(config: ResolvedConfig) -> None:
+    """Warn once per endpoint when headers (tokens) would go over plain ``http://`` to another host."""
+    if config.exporter != "otlp" or not config.headers or config.certificate_file is not None:
+        return
+    parts = urlsplit(config.endpoint)
+    if parts.scheme != "http" or _is_loopback(parts.hostname or "") or config.endpoint in _warned_plaintext:
+        return
+    _warned_plaintext.add(config.endpoint)
+    _logger.warning(
+        "otel-rl: export headers (%s) go to %s over plain http: anyone on the network can read them; use https:// "
+        "(certificate_file for a private CA)",
+        ", ".join(sorted(config.headers)),
+        config.endpoint,
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _validate(config: ResolvedConfig) -> None:
-    _check_choice("exporter", config.exporter, _EXPORTERS)
+    _check_choice("exporter", config.exporter, get_args(ExporterKind))
     for name in ("service_name", "run_id", "role"):
         value = getattr(config, name)
         if not isinstance(value, str) or not value:
-            raise ValueError(f'"{name}" must be a non-empty string, got {value!r}')
+            raise ValueError(f'"{name}" must be a non-empty string, got {describe(value)}')
     for name, minimum in (("rank", 0), ("world_size", 1), ("local_rank", 0)):
         _check_integer(name, getattr(config, name), minimum)
     if config.rank >= config.world_size:
-        raise ValueError(f'"rank" must be < "world_size" ({config.world_size!r}), got {config.rank!r}')
+        raise ValueError(f'"rank" must be < "world_size" ({describe(config.world_size)}), got {describe(config.rank)}')
     for name in ("export_interval_s", "export_timeout_s", "shutdown_timeout_s", "extremes_hold_s"):
         value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f'"{name}" must be a positive number of seconds, got {value!r}')
+        if not _finite(value) or not 0 < value <= _LONGEST_S:
+            raise ValueError(f'"{name}" must be a positive number of seconds up to {_LONGEST_S:g}, got {describe(value)}')
     for name, minimum in (
         ("max_reward_fns", 1),
         ("max_metric_keys", 1),
@@ -267,44 +321,68 @@ def _validate(config: ResolvedConfig) -> None:
         ("sample_queue_size", 1),
     ):
         _check_integer(name, getattr(config, name), minimum)
-    if isinstance(config.solved_reward, bool) or not isinstance(config.solved_reward, (int, float)) or not math.isfinite(
-        config.solved_reward
-    ):
-        raise ValueError(f'"solved_reward" must be a finite number, got {config.solved_reward!r}')
+    if not _finite(config.solved_reward):
+        raise ValueError(f'"solved_reward" must be a finite number, got {describe(config.solved_reward)}')
+    for name in ("flops_per_token", "peak_flops"):
+        value = getattr(config, name)
+        if value is not None and (not _finite(value) or value <= 0):
+            raise ValueError(f'"{name}" must be a positive number or None, got {describe(value)}')
+    for name in ("samples_as_span_events", "distinct_prompts", "trace_phases"):
+        if not isinstance(getattr(config, name), bool):
+            raise ValueError(f'"{name}" must be a bool, got {describe(getattr(config, name))}')
+    if (config.client_certificate_file is None) != (config.client_key_file is None):
+        raise ValueError(
+            '"client_certificate_file" and "client_key_file" go together (mutual TLS), got '
+            f"client_certificate_file={describe(config.client_certificate_file)} client_key_file={describe(config.client_key_file)}"
+        )
     if config.redact is not None and not callable(config.redact):
-        raise ValueError(f'"redact" must be a callable (field, text) -> text, got {config.redact!r}')
-    _check_choice("histogram", config.histogram, _HISTOGRAM_FORMS)
+        raise ValueError(f'"redact" must be a callable (field, text) -> text, got {describe(config.redact)}')
+    _check_choice("histogram", config.histogram, get_args(HistogramForm))
     if isinstance(config.histogram_scale, bool) or config.histogram_scale not in range(MAX_SCALE + 1):
-        raise ValueError(f'"histogram_scale" must be an integer from 0 to {MAX_SCALE}, got {config.histogram_scale!r}')
+        raise ValueError(f'"histogram_scale" must be an integer from 0 to {MAX_SCALE}, got {describe(config.histogram_scale)}')
     _check_bounds("reward_bounds", config.reward_bounds, integer=False)
     _check_bounds("staleness_bounds", config.staleness_bounds, integer=True)
     if config.exporter == "otlp" and not (isinstance(config.endpoint, str) and config.endpoint.startswith(("http://", "https://"))):
-        raise ValueError(f'"endpoint" must start with http:// or https://, got {config.endpoint!r}')
+        raise ValueError(f'"endpoint" must start with http:// or https://, got {describe(config.endpoint)}')
     for key, value in config.headers.items():
         if not isinstance(key, str) or not key:
-            raise ValueError(f'"headers" keys must be non-empty strings, got {key!r}')
+            raise ValueError(f'"headers" keys must be non-empty strings, got {describe(key)}')
         if not isinstance(value, str):
             # the value is not shown: headers carry secrets
-            raise ValueError(f'"headers" values must be strings, got a {type(value).__name__} for {key!r}')
+            raise ValueError(f'"headers" values must be strings, got a {type(value).__name__} for {describe(key)}')
+
+
+_LONGEST_S = 1e9
+"""The longest duration a seconds setting may have (about 31 years): nanosecond arithmetic stays in range."""
+
+
+def _finite(value: object) -> bool:
+    """Whether ``value`` is a real number (not a bool) that a double holds finitely."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond a double's range
+        return False
 
 
 def _check_integer(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f'"{name}" must be an integer >= {minimum}, got {value!r}')
+        raise ValueError(f'"{name}" must be an integer >= {minimum}, got {describe(value)}')
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ValueError(f'"{name}" must be one of {", ".join(choices)}, got {value!r}')
+        raise ValueError(f'"{name}" must be one of {", ".join(choices)}, got {describe(value)}')
 
 
 def _check_bounds(name: str, bounds: object, *, integer: bool) -> None:
     if not isinstance(bounds, tuple) or not bounds:
-        raise ValueError(f'"{name}" must be a non-empty tuple of numbers, got {bounds!r}')
+        raise ValueError(f'"{name}" must be a non-empty tuple of numbers, got {describe(bounds)}')
     for value in bounds:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f'"{name}" must hold finite numbers, got {value!r}')
+        if not _finite(value):
+            raise ValueError(f'"{name}" must hold finite numbers, got {describe(value)}')
         if integer and (value != int(value) or value < 0):
-            raise ValueError(f'"{name}" must hold integers >= 0, got {value!r}')
+            raise ValueError(f'"{name}" must hold integers >= 0, got {describe(value)}')
     if any(b <= a for a, b in zip(bounds, bounds[1:])):
-        raise ValueError(f'"{name}" must be strictly increasing, got {bounds!r}')
+        raise ValueError(f'"{name}" must be strictly increasing, got {describe(bounds)}')

@@ -18,6 +18,10 @@ OTEL_EXPORTER_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 OTEL_EXPORTER_OTLP_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
 #: Path to a PEM file of trusted CA certificates; turns on TLS.
 OTEL_EXPORTER_OTLP_CERTIFICATE = "OTEL_EXPORTER_OTLP_CERTIFICATE"
+#: Path to the PEM certificate chain this process presents (mutual TLS), with the key below.
+OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"
+#: Path to the PEM private key of the client certificate.
+OTEL_EXPORTER_OTLP_CLIENT_KEY = "OTEL_EXPORTER_OTLP_CLIENT_KEY"
 #: Export timeout in milliseconds.
 OTEL_EXPORTER_OTLP_TIMEOUT = "OTEL_EXPORTER_OTLP_TIMEOUT"
 #: Interval between metric exports in milliseconds.
@@ -40,6 +44,27 @@ RANK_VARS = ("RANK", "SLURM_PROCID")
 WORLD_SIZE_VARS = ("WORLD_SIZE", "SLURM_NTASKS")
 LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID")
 RUN_ID_VARS = (OTEL_RL_RUN_ID, "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
+
+VARIABLES: tuple[str, ...] = (
+    OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_PROTOCOL,
+    OTEL_EXPORTER_OTLP_HEADERS,
+    OTEL_EXPORTER_OTLP_CERTIFICATE,
+    OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE,
+    OTEL_EXPORTER_OTLP_CLIENT_KEY,
+    OTEL_EXPORTER_OTLP_TIMEOUT,
+    OTEL_METRIC_EXPORT_INTERVAL,
+    OTEL_SERVICE_NAME,
+    OTEL_RESOURCE_ATTRIBUTES,
+    OTEL_RL_EXPORTER,
+    OTEL_RL_OUTPUT_FILE,
+    OTEL_RL_ROLE,
+    *RANK_VARS,
+    *WORLD_SIZE_VARS,
+    *LOCAL_RANK_VARS,
+    *RUN_ID_VARS,
+)
+"""Every variable above: what a test clears to run in a known environment."""
 
 #: torchrun's default rendezvous id, shared by unrelated runs, so it is no run id.
 _TORCHRUN_DEFAULT_RUN_ID = "none"

@@ -1,16 +1,23 @@
 """The export worker and the exporters it drives.
 
 One daemon thread does all exporting, off the training thread: every interval (or when a flush is requested) it
-sends the pending sample records and a cumulative snapshot of the metrics. While exports fail, the periodic cycles
+sends a cumulative snapshot of the metrics and the pending sample records. While exports fail, the periodic cycles
 back off (doubling from the interval up to 5 s; a flush or shutdown still tries at once), because every attempt
 encodes its batch in Python and would take the GIL from the training thread for nothing. The training thread only
 ever appends to a bounded queue and updates small in-memory totals, so a slow, hung or absent collector cannot
 block it; queue overflow drops the oldest records and counts them.
+
+Nothing can stall an export for good. A point or record that fails to encode (an exporter raising, where a
+collector's refusal is a returned failure) is found by encoding each on its own, left out from then on, and counted
+in ``otel_rl.export.unencodable``; the rest goes out at once. A record larger than a request may be is dropped when
+it is queued (``oversized``); a record the collector keeps refusing while it accepts metrics, even alone, is
+dropped after a few tries (``refused``) instead of blocking the records behind it.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import sys
 import threading
@@ -21,9 +28,19 @@ from typing import IO, Any
 
 import grpc
 import requests
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.sdk._logs import LogRecordProcessor, ReadableLogRecord, ReadWriteLogRecord
 from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter, LogRecordExporter, LogRecordExportResult
-from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, MetricExportResult
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    Metric,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    ResourceMetrics,
+    ScopeMetrics,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
@@ -36,13 +53,19 @@ _logger = logging.getLogger(__name__)
 _BATCH = 512
 _BATCH_BYTES = 4 * 1024 * 1024
 """Most (estimated) bytes of log records in one export: the default gRPC receive limit of a stock collector
-(4 MiB). A bigger request is refused every time it is retried, which would stall all sample export."""
+(4 MiB). A bigger request is refused every time it is retried, which would stall all sample export; a single
+record above it is dropped when queued."""
+_REFUSALS = 5
+"""Cycles in which a record sent alone was refused while metrics went through, before it is dropped."""
 _MAX_BACKOFF_S = 5.0
 """Longest pause between periodic export attempts while they fail: the most a recovered collector waits for data."""
 _SIGNAL_METRICS = attributes(**{_names.SELF_SIGNAL: "metrics"})
 _SIGNAL_LOGS = attributes(**{_names.SELF_SIGNAL: "logs"})
 _DROPPED_QUEUE_FULL = attributes(**{_names.SELF_REASON: "queue_full"})
 _DROPPED_SHUTDOWN = attributes(**{_names.SELF_REASON: "shutdown"})
+_DROPPED_OVERSIZED = attributes(**{_names.SELF_REASON: "oversized"})
+_DROPPED_REFUSED = attributes(**{_names.SELF_REASON: "refused"})
+_DROPPED_UNENCODABLE = attributes(**{_names.SELF_REASON: "unencodable"})
 
 
 @dataclass(frozen=True)
@@ -55,7 +78,20 @@ class Exporters:
     output: IO[str] | None = None
 
 
-def build_exporters(config: ResolvedConfig) -> Exporters:
+def build_exporters(config: ResolvedConfig, injected: Exporters = Exporters(None, None)) -> Exporters:
+    """The ``injected`` exporters, and for each signal without one, the exporter ``config`` asks for."""
+    if None not in (injected.metrics, injected.logs, injected.spans):
+        return injected
+    built = _configured(config)
+    for mine, theirs in ((built.metrics, injected.metrics), (built.logs, injected.logs), (built.spans, injected.spans)):
+        if mine is not None and theirs is not None:
+            mine.shutdown()
+    return Exporters(
+        injected.metrics or built.metrics, injected.logs or built.logs, injected.spans or built.spans, built.output
+    )
+
+
+def _configured(config: ResolvedConfig) -> Exporters:
     """The exporters ``config`` asks for."""
     if config.exporter == "none":
         return Exporters(None, None)
@@ -101,11 +137,14 @@ def _otlp_exporters(config: ResolvedConfig) -> Exporters:
 
         def common() -> dict[str, Any]:
             session = None
-            if config.certificate_file is not None:
+            if config.certificate_file is not None or config.client_certificate_file is not None:
                 session = _PinnedCASession()
-                session.verify = config.certificate_file
+                session.verify = config.certificate_file if config.certificate_file is not None else True
+                if config.client_certificate_file is not None and config.client_key_file is not None:
+                    session.cert = (config.client_certificate_file, config.client_key_file)
             return {"certificate_file": config.certificate_file, "headers": headers, "timeout": timeout,
-                    "session": session}  # fmt: skip
+                    "session": session, "client_certificate_file": config.client_certificate_file,
+                    "client_key_file": config.client_key_file}  # fmt: skip
 
         return Exporters(
             HttpMetricExporter(endpoint=f"{base}/v1/metrics", **common()),
@@ -119,11 +158,11 @@ def _otlp_exporters(config: ResolvedConfig) -> Exporters:
     secure = endpoint.startswith("https://") or config.certificate_file is not None
     credentials = None
     if secure:
-        root = None
-        if config.certificate_file is not None:
-            with open(config.certificate_file, "rb") as pem:
-                root = pem.read()
-        credentials = grpc.ssl_channel_credentials(root_certificates=root)
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=_read(config.certificate_file),
+            private_key=_read(config.client_key_file),
+            certificate_chain=_read(config.client_certificate_file),
+        )
     grpc_common: dict[str, Any] = {
         "endpoint": endpoint.split("://", 1)[1],
         "insecure": not secure,
@@ -136,8 +175,39 @@ def _otlp_exporters(config: ResolvedConfig) -> Exporters:
     )
 
 
+@dataclass(frozen=True)
+class Timer:
+    """How the export worker measures and waits for time: ``monotonic()`` seconds, and ``wait(event, seconds)``,
+    which returns True once ``event`` is set or False when the seconds have passed. Tests inject a fake one."""
+
+    monotonic: Callable[[], float] = time.monotonic
+    wait: Callable[[threading.Event, float], bool] = threading.Event.wait
+
+
+def shutdown_within(part: Callable[[], object], timeout_s: float, what: str) -> bool:
+    """Run ``part`` (an SDK provider's shutdown, which takes no deadline) on a daemon thread and wait for it at most
+    ``timeout_s``: a hung collector cannot hold the trainer's exit longer than its shutdown timeout. False when it
+    did not finish in time (the thread is left to end with the process)."""
+    thread = threading.Thread(target=lambda: _call(part), name=f"otel-rl-{what}-shutdown", daemon=True)
+    thread.start()
+    thread.join(min(max(0.0, timeout_s), threading.TIMEOUT_MAX))
+    if thread.is_alive():
+        _logger.warning("otel-rl: %s did not finish within the shutdown timeout; giving up on them", what)
+        return False
+    return True
+
+
+def _read(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    with open(path, "rb") as pem:
+        return pem.read()
+
+
 class ExportWorker:
-    """Exports metrics and queued log records from one daemon thread, every ``interval_s`` or on request."""
+    """Exports metrics and queued log records from one daemon thread, every ``interval_s`` or on request.
+
+    ``clock`` gives the wall-clock time of points (ns); ``timer`` the cadence, back-off and deadlines."""
 
     def __init__(
         self,
@@ -149,6 +219,7 @@ class ExportWorker:
         timeout_s: float,
         queue_size: int,
         clock: Callable[[], int] = time.time_ns,
+        timer: Timer = Timer(),
     ) -> None:
         self._store = store
         self._metric_exporter = metric_exporter
@@ -156,6 +227,11 @@ class ExportWorker:
         self._interval_s = interval_s
         self._timeout_s = timeout_s
         self._clock = clock
+        self._timer = timer
+        self._unencodable: set[tuple[str, tuple[tuple[str, Any], ...]]] = set()
+        self._batch_limit = _BATCH
+        self._refusals = 0
+        self._metrics_up = False
         self._queue: collections.deque[ReadableLogRecord] = collections.deque()
         self._queue_size = queue_size
         self._lock = threading.Lock()
@@ -167,17 +243,22 @@ class ExportWorker:
         self._failed_cycles = 0
         self._retry_at = 0.0
         for key in ((_names.SAMPLES_EXPORTED, ()), (_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL),
-                    (_names.EXPORT_FAILURES, _SIGNAL_METRICS), (_names.EXPORT_FAILURES, _SIGNAL_LOGS)):  # fmt: skip
+                    (_names.EXPORT_FAILURES, _SIGNAL_METRICS), (_names.EXPORT_FAILURES, _SIGNAL_LOGS),
+                    (_names.EXPORT_UNENCODABLE, _SIGNAL_METRICS), (_names.EXPORT_UNENCODABLE, _SIGNAL_LOGS)):  # fmt: skip
             store.add(*key, 0)
         self._thread = threading.Thread(target=self._run, name="otel-rl-export", daemon=True)
         self._thread.start()
 
     def submit(self, records: Sequence[ReadableLogRecord]) -> None:
-        """Queue records for export; when the queue is full the oldest are dropped and counted."""
+        """Queue records for export; a record too large for any request is dropped and counted, and when the queue
+        is full the oldest are dropped and counted."""
         if self._log_exporter is None or not records:
             return
+        fitting = [record for record in records if _record_bytes(record) <= _BATCH_BYTES]
+        if len(fitting) < len(records):
+            self._store.add(_names.SAMPLES_DROPPED, _DROPPED_OVERSIZED, len(records) - len(fitting))
         with self._lock:
-            self._queue.extend(records)
+            self._queue.extend(fitting)
         self._trim()
 
     def request(self) -> int:
@@ -190,13 +271,13 @@ class ExportWorker:
 
     def wait(self, ticket: int, timeout_s: float) -> bool:
         """Wait until the cycle of ``ticket`` has finished; False on timeout."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self._timer.monotonic() + timeout_s
         with self._done:
             while self._completed < ticket:
-                remaining = deadline - time.monotonic()
+                remaining = deadline - self._timer.monotonic()
                 if remaining <= 0 or not self._thread.is_alive():
                     return False
-                self._done.wait(remaining)
+                self._done.wait(min(remaining, threading.TIMEOUT_MAX))
         return True
 
     def shutdown(self, timeout_s: float) -> bool:
@@ -205,7 +286,7 @@ class ExportWorker:
             self._stopping = True
         ticket = self.request()
         finished = self.wait(ticket, timeout_s)
-        self._thread.join(max(0.0, timeout_s / 10))
+        self._thread.join(min(max(0.0, timeout_s / 10), threading.TIMEOUT_MAX))
         if not finished:
             with self._lock:
                 lost = len(self._queue)
@@ -223,15 +304,15 @@ class ExportWorker:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait(self._interval_s)
+            self._timer.wait(self._wake, self._interval_s)
             self._wake.clear()
             with self._done:
                 target, stopping = self._requested, self._stopping
                 requested = target > self._completed
-            if requested or time.monotonic() >= self._retry_at:
-                logs_exported = self._export_logs()
-                metrics_exported = self._export_metrics()
-                self._back_off(logs_exported and metrics_exported)
+            if requested or self._timer.monotonic() >= self._retry_at:
+                self._export_logs()
+                self._metrics_up = self._export_metrics()
+                self._back_off(self._metrics_up)
             with self._done:
                 self._completed = max(self._completed, target)
                 self._done.notify_all()
@@ -239,36 +320,82 @@ class ExportWorker:
                 return
 
     def _back_off(self, succeeded: bool) -> None:
-        """After a failed cycle, skip periodic cycles for twice as long as the last pause (at most 5 s)."""
+        """After a cycle whose metrics export failed (the collector is away), skip periodic cycles for twice as long
+        as the last pause (at most 5 s). A refused log batch alone does not back off: the collector is up, and the
+        next cycles isolate the record it refuses."""
         self._failed_cycles = 0 if succeeded else self._failed_cycles + 1
         pause = 0.0 if succeeded else min(self._interval_s * 2**self._failed_cycles, _MAX_BACKOFF_S)
-        self._retry_at = time.monotonic() + pause
+        self._retry_at = self._timer.monotonic() + pause
 
-    def _export_logs(self) -> bool:
-        """Export the queued records in byte-capped batches; False when a batch failed (it stays queued)."""
+    def _export_logs(self) -> None:
+        """Export the queued records in byte-capped batches; a failed batch stays queued.
+
+        While the last metrics export went through, a refused batch is halved (for the next try), and a record
+        refused alone in :data:`_REFUSALS` cycles is dropped. Failed tries go on in the same cycle only while they
+        took less than one export timeout together: a hung collector costs one timeout per cycle, so the metrics
+        (exported after the logs, with their counts) still go out in time."""
         exporter = self._log_exporter
         if exporter is None:
-            return True
+            return
+        failing_s = 0.0
         while True:
-            with self._lock:
-                batch: list[ReadableLogRecord] = []
-                size = 0
-                while self._queue and len(batch) < _BATCH:
-                    cost = _record_bytes(self._queue[0])
-                    if batch and size + cost > _BATCH_BYTES:
-                        break
-                    batch.append(self._queue.popleft())
-                    size += cost
+            batch = self._next_batch()
             if not batch:
-                return True
-            if _call(lambda: exporter.export(batch)) == LogRecordExportResult.SUCCESS:
+                return
+            began = self._timer.monotonic()
+            result = _call(lambda: exporter.export(batch), raising=True)
+            if result is _RAISED:
+                batch = self._encodable(batch)
+                result = _call(lambda: exporter.export(batch)) if batch else LogRecordExportResult.SUCCESS
+            if result == LogRecordExportResult.SUCCESS:
                 self._store.add(_names.SAMPLES_EXPORTED, (), len(batch))
+                self._batch_limit = min(_BATCH, self._batch_limit * 2)
+                self._refusals = 0
                 continue
             self._store.add(_names.EXPORT_FAILURES, _SIGNAL_LOGS, 1)
             with self._lock:
                 self._queue.extendleft(reversed(batch))
+            failing_s += self._timer.monotonic() - began
+            again = failing_s < self._timeout_s
+            if self._metrics_up and len(batch) > 1:
+                self._batch_limit = max(1, len(batch) // 2)  # the collector is up: find the record it refuses
+                if again:
+                    continue
+            elif self._metrics_up:
+                self._refusals += 1
+                if self._refusals >= _REFUSALS:
+                    self._refusals = 0
+                    with self._lock:
+                        self._queue.popleft()
+                    self._store.add(_names.SAMPLES_DROPPED, _DROPPED_REFUSED, 1)
+                    _logger.warning("otel-rl: a sample record refused %d times, alone, while metrics went through, was dropped", _REFUSALS)
+                    if again:
+                        continue
             self._trim()
-            return False
+            return
+
+    def _next_batch(self) -> list[ReadableLogRecord]:
+        """The oldest queued records, at most ``_batch_limit`` of them and :data:`_BATCH_BYTES` together."""
+        with self._lock:
+            batch: list[ReadableLogRecord] = []
+            size = 0
+            while self._queue and len(batch) < self._batch_limit:
+                cost = _record_bytes(self._queue[0])
+                if batch and size + cost > _BATCH_BYTES:
+                    break
+                batch.append(self._queue.popleft())
+                size += cost
+        return batch
+
+    def _encodable(self, batch: list[ReadableLogRecord]) -> list[ReadableLogRecord]:
+        """The records of ``batch`` that encode on their own; the others are dropped and counted."""
+        kept = [record for record in batch if _encodes(lambda: encode_logs([record]))]
+        if len(kept) < len(batch):
+            lost = len(batch) - len(kept)
+            self._store.add(_names.SAMPLES_DROPPED, _DROPPED_UNENCODABLE, lost)
+            self._store.add(_names.EXPORT_UNENCODABLE, _SIGNAL_LOGS, lost)
+            _logger.warning("otel-rl: %d sample record(s) could not be encoded and were dropped", lost)
+        return kept
 
     def _trim(self) -> None:
         """Drop (and count) the oldest records beyond the queue's size."""
@@ -284,15 +411,48 @@ class ExportWorker:
         exporter = self._metric_exporter
         if exporter is None:
             return True
-        data, window = self._store.collect(self._clock())
-        if data is None:
+        collected, window = self._store.collect(self._clock())
+        if collected is None:
             return True
+        data = self._without_unencodable(collected)
         timeout_ms = self._timeout_s * 1000
-        if _call(lambda: exporter.export(data, timeout_millis=timeout_ms)) != MetricExportResult.SUCCESS:
+        result = _call(lambda: exporter.export(data, timeout_millis=timeout_ms), raising=True)
+        if result is _RAISED:
+            self._find_unencodable(data)
+            data = self._without_unencodable(collected)
+            result = _call(lambda: exporter.export(data, timeout_millis=timeout_ms))
+        if result != MetricExportResult.SUCCESS:
             self._store.restore(window)
             self._store.add(_names.EXPORT_FAILURES, _SIGNAL_METRICS, 1)
             return False
         return True
+
+    def _find_unencodable(self, data: MetricsData) -> None:
+        """Find the points of ``data`` that fail to encode on their own, and leave their streams out from now on
+        (counted once per stream)."""
+        for resource, scope, metric in _metrics_of(data):
+            for point in metric.data.data_points:
+                single = _single(resource, scope, metric, point)
+                if not _encodes(lambda: encode_metrics(single)):
+                    self._unencodable.add((metric.name, _attributes_key(point.attributes)))
+                    self._store.add(_names.EXPORT_UNENCODABLE, _SIGNAL_METRICS, 1)
+                    _logger.warning("otel-rl: a point of %s could not be encoded; its stream is left out", metric.name)
+
+    def _without_unencodable(self, data: MetricsData) -> MetricsData:
+        if not self._unencodable:
+            return data
+        resource_metrics = []
+        for rm in data.resource_metrics:
+            scopes = []
+            for sm in rm.scope_metrics:
+                metrics = []
+                for metric in sm.metrics:
+                    points = [p for p in metric.data.data_points if (metric.name, _attributes_key(p.attributes)) not in self._unencodable]
+                    if points:
+                        metrics.append(_with_points(metric, points))
+                scopes.append(ScopeMetrics(scope=sm.scope, metrics=metrics, schema_url=sm.schema_url))
+            resource_metrics.append(ResourceMetrics(resource=rm.resource, scope_metrics=scopes, schema_url=rm.schema_url))
+        return MetricsData(resource_metrics=resource_metrics)
 
 
 class QueueLogProcessor(LogRecordProcessor):
@@ -333,9 +493,41 @@ def _record_bytes(record: ReadableLogRecord) -> int:
     return size
 
 
-def _call(export: Callable[[], object]) -> object:
+_RAISED = object()
+"""What :func:`_call` returns when the exporter raised (an encoding error), rather than returning a failure."""
+
+
+def _call(export: Callable[[], object], *, raising: bool = False) -> object:
+    """The exporter's result; None when it raised (or :data:`_RAISED` with ``raising``)."""
     try:
         return export()
     except Exception:  # noqa: BLE001 - exporters may raise; the worker must survive and count it
         _logger.warning("otel-rl: export raised", exc_info=True)
-        return None
+        return _RAISED if raising else None
+
+
+def _encodes(encode: Callable[[], object]) -> bool:
+    try:
+        encode()
+    except Exception:  # noqa: BLE001 - anything the encoder raises means "cannot go out"
+        return False
+    return True
+
+
+def _metrics_of(data: MetricsData) -> list[tuple[Any, Any, Metric]]:
+    return [(rm.resource, sm.scope, m) for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics]
+
+
+def _single(resource: Any, scope: Any, metric: Metric, point: Any) -> MetricsData:
+    """A MetricsData holding only ``point`` of ``metric``."""
+    scope_metrics = ScopeMetrics(scope=scope, metrics=[_with_points(metric, [point])], schema_url="")
+    return MetricsData([ResourceMetrics(resource=resource, scope_metrics=[scope_metrics], schema_url="")])
+
+
+def _with_points(metric: Metric, points: list[Any]) -> Metric:
+    data = dataclasses.replace(metric.data, data_points=points)  # type: ignore[arg-type]
+    return Metric(name=metric.name, description=metric.description, unit=metric.unit, data=data)
+
+
+def _attributes_key(attrs: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((str(k), repr(v)) for k, v in (attrs or {}).items()))

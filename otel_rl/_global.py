@@ -2,50 +2,47 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
+from typing import ParamSpec
 
-from opentelemetry.sdk._logs.export import LogRecordExporter
-from opentelemetry.sdk.metrics.export import MetricExporter
-from opentelemetry.sdk.trace.export import SpanExporter
-
-from otel_rl._config import TelemetryConfig
-from otel_rl._samples import SampleFilter
 from otel_rl._telemetry import Telemetry
+
+P = ParamSpec("P")
 
 _lock = threading.Lock()
 _current: Telemetry | None = None
 
 
-def setup(
-    config: TelemetryConfig | None = None,
-    *,
-    metric_exporter: MetricExporter | None = None,
-    log_exporter: LogRecordExporter | None = None,
-    span_exporter: SpanExporter | None = None,
-    sample_filter: Callable[[], SampleFilter] | None = None,
-) -> Telemetry:
-    """Configure telemetry for this process (once) and return it.
+def _process_wide(make: Callable[P, Telemetry]) -> Callable[P, Telemetry]:
+    """``setup``: ``make``'s parameters, forwarded as they are, making the process-wide instance once."""
+
+    @functools.wraps(make)
+    def setup(*args: P.args, **kwargs: P.kwargs) -> Telemetry:
+        global _current
+        with _lock:
+            if _current is not None:
+                raise RuntimeError("otel_rl.setup() was already called in this process; call otel_rl.reset() first")
+            _current = make(*args, **kwargs)
+            return _current
+
+    setup.__doc__ = """Configure telemetry for this process (once) and return it: takes what :class:`Telemetry`
+    takes (``config``, exporters, ``sample_filter``, ``clock``).
 
     Reads rank, world size and run id from torchrun or SLURM, endpoint and headers from the ``OTEL_*`` variables;
     see :class:`TelemetryConfig`. Calling it again without :func:`reset` raises ``RuntimeError``.
 
+    >>> from otel_rl import TelemetryConfig
     >>> telemetry = setup(TelemetryConfig(run_id="doc", exporter="none"))
     >>> telemetry.record_rewards([1.0, -0.5], fn="correctness")
     >>> reset()
     """
-    global _current
-    with _lock:
-        if _current is not None:
-            raise RuntimeError("otel_rl.setup() was already called in this process; call otel_rl.reset() first")
-        _current = Telemetry(
-            config,
-            metric_exporter=metric_exporter,
-            log_exporter=log_exporter,
-            span_exporter=span_exporter,
-            sample_filter=sample_filter,
-        )
-        return _current
+    setup.__name__ = setup.__qualname__ = "setup"
+    return setup
+
+
+setup = _process_wide(Telemetry)
 
 
 def get_telemetry() -> Telemetry:

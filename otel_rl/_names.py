@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from otel_rl._version import __version__
+
 SCOPE_NAME = "otel_rl"
-SCOPE_VERSION = "0.1.0"
+SCOPE_VERSION = __version__
 
 # Resource attributes
 RUN_ID = "rl.run.id"
@@ -65,9 +67,20 @@ SAMPLE_STALENESS = "rl.staleness"
 SAMPLE_REQUEST_LENGTH = "rl.request.length"
 SAMPLE_RESPONSE_LENGTH = "rl.response.length"
 STEP_SPAN = "rl.step"
-"""The per-step span that carries samples as events (``samples_as_span_events``); its attribute ``rl.step``."""
+"""The root span of a step's trace, emitted by rank 0 (every rank derives its ids from the run id and the step)."""
+RANK_STEP_SPAN = "rl.rank.step"
+"""Each rank's span of a step, under the step's root: its phases are its children, its samples' records name it
+(and with ``samples_as_span_events`` carry them as events)."""
+QUEUE_PHASE = "queue"
+"""The phase of a trajectory between its generation and the phase that consumes it (``links``)."""
 
 Kind = Literal["histogram", "counter", "gauge"]
+LayoutRole = Literal["reward", "unbounded", "staleness", "length", "ratio", "small"]
+"""What a distribution's values are like, which decides its explicit bucket bounds (``otel_rl._buckets.layout_for``):
+``reward`` (signed, mostly within [-1, 1]: rewards, advantages; ``reward_bounds``), ``unbounded`` (anything: one
+bucket), ``staleness`` (integer versions >= 0; ``staleness_bounds``), ``length`` (token counts), ``ratio``
+(positive, around 1: importance ratios) and ``small`` (signed, mostly small magnitudes: entropy in nats, KL
+estimates). Exponential histograms need no bounds: every role has the same exponential layout."""
 Merge = Literal["sum", "max", "min"]
 """How the collector merges the ranks' points of one metric into the run's point."""
 
@@ -99,6 +112,7 @@ class Distribution:
     histogram: MetricName
     maximum: MetricName
     minimum: MetricName
+    role: LayoutRole
     positive: MetricName | None = None
     negative: MetricName | None = None
     squares: MetricName | None = None
@@ -110,9 +124,10 @@ class Distribution:
         return tuple(metric for metric in parts if metric is not None)
 
 
-def _signed(name: str, what: str, unit: str = "") -> Distribution:
+def _signed(name: str, what: str, role: LayoutRole, unit: str = "") -> Distribution:
     """The metrics of a signed distribution ``name``: rewards and ``record_metric`` values."""
     return Distribution(
+        role=role,
         histogram=MetricName(name, "histogram", unit, f"{what}."),
         maximum=MetricName(f"{name}.max", "gauge", unit, f"Largest of {what} over the last extremes_hold_s.", "max"),
         minimum=MetricName(f"{name}.min", "gauge", unit, f"Smallest of {what} over the last extremes_hold_s.", "min"),
@@ -122,20 +137,33 @@ def _signed(name: str, what: str, unit: str = "") -> Distribution:
     )
 
 
-REWARDS = _signed("rl.reward", "rewards, one per rollout (or per masked element)")
-METRICS = _signed("rl.metric", "record_metric values, by rl.metric.key")
-STALENESS = Distribution(
-    histogram=MetricName(
-        "rl.staleness", "histogram", "{version}", "Policy lag: trainer version minus the version that generated a token."
-    ),
-    maximum=MetricName("rl.staleness.max", "gauge", "{version}", "Largest staleness over the last extremes_hold_s.", "max"),
-    minimum=MetricName("rl.staleness.min", "gauge", "{version}", "Smallest staleness over the last extremes_hold_s.", "min"),
+REWARDS = _signed("rl.reward", "rewards, one per rollout (or per masked element)", "reward")
+METRICS = _signed("rl.metric", "record_metric values, by rl.metric.key", "unbounded")
+def _counts(name: str, what: str, unit: str) -> Distribution:
+    """The metrics of a distribution of counts ``name`` (integers >= 0, whose sum is monotone already)."""
+    return Distribution(
+        role="staleness",
+        histogram=MetricName(name, "histogram", unit, f"{what}."),
+        maximum=MetricName(f"{name}.max", "gauge", unit, f"Largest of {what} over the last extremes_hold_s.", "max"),
+        minimum=MetricName(f"{name}.min", "gauge", unit, f"Smallest of {what} over the last extremes_hold_s.", "min"),
+    )
+
+
+STALENESS = _counts("rl.staleness", "policy lag: trainer version minus the version that generated a token", "{version}")
+ADVANTAGES = _signed("rl.advantage", "advantages, one per rollout", "reward")
+RESPONSE_LENGTHS = _signed("rl.response.length", "response lengths, one per rollout", "length", "{token}")
+ENTROPY = _signed("rl.entropy", "per-token policy entropy over unmasked tokens", "small", "{nat}")
+IMPORTANCE_RATIO = _signed("rl.importance_ratio", "per-token importance ratios pi_train / pi_inference", "ratio")
+MISMATCH_KL = _signed(
+    "rl.mismatch.kl", "per-token KL(pi_inference || pi_train) estimates, by rl.kl.estimator", "small"
 )
-ADVANTAGES = _signed("rl.advantage", "advantages, one per rollout")
-RESPONSE_LENGTHS = _signed("rl.response.length", "response lengths, one per rollout", "{token}")
-ENTROPY = _signed("rl.entropy", "per-token policy entropy over unmasked tokens", "{nat}")
-IMPORTANCE_RATIO = _signed("rl.importance_ratio", "per-token importance ratios pi_train / pi_inference")
-MISMATCH_KL = _signed("rl.mismatch.kl", "per-token KL(pi_inference || pi_train) estimates, by rl.kl.estimator")
+TRAJECTORY_VERSIONS = _counts(
+    "rl.trajectory.versions", "policy versions one trajectory's tokens were generated with", "{version}"
+)
+DISTRIBUTIONS: tuple[Distribution, ...] = (
+    REWARDS, METRICS, STALENESS, ADVANTAGES, RESPONSE_LENGTHS, ENTROPY, IMPORTANCE_RATIO, MISMATCH_KL, TRAJECTORY_VERSIONS
+)
+"""Every distribution otel-rl records."""
 GROUPS = MetricName("rl.groups", "counter", "{group}", "Prompt groups by rl.group.outcome (none / some / all solved).")
 GROUPS_ZERO_VARIANCE = MetricName(
     "rl.groups.zero_variance", "counter", "{group}", "Prompt groups whose rewards are all equal: no GRPO signal."
@@ -156,6 +184,26 @@ RANKS_EXPECTED = MetricName("rl.ranks.expected", "gauge", "{rank}", "The run's w
 PHASES = MetricName(
     "rl.phase", "gauge", "{rank}", "Ranks in each rl.phase.name (each rank reports 1 for its phase).", "sum"
 )
+PHASE_STARTED = MetricName(
+    "rl.phase.started",
+    "gauge",
+    "s",
+    "Unix time the longest-running rank in each rl.phase.name entered it (each rank reports its open phases).",
+    "min",
+)
+TOKENS_GENERATED = MetricName("rl.tokens.generated", "counter", "{token}", "Tokens generated by the rollouts.")
+TOKENS_TRAINED = MetricName("rl.tokens.trained", "counter", "{token}", "Tokens the trainer trained on.")
+SAMPLES_TRAINED = MetricName("rl.samples.trained", "counter", "{sample}", "Samples (rollouts) the trainer trained on.")
+FLOPS_PER_TOKEN = MetricName(
+    "rl.flops.per_token", "gauge", "{flop}", "Training FLOPs per trained token, as the user states (6N for N parameters).", "max"
+)
+FLOPS_PEAK = MetricName(
+    "rl.flops.peak", "gauge", "{flop}/s", "Peak FLOP/s of the ranks that train (each states its own; the collector sums).", "sum"
+)
+QUEUE_DEPTH = MetricName("rl.queue.depth", "gauge", "{trajectory}", "Trajectories waiting for the trainer, over the ranks.", "sum")
+IN_FLIGHT = MetricName("rl.rollouts.in_flight", "gauge", "{rollout}", "Rollouts being generated, over the ranks.", "sum")
+BUFFER_USED = MetricName("rl.buffer.used", "gauge", "{sample}", "Samples held in the replay buffer, over the ranks.", "sum")
+BUFFER_CAPACITY = MetricName("rl.buffer.capacity", "gauge", "{sample}", "Replay buffer capacity, over the ranks.", "sum")
 POLICY_VERSION = MetricName("rl.policy.version", "gauge", "{version}", "The trainer's current policy version.", "max")
 STEP = MetricName("rl.step", "gauge", "{step}", "The training step last declared with Telemetry.step().", "max")
 SAMPLES_EXPORTED = MetricName("otel_rl.samples.exported", "counter", "{sample}", "Sample records handed to the exporter.")
@@ -170,6 +218,24 @@ VALUES_RECORDED = MetricName(
     "Values folded into each histogram, by otel_rl.metric: what the histogram's count must reach in Prometheus.",
 )
 EXPORT_FAILURES = MetricName("otel_rl.export.failures", "counter", "{export}", "Failed export attempts, by otel_rl.signal.")
+EXPORT_UNENCODABLE = MetricName(
+    "otel_rl.export.unencodable",
+    "counter",
+    "{item}",
+    "Metric streams and sample records left out because they could not be encoded, by otel_rl.signal.",
+)
+MERGE_CANARY = MetricName(
+    "otel_rl.merge.canary",
+    "histogram",
+    "",
+    "Fixed values every rank records at each step (otel_rl._canary): counts outside MERGE_CANARY_BUCKETS after the "
+    "collector merged the ranks mean it did not merge exponential histograms exactly.",
+)
+MERGE_CANARY_SCALE = 5
+"""The scale of the merge canary's exponential histogram, whatever ``histogram_scale`` the run uses."""
+MERGE_CANARY_BUCKETS: tuple[tuple[int, ...], tuple[int, ...]] = ((-100, 72), (-40, 100))
+"""The bucket indices (OpenTelemetry's, at ``MERGE_CANARY_SCALE``) that even and odd ranks record one value into,
+at each step: offsets that differ between ranks, gaps, and a span above 160 buckets, what the stock merges get wrong."""
 
 ALL_METRICS: tuple[MetricName, ...] = (
     *REWARDS.metrics,
@@ -181,6 +247,8 @@ ALL_METRICS: tuple[MetricName, ...] = (
     VALUES_REJECTED,
     VALUES_RECORDED,
     EXPORT_FAILURES,
+    EXPORT_UNENCODABLE,
+    MERGE_CANARY,
     *METRICS.metrics,
     *ADVANTAGES.metrics,
     *RESPONSE_LENGTHS.metrics,
@@ -197,4 +265,15 @@ ALL_METRICS: tuple[MetricName, ...] = (
     RANKS_UP,
     RANKS_EXPECTED,
     PHASES,
+    PHASE_STARTED,
+    TOKENS_GENERATED,
+    TOKENS_TRAINED,
+    SAMPLES_TRAINED,
+    FLOPS_PER_TOKEN,
+    FLOPS_PEAK,
+    QUEUE_DEPTH,
+    IN_FLIGHT,
+    BUFFER_USED,
+    BUFFER_CAPACITY,
+    *TRAJECTORY_VERSIONS.metrics,
 )

@@ -15,11 +15,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
+import numpy as np
+import torch
+
 from otel_rl import _names
+from otel_rl._inputs import INT64_MAX, INT64_MIN, BadInput, Reason, as_integer, as_real, as_text, describe
 
 Selection = Literal["top", "bottom", "random"]
 _TEXT_FIELDS = ("prompt", "response", "target")
-_SCALAR_TYPES = (str, bool, int, float)
 _MAX_ATTRIBUTE_NAME = 128
 
 
@@ -63,28 +66,48 @@ class SampleFilter(Protocol):
 class TopBottomFilter:
     """Keeps the ``top_k`` highest and ``bottom_k`` lowest rewards of a step, plus ``random_k`` uniformly.
 
-    An episode is reported once: as ``top`` if it is among the highest, else ``bottom``, else ``random``.
-    Episodes with a NaN reward can only be drawn at random.
+    An episode is reported once: as ``top`` if it is among the highest, else ``bottom``, else ``random``. Episodes
+    with a NaN reward can only be drawn at random. With ``distinct_prompts`` the top (and the bottom) prefer
+    episodes of different prompts (by prompt text): the best episode of each of the best prompts, then, when a step
+    has fewer prompts than ``k``, the next best episodes whatever their prompt. A GRPO group's rollouts share a
+    prompt, often with equal rewards, so without it a table tends to show one prompt twice. Memory stays bounded:
+    ``k`` entries per selection (and twice that with ``distinct_prompts``), whatever the number of episodes.
 
     >>> f = TopBottomFilter(top_k=1, bottom_k=1)
     >>> for r in (0.5, -2.0, 3.0, 1.0):
     ...     f.add(EpisodeSample(reward=r))
     >>> [(selection, s.reward) for selection, s in f.drain()]
     [('top', 3.0), ('bottom', -2.0)]
+    >>> f = TopBottomFilter(top_k=2, bottom_k=0, distinct_prompts=True)
+    >>> for r, prompt in ((1.0, "a"), (1.0, "a"), (0.5, "b")):
+    ...     f.add(EpisodeSample(reward=r, prompt=prompt))
+    >>> [(s.reward, s.prompt) for _, s in f.drain()]
+    [(1.0, 'a'), (0.5, 'b')]
     """
 
-    def __init__(self, *, top_k: int = 2, bottom_k: int = 2, random_k: int = 0, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        top_k: int = 2,
+        bottom_k: int = 2,
+        random_k: int = 0,
+        seed: int | None = None,
+        distinct_prompts: bool = False,
+    ) -> None:
         for name, value in (("top_k", top_k), ("bottom_k", bottom_k), ("random_k", random_k)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f'"{name}" must be an integer >= 0, got {value!r}')
         self._top_k, self._bottom_k, self._random_k = top_k, bottom_k, random_k
+        self._distinct = distinct_prompts
         self._random = random.Random(seed)
         self._order = itertools.count()
         self._reset()
 
     def _reset(self) -> None:
-        self._top: list[tuple[float, int, EpisodeSample]] = []
-        self._bottom: list[tuple[float, int, EpisodeSample]] = []
+        self._top: list[_Entry] = []
+        self._bottom: list[_Entry] = []
+        self._top_prompts: list[_Entry] = []
+        self._bottom_prompts: list[_Entry] = []
         self._reservoir: list[tuple[int, EpisodeSample]] = []
         self._seen = 0
 
@@ -94,6 +117,10 @@ class TopBottomFilter:
         if not math.isnan(reward):
             _push_bounded(self._top, (reward, -order, sample), self._top_k)
             _push_bounded(self._bottom, (-reward, -order, sample), self._bottom_k)
+            if self._distinct:
+                key = _prompt_key(sample, order)
+                _keep_best_prompts(self._top_prompts, (reward, -order, sample), key, self._top_k)
+                _keep_best_prompts(self._bottom_prompts, (-reward, -order, sample), key, self._bottom_k)
         self._seen += 1
         if len(self._reservoir) < self._random_k:
             self._reservoir.append((order, sample))
@@ -105,11 +132,16 @@ class TopBottomFilter:
     def drain(self) -> list[tuple[Selection, EpisodeSample]]:
         kept: list[tuple[Selection, EpisodeSample]] = []
         taken: set[int] = set()
-        for selection, heap in (("top", self._top), ("bottom", self._bottom)):
-            for _, negative_order, sample in sorted(heap, reverse=True):
-                if -negative_order not in taken:
+        for selection, prompts, heap, k in (
+            ("top", self._top_prompts, self._top, self._top_k),
+            ("bottom", self._bottom_prompts, self._bottom, self._bottom_k),
+        ):
+            chosen = 0
+            for _, negative_order, sample in [*sorted(prompts, reverse=True), *sorted(heap, reverse=True)]:
+                if chosen < k and -negative_order not in taken:
                     taken.add(-negative_order)
                     kept.append((selection, sample))  # type: ignore[arg-type]
+                    chosen += 1
         for order, sample in sorted(self._reservoir, key=lambda item: item[0]):
             if order not in taken:
                 kept.append(("random", sample))
@@ -117,7 +149,11 @@ class TopBottomFilter:
         return kept
 
 
-def _push_bounded(heap: list[tuple[float, int, EpisodeSample]], item: tuple[float, int, EpisodeSample], k: int) -> None:
+_Entry = tuple[float, int, EpisodeSample]
+"""A candidate: its score (the reward, negated for the bottom), minus its arrival order (earlier wins ties), and it."""
+
+
+def _push_bounded(heap: list[_Entry], item: _Entry, k: int) -> None:
     if k == 0:
         return
     if len(heap) < k:
@@ -126,22 +162,64 @@ def _push_bounded(heap: list[tuple[float, int, EpisodeSample]], item: tuple[floa
         heapq.heapreplace(heap, item)
 
 
+def _prompt_key(sample: EpisodeSample, order: int) -> object:
+    """What makes two episodes the same prompt: its text; an episode without a prompt is its own."""
+    prompt = sample.prompt
+    return prompt if isinstance(prompt, (str, bytes)) else ("no prompt", order)
+
+
+def _keep_best_prompts(best: list[_Entry], item: _Entry, key: object, k: int) -> None:
+    """Keep in ``best`` the best entry of each of the ``k`` prompts whose best entry is highest so far. A prompt
+    that falls out can come back with a better entry later; one that never made it stays below the k-th."""
+    if k == 0:
+        return
+    for index, entry in enumerate(best):
+        if _prompt_key(entry[2], -entry[1]) == key:
+            if item[:2] > entry[:2]:
+                best[index] = item
+            return
+    if len(best) < k:
+        best.append(item)
+        return
+    lowest = min(range(len(best)), key=lambda index: best[index][:2])
+    if item[:2] > best[lowest][:2]:
+        best[lowest] = item
+
+
 def sample_from_mapping(values: Mapping[str, Any]) -> tuple[EpisodeSample, list[str]]:
-    """An :class:`EpisodeSample` from a torchforge-style dict, and the unknown keys that were left out."""
-    unknown = sorted(str(key) for key in values if key not in SAMPLE_KEYS)
+    """An :class:`EpisodeSample` from a torchforge-style dict, and the unknown keys that were left out. Raises
+    :class:`~otel_rl._inputs.BadInput` (``missing``) without a reward."""
+    unknown = sorted(as_text(key) for key in values if key not in SAMPLE_KEYS)
     known = {key: value for key, value in values.items() if key in SAMPLE_KEYS}
     if "reward" not in known:
-        raise ValueError('a sample must have a "reward"')
+        raise BadInput("missing", 'a sample must have a "reward"')
     return EpisodeSample(**known), unknown
+
+
+MAX_SAMPLE_ATTRIBUTES = 128
+"""Attributes a sample record may carry: OpenTelemetry's default attribute count limit, past which the SDK would
+evict the oldest attributes. The record's own attributes (id, step, selection, table, reward, ...) always fit; the
+reward breakdown, then the scalar extras, take what is left, and whatever does not fit goes into the body's
+``extra`` JSON instead (nothing is lost)."""
 
 
 @dataclass(frozen=True)
 class SampleRecord:
-    """A kept sample ready for a log record: its attributes, its body, and whether a text was cut."""
+    """A kept sample ready for a log record, and for its exemplars.
 
-    attributes: dict[str, Any]
+    ``attributes`` and ``body`` are made only of OTLP's types (strings, bools, doubles, integers within signed 64
+    bits); ``rejected`` counts the fields left out for their type or value, by reason."""
+
+    attributes: dict[str, str | bool | int | float]
     body: dict[str, str]
     truncated: bool
+    reward: float
+    breakdown: dict[str, float]
+    """Each reward function's value (the function's own name) that is a number."""
+    staleness: int | None
+    episode_id: str | None
+    dataset: str | None
+    rejected: dict[Reason, int]
 
 
 Redactor = Callable[[str, str], str]
@@ -156,80 +234,143 @@ def to_record(
     table: str,
     budget_bytes: int,
     redact: Redactor | None = None,
+    sample_id: str = "",
 ) -> SampleRecord:
-    """Turn a sample into log-record attributes and body: texts go through ``redact``, then are cut to
+    """Turn a sample into log-record attributes and body, every field checked: a field of the wrong type or value
+    is left out and counted in ``rejected``, the rest kept. Texts go through ``redact``, then are cut to
     ``budget_bytes`` UTF-8 bytes. An exception from ``redact`` propagates: the caller drops the whole sample
-    rather than export an unredacted text.
+    rather than export an unredacted text. Raises :class:`~otel_rl._inputs.BadInput` when the reward is not a
+    number.
 
     >>> r = to_record(EpisodeSample(reward=1.0, response="héllo"), step=3, selection="top", table="t", budget_bytes=2)
     >>> r.body, r.attributes["rl.sample.truncated"], r.attributes["rl.step"]
     ({'response': 'h'}, True, 3)
     """
-    attrs: dict[str, Any] = {
+    fields = _Fields()
+    reward = as_real(sample.reward, argument="reward")
+    identity: dict[str, str | bool | int | float] = {
         _names.SAMPLE_SELECTION: selection,
         _names.SAMPLE_TABLE: table,
-        _names.SAMPLE_REWARD: float(sample.reward),
+        _names.SAMPLE_REWARD: reward,
     }
-    scalars = {
-        _names.SAMPLE_STEP: step,
-        _names.SAMPLE_EPISODE_ID: None if sample.episode_id is None else str(sample.episode_id),
-        _names.SAMPLE_POLICY_VERSION: sample.policy_version,
-        _names.SAMPLE_ADVANTAGE: sample.advantage,
-        _names.SAMPLE_STALENESS: sample.staleness,
-        _names.SAMPLE_REQUEST_LENGTH: sample.request_len,
-        _names.SAMPLE_RESPONSE_LENGTH: sample.response_len,
-        _names.DATASET: sample.dataset,
+    if sample_id:
+        identity[_names.SAMPLE_ID] = sample_id
+    if step is not None:
+        identity[_names.SAMPLE_STEP] = step
+    episode_id = None if sample.episode_id is None else as_text(sample.episode_id)
+    dataset = None if sample.dataset is None else as_text(sample.dataset)
+    staleness = fields.integer("staleness", sample.staleness, minimum=0)
+    numbers: dict[str, str | int | float | None] = {
+        _names.SAMPLE_EPISODE_ID: episode_id,
+        _names.SAMPLE_POLICY_VERSION: fields.integer("policy_version", sample.policy_version, minimum=0),
+        _names.SAMPLE_ADVANTAGE: fields.real("advantage", sample.advantage),
+        _names.SAMPLE_STALENESS: staleness,
+        _names.SAMPLE_REQUEST_LENGTH: fields.integer("request_len", sample.request_len, minimum=0),
+        _names.SAMPLE_RESPONSE_LENGTH: fields.integer("response_len", sample.response_len, minimum=0),
+        _names.DATASET: dataset,
     }
-    attrs.update({key: _scalar(value) for key, value in scalars.items() if value is not None})
-    for name, value in sample.reward_breakdown.items():
-        attrs[_names.SAMPLE_REWARD_PREFIX + _attribute_name(name)] = float(value)
+    identity.update({key: value for key, value in numbers.items() if value is not None})
+    breakdown = {
+        as_text(name): value
+        for name, item in fields.mapping("reward_breakdown", sample.reward_breakdown)
+        if (value := fields.real("reward_breakdown", item)) is not None
+    }
     body: dict[str, str] = {}
     truncated = False
     for name in _TEXT_FIELDS:
         text = getattr(sample, name)
         if text is not None:
+            text = as_text(text)
             if redact is not None:
-                text = redact(name, _decode(text))
+                text = as_text(redact(name, text))
             body[name], cut = _truncate(text, budget_bytes)
             truncated = truncated or cut
+    room = MAX_SAMPLE_ATTRIBUTES - len(identity) - 1  # and rl.sample.truncated
+    extras: dict[str, str | bool | int | float] = {}
     structured: dict[str, Any] = {}
-    for key, value in sample.extra.items():
-        if isinstance(value, _SCALAR_TYPES) and not (isinstance(value, str) and len(value) > budget_bytes):
-            attrs[_names.SAMPLE_EXTRA_PREFIX + _attribute_name(key)] = value
+    for name, value in breakdown.items():
+        if len(extras) < room:
+            extras[_names.SAMPLE_REWARD_PREFIX + _attribute_name(name)] = value
         else:
-            structured[str(key)] = value
+            structured.setdefault("reward_breakdown", {})[name] = value
+    for key, value in fields.mapping("extra", sample.extra):
+        scalar = _scalar(value, budget_bytes)
+        if scalar is not None and len(extras) < room:
+            extras[_names.SAMPLE_EXTRA_PREFIX + _attribute_name(key)] = scalar
+        else:
+            structured[as_text(key)] = value
     if structured:
         body["extra"], cut = _truncate(_to_json(structured), budget_bytes)
         truncated = truncated or cut
-    attrs[_names.SAMPLE_TRUNCATED] = truncated
-    return SampleRecord(attrs, body, truncated)
+    attrs = {**extras, **identity, _names.SAMPLE_TRUNCATED: truncated}  # the record's own last: evicted last
+    return SampleRecord(attrs, body, truncated, reward, breakdown, staleness, episode_id, dataset, fields.rejected)
 
 
-def _scalar(value: Any) -> str | bool | int | float:
-    if isinstance(value, _SCALAR_TYPES):
+class _Fields:
+    """Checks a sample's fields one by one, counting those left out."""
+
+    def __init__(self) -> None:
+        self.rejected: dict[Reason, int] = {}
+
+    def _reject(self, error: BadInput) -> None:
+        self.rejected[error.reason] = self.rejected.get(error.reason, 0) + 1
+
+    def integer(self, name: str, value: Any, *, minimum: int) -> int | None:
+        if value is None:
+            return None
+        try:
+            return as_integer(value, argument=name, minimum=minimum)
+        except BadInput as error:
+            self._reject(error)
+            return None
+
+    def real(self, name: str, value: Any) -> float | None:
+        if value is None:
+            return None
+        try:
+            return as_real(value, argument=name)
+        except BadInput as error:
+            self._reject(error)
+            return None
+
+    def mapping(self, name: str, value: Any) -> list[tuple[Any, Any]]:
+        """The items of a mapping field (a field that is not a mapping is left out whole)."""
+        if isinstance(value, Mapping):
+            try:
+                return list(value.items())
+            except Exception:  # noqa: BLE001 - a mapping whose items fail is not usable
+                pass
+        self._reject(BadInput("type", f'"{name}" must be a mapping'))
+        return []
+
+
+def _scalar(value: Any, budget_bytes: int) -> str | bool | int | float | None:
+    """An extra's value as an attribute value (None: it goes into the body): strings within the byte budget, bools,
+    numbers (an int beyond signed 64 bits as a double), and numpy scalars and one-element tensors of those."""
+    if isinstance(value, (str, bool)):
+        return value if not isinstance(value, str) or len(value) <= budget_bytes else None
+    if isinstance(value, int):
+        return value if INT64_MIN <= value <= INT64_MAX else float(value)
+    if isinstance(value, float):
         return value
-    if hasattr(value, "item"):
-        item = value.item()
-        if isinstance(item, _SCALAR_TYPES):
-            return item
-    return str(value)
+    if isinstance(value, (np.generic, torch.Tensor, np.ndarray)) and getattr(value, "size", 1) in (1, None):
+        try:
+            item = value.item()
+        except Exception:  # noqa: BLE001 - not one number: into the body
+            return None
+        return _scalar(item, budget_bytes) if isinstance(item, (str, bool, int, float)) else None
+    return None
 
 
 def _attribute_name(name: object) -> str:
-    text = str(name)
+    text = as_text(name)
     cleaned = "".join(c if c.isalnum() or c in "_-." else "_" for c in text)
     return cleaned[:_MAX_ATTRIBUTE_NAME] or "_"
 
 
-def _decode(text: str | bytes) -> str:
-    if isinstance(text, bytes):
-        return text.decode("utf-8", errors="replace")
-    return text if isinstance(text, str) else str(text)
-
-
-def _truncate(text: str | bytes, budget_bytes: int) -> tuple[str, bool]:
-    """Cut ``text`` to at most ``budget_bytes`` UTF-8 bytes on a character boundary."""
-    data = _decode(text).encode("utf-8", errors="replace")
+def _truncate(text: str, budget_bytes: int) -> tuple[str, bool]:
+    """Cut ``text`` to at most ``budget_bytes`` UTF-8 bytes on a character boundary (lone surrogates replaced)."""
+    data = text.encode("utf-8", errors="replace")
     if len(data) <= budget_bytes:
         return data.decode("utf-8"), False
     return data[:budget_bytes].decode("utf-8", errors="ignore"), True
@@ -237,6 +378,6 @@ def _truncate(text: str | bytes, budget_bytes: int) -> tuple[str, bool]:
 
 def _to_json(value: Any) -> str:
     try:
-        return json.dumps(value, default=repr, ensure_ascii=False)
+        return json.dumps(value, default=describe, ensure_ascii=False)
     except (ValueError, RecursionError, TypeError):
         return f"<{type(value).__name__} that is not JSON-serializable>"

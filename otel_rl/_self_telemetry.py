@@ -8,14 +8,16 @@ same bad tensor every step gets one warning and an exact count, not a flood.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 from otel_rl import _names
-from otel_rl._stats import BadInput, Statistics
+from otel_rl._inputs import BadInput, Reason, count, describe
+from otel_rl._stats import Statistics
 from otel_rl._store import Attributes, MetricStore, attributes
 
 _logger = logging.getLogger(__name__)
-_MAX_NAME_LENGTH = 64
+MAX_NAME_LENGTH = 256
+"""The longest label name (reward function, metric key, dataset, phase, table) kept as it is: verl's validation
+keys (``val-aux/<data source>/<variable>/<statistic>@<n>``) reach about 90 characters."""
 
 
 class SelfTelemetry:
@@ -24,21 +26,36 @@ class SelfTelemetry:
     def __init__(self, store: MetricStore) -> None:
         self._store = store
         self._warned: set[tuple[str, str]] = set()
+        self._tally: dict[str, int] = {}
 
     def reject_call(self, metric: str, error: Exception, values: object) -> None:
-        """A whole record call was unusable: count all of its ``values`` under the error's reason."""
-        reason = error.reason if isinstance(error, BadInput) else "invalid"
-        self.reject(metric, reason, _count(values), f"call dropped: {error}")
+        """A whole call was unusable: count all of its ``values`` under the error's reason (a sample offered to
+        ``record_sample`` counts as one dropped sample). Anything but :class:`BadInput` is otel-rl's own failure,
+        counted as ``invalid`` and logged once with its traceback."""
+        reason: Reason = error.reason if isinstance(error, BadInput) else "invalid"
+        message = f"call dropped: {describe(error)}"
+        if metric == _names.SAMPLE_EVENT:
+            self.drop_sample(reason, message)
+        else:
+            self.reject(metric, reason, count(values), message)
+        if not isinstance(error, BadInput) and (metric, "traceback") not in self._warned:
+            self._warned.add((metric, "traceback"))
+            _logger.warning("otel-rl %s: unexpected error", metric, exc_info=error)
 
     def reject_parts(self, metric: str, statistics: Statistics) -> None:
         """Count the values a summarizer left out of ``statistics`` (NaN, negative staleness, ...)."""
-        for reason, count in statistics.rejected.items():
-            self.reject(metric, reason, count, f"{count} value(s) rejected: {reason}")
+        for reason, amount in statistics.rejected.items():
+            self.reject(metric, reason, amount, f"{amount} value(s) rejected: {reason}")
 
-    def reject(self, metric: str, reason: str, count: int, message: str) -> None:
-        """Count ``count`` rejected values of ``metric`` under ``reason``, and warn the first time."""
-        self._store.add(_names.VALUES_REJECTED, _rejected(metric, reason), count)
+    def reject(self, metric: str, reason: Reason, amount: int, message: str) -> None:
+        """Count ``amount`` rejected values of ``metric`` under ``reason``, and warn the first time."""
+        self._store.add(_names.VALUES_REJECTED, _rejected(metric, reason), amount)
+        self._tally[metric] = self._tally.get(metric, 0) + amount
         self._warn_once(metric, reason, message)
+
+    def rejected(self, metric: str) -> int:
+        """How many values of ``metric`` were rejected so far, whatever the reason."""
+        return self._tally.get(metric, 0)
 
     def drop_sample(self, reason: str, message: str) -> None:
         """Count one sample dropped for ``reason``, and warn the first time."""
@@ -74,7 +91,7 @@ class LabelCap:
         """``name`` itself while it is among the first ``cap`` valid names, else ``_overflow``."""
         if isinstance(name, str) and name in self._known:
             return name
-        valid = isinstance(name, str) and 0 < len(name) <= _MAX_NAME_LENGTH and name.isprintable()
+        valid = isinstance(name, str) and 0 < len(name) <= MAX_NAME_LENGTH and name.isprintable()
         if isinstance(name, str) and valid and len(self._known) < self._cap:
             self._known.add(name)
             return name
@@ -82,27 +99,11 @@ class LabelCap:
             self._metric,
             "name_overflow" if valid else "name_invalid",
             1,
-            f"name {name!r} recorded as {_names.OVERFLOW!r}: at most {self._cap} distinct names "
-            f'("{self._setting}"), each a printable string of 1..{_MAX_NAME_LENGTH} characters',
+            f"name {describe(name)} recorded as {_names.OVERFLOW!r}: at most {self._cap} distinct names "
+            f'("{self._setting}"), each a printable string of 1..{MAX_NAME_LENGTH} characters',
         )
         return _names.OVERFLOW
 
 
 def _rejected(metric: str, reason: str) -> Attributes:
     return attributes(**{_names.SELF_METRIC: metric, _names.SELF_REASON: reason})
-
-
-def _count(values: object) -> int:
-    """How many values a rejected argument held (1 when that cannot be told)."""
-    numel = getattr(values, "numel", None)
-    if callable(numel):
-        try:
-            return int(numel())
-        except Exception:  # noqa: BLE001 - an odd object still counts once
-            return 1
-    size = getattr(values, "size", None)
-    if isinstance(size, int):
-        return size
-    if isinstance(values, Sequence) and not isinstance(values, (str, bytes)):
-        return len(values)
-    return 1

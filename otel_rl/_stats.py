@@ -10,7 +10,6 @@ are excluded and counted, never folded in. Both paths give the same results (tes
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +18,7 @@ import torch
 
 from otel_rl import _kernels
 from otel_rl._buckets import ExplicitLayout, Layout
+from otel_rl._inputs import BadInput, Reason, as_mask, as_values, combined, numpy_view
 
 #: Integer bucket bounds up to this value are histogrammed by ``bincount`` plus a lookup table, which is far
 #: faster than ``bucketize``; larger bounds fall back to ``bucketize``.
@@ -26,14 +26,7 @@ _BINCOUNT_LIMIT = 1 << 16
 #: Staleness below this is counted per integer and folded into exponential buckets with a lookup table.
 _EXPONENTIAL_TABLE = 4096
 _INT64_MAX = torch.iinfo(torch.int64).max
-
-
-class BadInput(ValueError):
-    """A whole record call is unusable (wrong type, shape or dtype); ``reason`` names the rule."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+_WIDE_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
 
 
 @dataclass(frozen=True)
@@ -53,59 +46,24 @@ class Statistics:
     maximum: float | None
     bucket_counts: np.ndarray
     """int64, ``layout.size`` slots."""
-    rejected: dict[str, int] = field(default_factory=dict)
+    rejected: dict[Reason, int] = field(default_factory=dict)
+    """Values left out as bad input, by reason."""
+    unversioned: int = 0
+    """Staleness only: tokens without a version (a negative version, NaN or None), which are not lag 0 and not bad
+    input either (``rl.staleness.unversioned``)."""
 
 
-def as_tensor(values: Any, *, argument: str) -> torch.Tensor:
-    """A tensor view of a torch tensor, numpy array, sequence or scalar (no copy for tensors and arrays); anything
-    else with ``.item()`` (numpy scalars such as ``np.float32``) counts as the number it holds."""
-    if isinstance(values, torch.Tensor):
-        return values.detach()
-    if isinstance(values, np.ndarray):
-        if values.dtype == object or values.dtype.kind in "USV":
-            raise BadInput("dtype", f'"{argument}" must be numeric, got an array of dtype {values.dtype}')
-        return torch.from_numpy(np.ascontiguousarray(values))
-    if isinstance(values, np.generic) or not isinstance(values, (bool, int, float, Sequence)) and callable(
-        getattr(values, "item", None)
-    ):
-        values = _item(values, argument=argument)
-    if isinstance(values, (bool, int, float)) or isinstance(values, Sequence) and not isinstance(values, (str, bytes)):
-        try:
-            return torch.as_tensor(values)
-        except (TypeError, ValueError, RuntimeError) as error:
-            raise BadInput("type", f'"{argument}" must be numbers, got {type(values).__name__}: {error}') from None
-    raise BadInput("type", f'"{argument}" must be a tensor, array, sequence or number, got {type(values).__name__}')
+def _with_dropped(statistics: Statistics, dropped: dict[Reason, int]) -> Statistics:
+    """``statistics`` with the values the input conversion dropped counted among the rejected."""
+    if not dropped:
+        return statistics
+    rejected = dict(statistics.rejected)
+    for reason, n in dropped.items():
+        rejected[reason] = rejected.get(reason, 0) + n
+    return Statistics(**{**vars(statistics), "rejected": rejected})
 
 
-def _item(value: Any, *, argument: str) -> Any:
-    """The Python number of a scalar that has ``.item()`` (numpy scalars, 0-d arrays of other libraries)."""
-    try:
-        return value.item()
-    except Exception as error:  # noqa: BLE001 - any failure means "not a number"
-        raise BadInput("type", f'"{argument}" must be numbers, got {type(value).__name__}: {error}') from None
-
-
-def _selection(values: torch.Tensor, mask: Any, *, argument: str) -> torch.Tensor | None:
-    if mask is None:
-        return None
-    selected = as_tensor(mask, argument="mask")
-    if selected.shape != values.shape:
-        raise BadInput(
-            "shape", f'"mask" must have the shape of "{argument}" {tuple(values.shape)}, got {tuple(selected.shape)}'
-        )
-    selected = selected.to(device=values.device)
-    return selected if selected.dtype == torch.bool else selected != 0
-
-
-_NUMBA_DTYPES = (torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-
-
-def _numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A zero-copy numpy view of a CPU tensor; dtypes numba cannot read (float16, bfloat16) go through float64."""
-    return (tensor if tensor.dtype in _NUMBA_DTYPES else tensor.to(torch.float64)).numpy()
-
-
-def _keep_arrays(keep: torch.Tensor | None, ndim: int) -> tuple[np.ndarray, bool]:
+def keep_arrays(keep: torch.Tensor | None, ndim: int) -> tuple[np.ndarray, bool]:
     """The mask as a numpy bool array and whether to use it (an empty placeholder when there is none)."""
     if keep is None:
         return np.empty((0,) * ndim, dtype=np.bool_), False
@@ -159,20 +117,23 @@ class ValueSummarizer:
     ) -> Statistics | torch.Tensor:
         """Validate and summarize: the statistics themselves on the CPU; on other devices a packed float64 tensor
         still on the device, for :meth:`unpack` after the caller's one copy to the host (so a caller summarizing
-        several tensors copies once)."""
-        rewards = as_tensor(values, argument=argument)
-        if rewards.dtype == torch.bool or rewards.is_complex():
-            raise BadInput("dtype", f'"{argument}" must be real numbers, got dtype {rewards.dtype}')
-        selected = _selection(rewards, mask, argument=argument)
-        if rewards.dim() > 2:
+        several tensors copies once). With ``per_token`` any number of dimensions is taken, every element a value;
+        otherwise 0, 1 or 2 (see the class).
+
+        Values the input conversion dropped (``None`` or a non-number inside a list) are counted among the rejected
+        on the CPU path; on other devices the input was a device tensor, which has none."""
+        converted = as_values(values, argument=argument)
+        rewards = converted.tensor
+        selected = combined(converted.usable, as_mask(mask, rewards, argument=argument))
+        if rewards.dim() > 2 and not per_token:
             raise BadInput("shape", f'"{argument}" must have 0, 1 or 2 dimensions, got shape {tuple(rewards.shape)}')
         if per_token:
             rewards = rewards.reshape(-1)
             selected = selected.reshape(-1) if selected is not None else None
         if rewards.device.type in self.kernel_devices:
-            return self._summarize_on_cpu(rewards, selected)
+            return _with_dropped(self._summarize_on_cpu(rewards, selected), dict(converted.dropped))
         if rewards.dim() == 2:
-            rewards, selected = _first_unmasked(rewards, selected)
+            rewards, selected = first_unmasked(rewards, selected)
         x = rewards.reshape(-1).to(torch.float64)
         selected = selected.reshape(-1) if selected is not None else torch.ones_like(x, dtype=torch.bool)
         if x.numel() == 0:  # one unselected placeholder: reductions need an element, and it counts nothing
@@ -214,8 +175,8 @@ class ValueSummarizer:
 
     def _summarize_on_cpu(self, rewards: torch.Tensor, selected: torch.Tensor | None) -> Statistics:
         """The same statistics in one compiled pass (see ``otel_rl._kernels``)."""
-        values = _numpy(rewards)
-        keep, use_keep = _keep_arrays(selected, values.ndim)
+        values = numpy_view(rewards)
+        keep, use_keep = keep_arrays(selected, values.ndim)
         if values.ndim == 2:
             first = np.zeros(values.shape[0], dtype=np.float64)
             present = np.zeros(values.shape[0], dtype=np.bool_)
@@ -262,7 +223,7 @@ def _value_statistics(
     )
 
 
-def _first_unmasked(rewards: torch.Tensor, selected: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def first_unmasked(rewards: torch.Tensor, selected: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One reward per row of a per-token ``(rollouts, tokens)`` tensor, and whether the row had any token."""
     if rewards.shape[1] == 0:
         return rewards.new_empty((0,)), None
@@ -278,11 +239,12 @@ class StalenessSummarizer:
     the buckets of ``layout``.
 
     Negative staleness (a version from the future) and non-integral float versions are rejected and counted;
-    tokens without a version (a negative version, or NaN) are counted as ``unversioned``, never as lag 0.
+    tokens without a version (a negative version, NaN, or None in a list) are counted as ``unversioned``, never as
+    lag 0.
 
-    >>> s = StalenessSummarizer(ExplicitLayout((0, 1, 4))).summarize(torch.tensor([10, 9, 3, 11]), 10, None)
-    >>> (s.count, s.total, s.minimum, s.maximum, s.bucket_counts.tolist(), s.rejected)
-    (3, 8, 0, 7, [1, 1, 0, 1], {'negative': 1})
+    >>> s = StalenessSummarizer(ExplicitLayout((0, 1, 4))).summarize([10, 9, 3, 11, None, -1], 10, None)
+    >>> (s.count, s.total, s.minimum, s.maximum, s.bucket_counts.tolist(), s.rejected, s.unversioned)
+    (3, 8, 0, 7, [1, 1, 0, 1], {'negative': 1}, 2)
     """
 
     kernel_devices: frozenset[str] = frozenset({"cpu"})
@@ -306,62 +268,85 @@ class StalenessSummarizer:
         return self._on_device[device]
 
     def summarize(self, versions: Any, current_version: int, mask: Any, *, argument: str = "versions") -> Statistics:
-        generated = as_tensor(versions, argument=argument)
-        if generated.dtype == torch.bool or generated.is_complex():
-            raise BadInput("dtype", f'"{argument}" must be integer versions, got dtype {generated.dtype}')
-        selected = _selection(generated, mask, argument=argument)
+        """The staleness of ``versions`` (any shape) behind ``current_version`` (an int >= 0) where ``mask`` is set.
+
+        Float versions must be integral (``nonintegral``) and below 2**63 in magnitude (``range``); NaN, a negative
+        version and a ``None`` inside a list are unversioned."""
+        converted = as_values(versions, argument=argument, integers=True)
+        generated = converted.tensor
+        selected = combined(converted.usable, as_mask(mask, generated, argument=argument))
+        dropped = dict(converted.dropped)
+        missing = dropped.pop("missing", 0)
         generated = generated.reshape(-1)
         if generated.numel() == 0:
             return _empty(self.layout)
         keep = selected.reshape(-1) if selected is not None else None
         nonintegral = torch.zeros((), dtype=torch.int64, device=generated.device)
+        out_of_range = torch.zeros((), dtype=torch.int64, device=generated.device)
+        if generated.dtype in _WIDE_UNSIGNED:
+            generated = generated.to(torch.float64)
         if generated.is_floating_point():
-            missing = torch.isnan(generated)
-            integral = torch.isfinite(generated) & (generated == torch.trunc(generated))
-            nonintegral = (~integral & ~missing if keep is None else keep & ~integral & ~missing).sum()
-            keep = integral | missing if keep is None else keep & (integral | missing)
-            generated = torch.where(integral, generated, torch.full_like(generated, -1)).to(torch.int64)
+            wide = generated.to(torch.float64)
+            absent = torch.isnan(wide)
+            integral = torch.isfinite(wide) & (wide == torch.trunc(wide))
+            fits = wide.abs() < 2.0**63
+            counted = ~absent if keep is None else keep & ~absent
+            nonintegral = (counted & ~integral).sum()
+            out_of_range = (counted & integral & ~fits).sum()
+            usable = absent | integral & fits
+            keep = usable if keep is None else keep & usable
+            generated = torch.where(integral & fits, wide, torch.full_like(wide, -1)).to(torch.int64)
         if generated.device.type in self.kernel_devices:
             counts = np.zeros(self.layout.size, dtype=np.int64)
             fine = np.zeros(len(self._cpu_lookup), dtype=np.int64)
             bounds, scale, lookup, fractions = self.layout.kernel_arguments
-            keep_array, use_keep = _keep_arrays(keep, 1)
+            keep_array, use_keep = keep_arrays(keep, 1)
             count, total, minimum, maximum, future, unversioned = _kernels.summarize_staleness(
-                _numpy(generated), keep_array, use_keep, current_version, fine, scale, bounds, lookup, fractions, counts
+                numpy_view(generated), keep_array, use_keep, current_version, fine, scale, bounds, lookup, fractions, counts
             )
             used = np.flatnonzero(fine)
             np.add.at(counts, self._cpu_lookup[used], fine[used])
             bucket_counts = counts
-            nonint = int(nonintegral)
+            nonint, beyond = int(nonintegral), int(out_of_range)
         else:
-            count, total, minimum, maximum, future, nonint, unversioned, bucket_counts = self._summarize_on_device(
-                generated.to(torch.int64), keep, current_version, nonintegral
+            count, total, minimum, maximum, future, nonint, beyond, unversioned, bucket_counts = (
+                self._summarize_on_device(generated.to(torch.int64), keep, current_version, nonintegral, out_of_range)
             )
-        reasons = (("negative", future), ("nonintegral", nonint), ("unversioned", unversioned))
+        reasons: tuple[tuple[Reason, int], ...] = (("negative", future), ("nonintegral", nonint), ("range", beyond))
         rejected = {reason: n for reason, n in reasons if n}
-        return Statistics(
-            layout=self.layout,
-            count=count,
-            total=total,
-            squares=0.0,
-            positive=total,
-            negative=0.0,
-            minimum=minimum if count else None,
-            maximum=maximum if count else None,
-            bucket_counts=bucket_counts,
-            rejected=rejected,
+        return _with_dropped(
+            Statistics(
+                layout=self.layout,
+                count=count,
+                total=total,
+                squares=0.0,
+                positive=total,
+                negative=0.0,
+                minimum=minimum if count else None,
+                maximum=maximum if count else None,
+                bucket_counts=bucket_counts,
+                rejected=rejected,
+                unversioned=unversioned + missing,
+            ),
+            dropped,
         )
 
     def warm_up(self) -> None:
         """Compile the CPU kernel for the common dtypes now (see :meth:`ValueSummarizer.warm_up`)."""
         for dtype in (torch.int64, torch.int32):
             self.summarize(torch.zeros(1, dtype=dtype), 0, torch.ones(1, dtype=torch.bool))
+            self.summarize(torch.zeros(1, dtype=dtype), 0, None)
 
     def _summarize_on_device(
-        self, generated: torch.Tensor, keep: torch.Tensor | None, current_version: int, nonintegral: torch.Tensor
-    ) -> tuple[int, int, int, int, int, int, int, np.ndarray]:
-        """Count, sum, min, max, future, non-integral and unversioned counts and bucket counts with tensor
-        operations, one copy to the host."""
+        self,
+        generated: torch.Tensor,
+        keep: torch.Tensor | None,
+        current_version: int,
+        nonintegral: torch.Tensor,
+        out_of_range: torch.Tensor,
+    ) -> tuple[int, int, int, int, int, int, int, int, np.ndarray]:
+        """Count, sum, min, max, future, non-integral, out-of-range and unversioned counts and bucket counts with
+        tensor operations, one copy to the host."""
         size = self.layout.size
         staleness = current_version - generated
         versioned = generated >= 0 if keep is None else keep & (generated >= 0)
@@ -385,11 +370,12 @@ class StalenessSummarizer:
                         torch.where(accepted, staleness, torch.full_like(staleness, -1)).max(),
                         future.sum(),
                         nonintegral,
+                        out_of_range,
                         unversioned.sum(),
                     )
                 ),
                 counts,
             )
         ).cpu()
-        count, total, minimum, maximum, future_count, nonint, missing = packed[:7].tolist()
-        return count, total, minimum, maximum, future_count, nonint, missing, packed[7:].numpy()
+        count, total, minimum, maximum, future_count, nonint, beyond, missing = packed[:8].tolist()
+        return count, total, minimum, maximum, future_count, nonint, beyond, missing, packed[8:].numpy()

@@ -2,12 +2,13 @@
 
 While a step runs, samples are offered to the sample filter (by default top/bottom-k by reward). When the next step
 is declared (or at shutdown), the kept ones are emitted as ``rl.sample`` log records carrying the step's trace and
-span ids, optionally as events of a per-step ``rl.step`` span, and as exemplars of the reward and staleness
+span ids (this rank's ``rl.rank.step`` span, ``otel_rl._phases``), optionally as events of that span, and as exemplars of the reward and staleness
 histograms, so a dashboard point links to the sample that explains it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
 import threading
@@ -17,12 +18,12 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.sdk.metrics import Exemplar
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 from otel_rl import _names
 from otel_rl._config import ResolvedConfig
-from otel_rl._samples import EpisodeSample, SampleFilter, sample_from_mapping, to_record
+from otel_rl._inputs import BadInput, as_real, describe
+from otel_rl._samples import EpisodeSample, SampleFilter, SampleRecord, sample_from_mapping, to_record
 from otel_rl._self_telemetry import LabelCap, SelfTelemetry
 from otel_rl._store import MetricStore, attributes
 
@@ -43,7 +44,6 @@ class StepSamples:
         *,
         new_filter: Callable[[], SampleFilter],
         logger: Logger,
-        tracer_provider: TracerProvider | None,
         store: MetricStore,
         self_telemetry: SelfTelemetry,
         clock: Callable[[], int],
@@ -53,26 +53,28 @@ class StepSamples:
         self._filters: dict[str, SampleFilter] = {}
         self._tables = LabelCap(_names.SAMPLE_EVENT, "max_sample_tables", config.max_sample_tables, self_telemetry)
         self._logger = logger
-        self._tracer_provider = tracer_provider
         self._store = store
         self._self_telemetry = self_telemetry
         self._clock = clock
         self._ids = RandomIdGenerator()
         self._lock = threading.Lock()
         self._step: int | None = None
-        self._started_ns = clock()
 
     def offer(self, sample: EpisodeSample | Mapping[str, Any], table: str) -> None:
-        """Offer one sample to the step's filter of ``table``; raises on a sample without a numeric reward."""
+        """Offer one sample to the step's filter of ``table`` (its reward as a float). Raises
+        :class:`~otel_rl._inputs.BadInput` for a sample that is neither an :class:`EpisodeSample` nor a mapping, or
+        has no numeric reward."""
         if isinstance(sample, EpisodeSample):
             episode = sample
-        else:
+        elif isinstance(sample, Mapping):
             episode, unknown = sample_from_mapping(sample)
             if unknown:
                 self._self_telemetry.reject(
-                    _names.SAMPLE_EVENT, "unknown_key", len(unknown), f"unknown sample keys {unknown!r} dropped"
+                    _names.SAMPLE_EVENT, "unknown_key", len(unknown), f"unknown sample keys {describe(unknown)} dropped"
                 )
-        float(episode.reward)
+        else:
+            raise BadInput("type", f'"sample" must be an EpisodeSample or a mapping, got {type(sample).__name__}')
+        episode = dataclasses.replace(episode, reward=as_real(episode.reward, argument="reward"))
         label = self._tables.label(table)
         with self._lock:
             sample_filter = self._filters.get(label)
@@ -80,18 +82,30 @@ class StepSamples:
                 sample_filter = self._filters[label] = self._new_filter()
             sample_filter.add(episode)
 
-    def close(self, next_step: int | None) -> None:
-        """Emit the kept samples of the open step and open ``next_step`` (None: no step follows)."""
+    def close(self, next_step: int | None, span: trace.Span) -> None:
+        """Emit the kept samples of the open step, naming ``span`` (the step's span of this rank: its records
+        carry its trace and span ids, and with ``samples_as_span_events`` it carries them as events), and open
+        ``next_step`` (None: no step follows)."""
         now = self._clock()
         with self._lock:
             kept = [(table, *item) for table, each in self._filters.items() for item in each.drain()]
-            step, started = self._step, self._started_ns
-            self._step, self._started_ns = next_step, now
+            step = self._step
+            self._step = next_step
         if not kept:
             return
-        span = self._span(step, started)
+        if not span.get_span_context().is_valid:  # samples before the first step: ids of their own
+            span = trace.NonRecordingSpan(
+                trace.SpanContext(
+                    trace_id=self._ids.generate_trace_id(),
+                    span_id=self._ids.generate_span_id(),
+                    is_remote=False,
+                    trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+                )
+            )
+        events = self._config.samples_as_span_events and span.is_recording()
         context = trace.set_span_in_context(span)
         for table, selection, sample in kept:
+            sample_id = secrets.token_hex(16)
             try:
                 record = to_record(
                     sample,
@@ -100,53 +114,38 @@ class StepSamples:
                     table=table,
                     budget_bytes=self._config.sample_text_budget_bytes,
                     redact=self._config.redact,
+                    sample_id=sample_id,
                 )
             except Exception as error:  # noqa: BLE001 - a broken sample or redactor must not break the others
                 reason = "redaction" if self._config.redact is not None else "invalid"
                 self._self_telemetry.drop_sample(reason, f"sample dropped: {type(error).__name__}")
                 continue
-            record_attributes = {_names.SAMPLE_ID: secrets.token_hex(16), **record.attributes}
+            for reason, amount in record.rejected.items():
+                self._self_telemetry.reject(_names.SAMPLE_EVENT, reason, amount, f"sample field(s) left out: {reason}")
             self._logger.emit(
                 event_name=_names.SAMPLE_EVENT,
                 body=record.body,
-                attributes=record_attributes,
+                attributes=record.attributes,
                 severity_number=SeverityNumber.INFO,
                 context=context,
             )
-            self._add_exemplars(sample, span.get_span_context(), now)
-            if span.is_recording():
-                span.add_event(_names.SAMPLE_EVENT, attributes={**record_attributes, **record.body})
-        span.end(end_time=now)
+            self._add_exemplars(record, span.get_span_context(), now)
+            if events:
+                span.add_event(_names.SAMPLE_EVENT, attributes={**record.attributes, **record.body})
 
-    def _span(self, step: int | None, started_ns: int) -> trace.Span:
-        """The step's span: recorded when samples go out as span events too, else only ids for the log records."""
-        if self._tracer_provider is not None:
-            tracer = self._tracer_provider.get_tracer(_names.SCOPE_NAME, _names.SCOPE_VERSION)
-            return tracer.start_span(
-                _names.STEP_SPAN, start_time=started_ns, attributes={} if step is None else {_names.SAMPLE_STEP: step}
-            )
-        return trace.NonRecordingSpan(
-            trace.SpanContext(
-                trace_id=self._ids.generate_trace_id(),
-                span_id=self._ids.generate_span_id(),
-                is_remote=False,
-                trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
-            )
-        )
-
-    def _add_exemplars(self, sample: EpisodeSample, span: trace.SpanContext, now: int) -> None:
+    def _add_exemplars(self, record: SampleRecord, span: trace.SpanContext, now: int) -> None:
         """Link the histograms to a kept sample (its episode id, and the step's trace and span ids, which its log
         record carries too): its total reward on ``rl.reward{fn="total"}``, each reward-breakdown value on its own
         ``rl.reward{fn}``, its staleness on ``rl.staleness``, each on the streams of the sample's dataset. Only
-        streams that have values take exemplars."""
-        labels = {} if sample.episode_id is None else {_names.SAMPLE_EPISODE_ID: str(sample.episode_id)[:_MAX_EXEMPLAR_ID]}
-        source = {} if sample.dataset is None else {_names.DATASET: str(sample.dataset)}
+        streams that have values take exemplars, and only finite values are exemplars."""
+        labels = {} if record.episode_id is None else {_names.SAMPLE_EPISODE_ID: record.episode_id[:_MAX_EXEMPLAR_ID]}
+        source = {} if record.dataset is None else {_names.DATASET: record.dataset}
         values: list[tuple[_names.MetricName, tuple[tuple[str, str], ...], float]] = [
-            (_names.REWARDS.histogram, attributes(**{_names.REWARD_FN: fn}, **source), float(value))
-            for fn, value in {**sample.reward_breakdown, _names.REWARD_FN_TOTAL: sample.reward}.items()
+            (_names.REWARDS.histogram, attributes(**{_names.REWARD_FN: fn}, **source), value)
+            for fn, value in {**record.breakdown, _names.REWARD_FN_TOTAL: record.reward}.items()
         ]
-        if sample.staleness is not None:
-            values.append((_names.STALENESS.histogram, attributes(**source), float(int(sample.staleness))))
+        if record.staleness is not None:
+            values.append((_names.STALENESS.histogram, attributes(**source), float(record.staleness)))
         for histogram, attrs, value in values:
             if math.isfinite(value):
                 exemplar = Exemplar(labels, value, now, span_id=span.span_id, trace_id=span.trace_id)

@@ -15,19 +15,15 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
-    Buckets,
-    ExponentialHistogram,
-    ExponentialHistogramDataPoint,
     Gauge,
-    Histogram,
-    HistogramDataPoint,
     Metric,
     MetricsData,
     NumberDataPoint,
@@ -38,7 +34,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from otel_rl._buckets import ExplicitLayout, Layout
+from otel_rl._buckets import HistogramPoint, Layout, PointFields
+from otel_rl._inputs import INT64_MAX, INT64_MIN
 from otel_rl._names import SCOPE_NAME, SELF_METRIC, VALUES_RECORDED, Distribution, MetricName
 from otel_rl._stats import Statistics
 
@@ -89,34 +86,31 @@ class Extremes:
             self.fold(key, value)
 
 
-def _point(state: _HistogramState, attrs: Attributes, start: int, now_ns: int) -> object:
-    """The cumulative OTLP point of one histogram stream: explicit buckets or exponential sides, per its layout."""
-    common = {
-        "attributes": dict(attrs),
-        "start_time_unix_nano": start,
-        "time_unix_nano": now_ns,
-        "count": state.count,
-        "sum": float(state.total),
-        "min": float(state.minimum) if state.minimum is not None else 0.0,
-        "max": float(state.maximum) if state.maximum is not None else 0.0,
-        "exemplars": [state.exemplars[slot] for slot in sorted(state.exemplars)],
-    }
-    layout = state.layout
-    if isinstance(layout, ExplicitLayout):
-        return HistogramDataPoint(
-            bucket_counts=tuple(state.bucket_counts.tolist()),
-            explicit_bounds=tuple(float(b) for b in layout.bounds),
-            **common,  # type: ignore[arg-type]
-        )
-    sides = layout.sides(state.bucket_counts)
-    return ExponentialHistogramDataPoint(
-        scale=layout.scale,
-        zero_count=sides.zero_count,
-        positive=Buckets(offset=sides.positive_offset, bucket_counts=sides.positive),
-        negative=Buckets(offset=sides.negative_offset, bucket_counts=sides.negative),
-        flags=0,
-        **common,  # type: ignore[arg-type]
+def _point(state: _HistogramState, attrs: Attributes, start: int, now_ns: int) -> HistogramPoint:
+    """The cumulative OTLP point of one histogram stream, in its layout's form."""
+    fields = PointFields(
+        attributes=dict(attrs),
+        start_time_unix_nano=start,
+        time_unix_nano=now_ns,
+        count=state.count,
+        sum=float(state.total),
+        min=float(state.minimum) if state.minimum is not None else 0.0,
+        max=float(state.maximum) if state.maximum is not None else 0.0,
+        exemplars=[state.exemplars[slot] for slot in sorted(state.exemplars)],
     )
+    return state.layout.point(fields, state.bucket_counts)
+
+
+def wire_number(value: float) -> int | float:
+    """``value`` as OTLP can carry it: an int within signed 64 bits as an int, anything else as a double (a count
+    that outgrew int64 stays a number instead of breaking every later export of the process).
+
+    >>> wire_number(3), wire_number(2**64), wire_number(True)
+    (3, 1.8446744073709552e+19, 1)
+    """
+    if isinstance(value, int):
+        return int(value) if INT64_MIN <= value <= INT64_MAX else float(value)
+    return float(value)
 
 
 def _extreme(pick: Callable[[float, float], float], old: float | None, new: float | None) -> float | None:
@@ -146,13 +140,8 @@ class MetricStore:
         self-check that histogram points arrive whole). A call that accepted nothing adds nothing."""
         if statistics.count == 0 or statistics.maximum is None or statistics.minimum is None:
             return
-        key = (distribution.histogram, attrs)
         with self._lock:
-            state = self._histograms.get(key)
-            if state is None:
-                layout = statistics.layout
-                state = self._histograms[key] = _HistogramState(layout, np.zeros(layout.size, dtype=np.int64))
-            state.merge(statistics)
+            self._fold_histogram((distribution.histogram, attrs), statistics)
             recorded = (VALUES_RECORDED, ((SELF_METRIC, distribution.histogram.name),))
             self._counters[recorded] = self._counters.get(recorded, 0) + statistics.count
             for counter, amount in (
@@ -164,6 +153,21 @@ class MetricStore:
                     self._counters[(counter, attrs)] = self._counters.get((counter, attrs), 0) + amount
             self._window.fold((distribution.maximum, attrs), statistics.maximum)
             self._window.fold((distribution.minimum, attrs), statistics.minimum)
+
+    def record_histogram(self, histogram: MetricName, attrs: Attributes, statistics: Statistics) -> None:
+        """Fold one call's statistics into ``histogram`` alone: no sum parts, extremes or count of values recorded
+        (the merge canary of ``otel_rl._canary``, a check of its own). A call that accepted nothing adds nothing."""
+        if statistics.count:
+            with self._lock:
+                self._fold_histogram((histogram, attrs), statistics)
+
+    def _fold_histogram(self, key: _Key, statistics: Statistics) -> None:
+        """Add ``statistics`` to the histogram stream ``key``, created empty in their layout first (lock held)."""
+        state = self._histograms.get(key)
+        if state is None:
+            layout = statistics.layout
+            state = self._histograms[key] = _HistogramState(layout, np.zeros(layout.size, dtype=np.int64))
+        state.merge(statistics)
 
     def add_exemplar(self, histogram: MetricName, attrs: Attributes, exemplar: Exemplar) -> None:
         """Keep ``exemplar`` as the latest of its bucket on the stream with exactly ``attrs``, else on the first
@@ -179,9 +183,12 @@ class MetricStore:
                 state.exemplars[state.layout.slot(exemplar.value)] = exemplar
 
     def add(self, counter: MetricName, attrs: Attributes, amount: float) -> None:
-        """Add ``amount`` (>= 0) to a monotonic counter; adding 0 creates it, so its series exists from the start."""
-        if amount < 0:
-            return
+        """Add ``amount`` (>= 0) to a monotonic counter; adding 0 creates it, so its series exists from the start.
+
+        Raises ``ValueError`` for a negative amount: a monotonic counter cannot go down (callers check their
+        input first)."""
+        if not amount >= 0:
+            raise ValueError(f'"amount" of {counter.name!r} must be >= 0, got {amount!r}')
         with self._lock:
             self._counters[(counter, attrs)] = self._counters.get((counter, attrs), 0) + amount
 
@@ -189,6 +196,12 @@ class MetricStore:
         """Set a last-value gauge."""
         with self._lock:
             self._gauges[(gauge, attrs)] = value
+
+    def retain(self, gauge: MetricName, keep: Collection[Attributes]) -> None:
+        """Remove the streams of ``gauge`` whose attributes are not in ``keep`` (they stop being exported)."""
+        with self._lock:
+            for key in [key for key in self._gauges if key[0] == gauge and key[1] not in keep]:
+                del self._gauges[key]
 
     def counter_value(self, counter: MetricName, attrs: Attributes) -> float:
         """The current cumulative value of a counter (0 when never added to)."""
@@ -218,22 +231,24 @@ class MetricStore:
             extremes.merge(window)
             self._recent.append((now_ns, window))
         gauges.update(extremes.values)
-        metrics: dict[MetricName, list[object]] = {}
         start = self._start_time_ns
+        streams: dict[MetricName, tuple[Layout, list[HistogramPoint]]] = {}
         for (metric, attrs), state in histograms.items():
-            metrics.setdefault(metric, []).append(_point(state, attrs, start, now_ns))
+            streams.setdefault(metric, (state.layout, []))[1].append(_point(state, attrs, start, now_ns))
+        numbers: dict[MetricName, list[NumberDataPoint]] = {}
         for source in (counters, gauges):
             for (metric, attrs), value in source.items():
-                metrics.setdefault(metric, []).append(
+                numbers.setdefault(metric, []).append(
                     NumberDataPoint(
-                        attributes=dict(attrs), start_time_unix_nano=start, time_unix_nano=now_ns, value=value
+                        attributes=dict(attrs), start_time_unix_nano=start, time_unix_nano=now_ns, value=wire_number(value)
                     )
                 )
-        if not metrics:
+        if not streams and not numbers:
             return None, window
         scope_metrics = ScopeMetrics(
             scope=self._scope,
-            metrics=[_metric(metric, points) for metric, points in metrics.items()],
+            metrics=[_metric(metric, layout.metric_data(points)) for metric, (layout, points) in streams.items()]
+            + [_metric(metric, _number_data(metric, points)) for metric, points in numbers.items()],
             schema_url="",
         )
         data = MetricsData([ResourceMetrics(resource=self._resource, scope_metrics=[scope_metrics], schema_url="")])
@@ -246,18 +261,11 @@ class MetricStore:
             self._window = window
 
 
-def _metric(metric: MetricName, points: list[object]) -> Metric:
-    data: Histogram | ExponentialHistogram | Sum | Gauge
-    if metric.kind == "histogram" and isinstance(points[0], ExponentialHistogramDataPoint):
-        data = ExponentialHistogram(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE)  # type: ignore[arg-type]
-    elif metric.kind == "histogram":
-        data = Histogram(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE)  # type: ignore[arg-type]
-    elif metric.kind == "counter":
-        data = Sum(
-            data_points=points,  # type: ignore[arg-type]
-            aggregation_temporality=AggregationTemporality.CUMULATIVE,
-            is_monotonic=True,
-        )
-    else:
-        data = Gauge(data_points=points)  # type: ignore[arg-type]
+def _number_data(metric: MetricName, points: list[NumberDataPoint]) -> Sum | Gauge:
+    if metric.kind == "counter":
+        return Sum(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE, is_monotonic=True)
+    return Gauge(data_points=points)
+
+
+def _metric(metric: MetricName, data: Any) -> Metric:
     return Metric(name=metric.name, description=metric.description, unit=metric.unit, data=data)

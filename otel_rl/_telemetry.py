@@ -1,23 +1,24 @@
-"""Telemetry: the one object a training process records through; it wires the parts and guards the hot path.
+"""Telemetry: the one object a training process records through; it wires the parts and guards every entry point.
 
-Two error regimes. Construction validates its configuration and raises at once. Every ``record_*`` call, ``step``
-and ``flush`` never raises into the training loop: a bad part of the input is dropped, counted in
-``otel_rl.values.rejected`` and warned about once (``otel_rl._self_telemetry``), and the valid part is kept.
+Two error regimes. Construction validates its configuration and raises at once. After that no method raises into
+the training loop: each runs under the guard of ``otel_rl._guard``; inputs are converted by ``otel_rl._inputs``;
+a bad part of the input is dropped, counted in ``otel_rl.values.rejected`` and warned about once
+(``otel_rl._self_telemetry``), and the valid part is kept.
 
-The parts: summarizers turn a call's tensor into :class:`~otel_rl._stats.Statistics` (``otel_rl._stats``), the
-:class:`~otel_rl._store.MetricStore` folds them into every metric of the distribution, :class:`StepSamples`
-(``otel_rl._steps``) turns a step's kept samples into log records and exemplars, and the export worker
-(``otel_rl._export``) sends it all from its own thread.
+The parts: summarizers turn a call's values into :class:`~otel_rl._stats.Statistics` (``otel_rl._stats``,
+``otel_rl._rollouts``), the :class:`~otel_rl._store.MetricStore` folds them into every metric of the distribution,
+:class:`StepSamples` (``otel_rl._steps``) turns a step's kept samples into log records and exemplars, and the export
+worker (``otel_rl._export``) sends it all from its own thread.
 """
 
 from __future__ import annotations
 
 import atexit
-import operator
+import math
 import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Literal
 
 from opentelemetry.sdk._logs import LoggerProvider
@@ -28,13 +29,17 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from otel_rl import _names
-from otel_rl._buckets import ExplicitLayout, ExponentialLayout, Layout
+from otel_rl._buckets import Layouts
+from otel_rl._canary import MergeCanary
 from otel_rl._config import ResolvedConfig, TelemetryConfig
-from otel_rl._export import Exporters, ExportWorker, QueueLogProcessor, build_exporters
+from otel_rl._export import Exporters, ExportWorker, QueueLogProcessor, build_exporters, shutdown_within
+from otel_rl._guard import failed, guarded
+from otel_rl._inputs import BadInput, as_integer, as_real, describe
+from otel_rl._phases import DerivedIds, PhaseTracer, TrajectoryContext
+from otel_rl._rollouts import RolloutSummarizer
 from otel_rl._samples import EpisodeSample, SampleFilter, TopBottomFilter
 from otel_rl._self_telemetry import LabelCap, SelfTelemetry
-from otel_rl._rollouts import RolloutSummarizer
-from otel_rl._stats import BadInput, StalenessSummarizer, ValueSummarizer
+from otel_rl._stats import StalenessSummarizer, Statistics, ValueSummarizer
 from otel_rl._steps import StepSamples
 from otel_rl._store import MetricStore, attributes
 
@@ -54,12 +59,23 @@ def build_resource(config: ResolvedConfig) -> Resource:
     )
 
 
+def layouts(settings: ResolvedConfig) -> Layouts:
+    """The bucket layout of every distribution role under ``settings`` (see :class:`~otel_rl._buckets.Layouts`)."""
+    return Layouts.resolve(
+        settings.histogram,
+        scale=settings.histogram_scale,
+        reward_bounds=settings.reward_bounds,
+        staleness_bounds=settings.staleness_bounds,
+    )
+
+
 class Telemetry:
     """Records rewards, staleness and samples of one process and exports them in the background.
 
-    ``metric_exporter``, ``log_exporter`` and ``span_exporter`` replace the exporters ``config`` would build
-    (tests pass the SDK's in-memory ones); ``sample_filter`` makes the filter of each sample table in place of the
-    default top/bottom-k one (called once per table).
+    ``metric_exporter``, ``log_exporter`` and ``span_exporter`` replace, each on its own, the exporters ``config``
+    would build (tests pass the SDK's in-memory ones); ``sample_filter`` makes the filter of each sample table in
+    place of the default top/bottom-k one (called once per table); ``clock`` gives the wall-clock time of points
+    and records, in nanoseconds.
     """
 
     def __init__(
@@ -83,13 +99,16 @@ class Telemetry:
             hold_ns=int(settings.extremes_hold_s * 1e9),
         )
         self._self_telemetry = SelfTelemetry(self._store)
-        rewards, metrics, staleness = layouts(settings)
-        self._rewards = ValueSummarizer(rewards)
-        self._metrics = ValueSummarizer(metrics)
-        self._staleness = StalenessSummarizer(staleness)
+        self._canary = MergeCanary(settings, self._store)
+        layout = layouts(settings)
+        self._rewards = ValueSummarizer(layout.of(_names.REWARDS))
+        self._metrics = ValueSummarizer(layout.of(_names.METRICS))
+        self._staleness = StalenessSummarizer(layout.of(_names.STALENESS))
         self._rewards.warm_up()
         self._metrics.warm_up()
         self._staleness.warm_up()
+        self._rollouts = RolloutSummarizer(layout, solved_reward=settings.solved_reward)
+        self._rollouts.warm_up()
         self._reward_fns = LabelCap(
             _names.REWARDS.histogram.name, "max_reward_fns", settings.max_reward_fns, self._self_telemetry
         )
@@ -97,15 +116,17 @@ class Telemetry:
             _names.METRICS.histogram.name, "max_metric_keys", settings.max_metric_keys, self._self_telemetry
         )
         self._datasets = LabelCap(_names.DATASET, "max_datasets", settings.max_datasets, self._self_telemetry)
-        self._phases = LabelCap(_names.PHASES.name, "max_phases", settings.max_phases, self._self_telemetry)
-        self._phase: str | None = None
-        self._rollouts = RolloutSummarizer(ValueSummarizer(rewards), solved_reward=settings.solved_reward)
+        self._phase_names = LabelCap(_names.PHASES.name, "max_phases", settings.max_phases, self._self_telemetry)
+        self._policy_version: int | None = None
         self._store.set(_names.RUN_START, (), clock() / 1e9)
         self._store.set(_names.RUN_FINISHED, (), 0)
         self._store.set(_names.RANKS_UP, (), 1)
         self._store.set(_names.RANKS_EXPECTED, (), settings.world_size)
-        injected = metric_exporter is not None or log_exporter is not None or span_exporter is not None
-        exporters = Exporters(metric_exporter, log_exporter, span_exporter) if injected else build_exporters(settings)
+        if settings.flops_per_token is not None:
+            self._store.set(_names.FLOPS_PER_TOKEN, (), settings.flops_per_token)
+        if settings.peak_flops is not None:
+            self._store.set(_names.FLOPS_PEAK, (), settings.peak_flops)
+        exporters = build_exporters(settings, Exporters(metric_exporter, log_exporter, span_exporter))
         self._output = exporters.output
         self._worker = ExportWorker(
             self._store,
@@ -119,19 +140,31 @@ class Telemetry:
         self._logger_provider = LoggerProvider(resource=self.resource)
         self._logger_provider.add_log_record_processor(QueueLogProcessor(self._worker))
         self._tracer_provider: TracerProvider | None = None
-        if settings.samples_as_span_events and exporters.spans is not None:
-            self._tracer_provider = TracerProvider(resource=self.resource)
+        ids = DerivedIds()
+        if (settings.trace_phases or settings.samples_as_span_events) and exporters.spans is not None:
+            self._tracer_provider = TracerProvider(resource=self.resource, id_generator=ids)
             self._tracer_provider.add_span_processor(BatchSpanProcessor(exporters.spans))
+        self._phases = PhaseTracer(
+            run_id=settings.run_id,
+            rank=settings.rank,
+            store=self._store,
+            tracer_provider=self._tracer_provider,
+            ids=ids,
+            clock=clock,
+        )
         self._steps = StepSamples(
             settings,
             new_filter=sample_filter
             or (
                 lambda: TopBottomFilter(
-                    top_k=settings.top_k, bottom_k=settings.bottom_k, random_k=settings.random_k, seed=settings.seed
+                    top_k=settings.top_k,
+                    bottom_k=settings.bottom_k,
+                    random_k=settings.random_k,
+                    seed=settings.seed,
+                    distinct_prompts=settings.distinct_prompts,
                 )
             ),
             logger=self._logger_provider.get_logger(_names.SCOPE_NAME, _names.SCOPE_VERSION),
-            tracer_provider=self._tracer_provider,
             store=self._store,
             self_telemetry=self._self_telemetry,
             clock=clock,
@@ -139,29 +172,31 @@ class Telemetry:
         self._closed = False
         atexit.register(self._shutdown_at_exit)
 
-    # -- recording (hot path: never raises) -------------------------------------------------------------------
+    @property
+    def self_telemetry(self) -> SelfTelemetry:
+        """Where this process counts what it dropped (the guard of every method counts there)."""
+        return self._self_telemetry
 
+    # -- recording (never raises) -------------------------------------------------------------------------------
+
+    @guarded(_names.REWARDS.histogram.name, values="rewards")
     def record_rewards(
         self, rewards: Any, *, fn: str = _names.REWARD_FN_TOTAL, mask: Any = None, dataset: str | None = None
     ) -> None:
         """Record rewards into ``rl.reward`` under ``rl.reward.fn=fn`` (and ``rl.dataset=dataset`` when given).
 
-        ``rewards``: a torch tensor on any device, numpy array, sequence or scalar. Shape ``(rollouts,)`` is one
-        reward per rollout; ``(rollouts, tokens)`` is the per-token broadcast form, counted once per rollout at
-        its first token where ``mask`` is set. ``mask`` (same shape, nonzero = keep) selects what is recorded.
-        NaN and inf are rejected and counted; everything else is kept. ``dataset`` (the data source) is capped at
-        ``max_datasets`` names; later ones are recorded as ``_overflow`` and counted.
+        ``rewards``: a torch tensor on any device, numpy array, number, list or list of lists. Shape
+        ``(rollouts,)`` (or a scalar) is one reward per rollout; ``(rollouts, tokens)`` is the per-token broadcast
+        form, counted once per rollout at its first token where ``mask`` is set; more dimensions are rejected
+        (``shape``). ``mask`` (same shape, nonzero = keep) selects what is recorded. NaN and inf, and ``None`` or
+        non-numbers inside a list, are rejected and counted one by one; everything else is kept, in float64 for
+        Python numbers. ``dataset`` (the data source) is capped at ``max_datasets`` names; later ones are recorded
+        as ``_overflow`` and counted.
         """
-        metric = _names.REWARDS.histogram.name
-        try:
-            labels = {_names.REWARD_FN: self._reward_fns.label(fn), **self._dataset(dataset)}
-            statistics = self._rewards.summarize(rewards, mask)
-        except Exception as error:  # noqa: BLE001 - the hot path never raises into training
-            self._self_telemetry.reject_call(metric, error, rewards)
-            return
-        self._store.record(_names.REWARDS, attributes(**labels), statistics)
-        self._self_telemetry.reject_parts(metric, statistics)
+        statistics = self._rewards.summarize(rewards, mask)
+        self._record(_names.REWARDS, statistics, lambda: {_names.REWARD_FN: self._reward_fns.label(fn), **self._dataset(dataset)})
 
+    @guarded("rl.rollouts", values="mask")
     def record_rollouts(
         self,
         *,
@@ -173,66 +208,64 @@ class Telemetry:
         inference_logprobs: Any = None,
         rewards: Any = None,
         group_ids: Any = None,
+        versions_spanned: Any = None,
     ) -> None:
         """Record one step's rollout health signals in one call; every argument is optional.
 
-        - ``advantages`` ``(rollouts,)`` (or per token, counted at each rollout's first unmasked token) into
+        - ``advantages`` ``(rollouts,)`` (or per token, counted at each rollout's first selected token) into
           ``rl.advantage``, and rollouts by advantage sign into ``rl.advantage.sign``;
         - ``response_lengths`` ``(rollouts,)`` into ``rl.response.length`` (negative lengths dropped, counted);
-        - ``entropy`` ``(rollouts, tokens)`` per token into ``rl.entropy``;
+        - ``entropy`` per token (any shape; the mask's when there is one) into ``rl.entropy``;
         - ``logprobs`` (trainer) and ``inference_logprobs`` (inference engine), per token: the importance ratio
           ``exp(logprobs - inference_logprobs)`` into ``rl.importance_ratio`` and the mismatch
           KL(pi_inference || pi_train) estimators k1 and k3 into ``rl.mismatch.kl``;
         - ``group_ids`` with ``rewards`` ``(rollouts,)``: prompt groups solved by none / some / all of their
           rollouts (``reward >= solved_reward``) into ``rl.groups``, zero-variance groups into
-          ``rl.groups.zero_variance``. A group's rollouts must be recorded in one call.
+          ``rl.groups.zero_variance``. A group's rollouts must be recorded in one call;
+        - ``versions_spanned`` ``(rollouts,)``: how many policy versions each trajectory's tokens were generated
+          with (1 unless generation went on across weight updates) into ``rl.trajectory.versions``.
 
-        ``mask`` ``(rollouts, tokens)`` (nonzero = keep) selects tokens; rollouts without any are left out of the
-        per-rollout fields. A bad field is dropped and counted (``otel_rl.values.rejected``), the others kept; NaN
-        log-probabilities drop their tokens only.
+        ``mask`` ``(rollouts, tokens)`` (or ``(rollouts,)``; nonzero = keep) selects tokens; rollouts without any
+        are left out of the per-rollout fields, and a per-rollout field must have as many rollouts as the mask
+        (else it is rejected, ``shape``). A bad field is dropped and counted (``otel_rl.values.rejected``), the
+        others kept; signs are counted only with accepted advantages; NaN log-probabilities drop their tokens only;
+        an unusable mask rejects every field.
         """
-        try:
-            result = self._rollouts.summarize(
-                mask=mask,
-                advantages=advantages,
-                response_lengths=response_lengths,
-                entropy=entropy,
-                logprobs=logprobs,
-                inference_logprobs=inference_logprobs,
-                rewards=rewards,
-                group_ids=group_ids,
-            )
-        except Exception as error:  # noqa: BLE001 - the hot path never raises into training
-            self._self_telemetry.reject_call("rl.rollouts", error, mask)
-            return
+        result = self._rollouts.summarize(
+            mask=mask,
+            advantages=advantages,
+            response_lengths=response_lengths,
+            entropy=entropy,
+            logprobs=logprobs,
+            inference_logprobs=inference_logprobs,
+            rewards=rewards,
+            group_ids=group_ids,
+            versions_spanned=versions_spanned,
+        )
         for metric, bad_input, values in result.rejected:
             self._self_telemetry.reject_call(metric, bad_input, values)
-        for metric, reason, count in result.rejected_parts:
-            if count:
-                self._self_telemetry.reject(metric, reason, count, f"{count} value(s) rejected: {reason}")
+        for metric, reason, amount in result.rejected_parts:
+            if amount:
+                self._self_telemetry.reject(metric, reason, amount, f"{amount} value(s) rejected: {reason}")
         for distribution, attrs, statistics in result.distributions:
             self._store.record(distribution, attrs, statistics)
             self._self_telemetry.reject_parts(distribution.histogram.name, statistics)
-        for counter, attrs, count in result.counts:
-            self._store.add(counter, attrs, count)
+        for counter, attrs, amount in result.counts:
+            self._store.add(counter, attrs, amount)
 
+    @guarded(_names.METRICS.histogram.name, values="values")
     def record_metric(self, key: str, values: Any, *, mask: Any = None) -> None:
         """Record any other scalar series (loss, KL, entropy, ...) under ``rl.metric{rl.metric.key=key}``.
 
-        Exported like rewards (an exponential histogram, so quantiles too; with ``histogram="explicit"`` a single
-        bucket, since no bounds fit every key): mean, sum, standard deviation, max and min are all derivable
-        downstream, merged exactly across ranks. Used by the torchforge shim.
+        ``values``: a number or any number of values, of any shape (every element is a value). Exported like
+        rewards (an exponential histogram, so quantiles too; with ``histogram="explicit"`` a single bucket, since
+        no bounds fit every key): mean, sum, standard deviation, max and min are all derivable downstream, merged
+        exactly across ranks. A key takes one of the ``max_metric_keys`` slots only once a value of it is kept.
         """
-        metric = _names.METRICS.histogram.name
-        try:
-            label = self._metric_keys.label(key)
-            statistics = self._metrics.summarize(values, mask, argument="values")
-        except Exception as error:  # noqa: BLE001 - the hot path never raises into training
-            self._self_telemetry.reject_call(metric, error, values)
-            return
-        self._store.record(_names.METRICS, attributes(**{_names.METRIC_KEY: label}), statistics)
-        self._self_telemetry.reject_parts(metric, statistics)
+        statistics = self._metrics.summarize(values, mask, argument="values", per_token=True)
+        self._record(_names.METRICS, statistics, lambda: {_names.METRIC_KEY: self._metric_keys.label(key)})
 
+    @guarded(_names.STALENESS.histogram.name, values="versions")
     def record_staleness(
         self,
         versions: Any,
@@ -245,95 +278,175 @@ class Telemetry:
         """Record staleness ``current_version - versions`` into ``rl.staleness`` and set ``rl.policy.version``.
 
         ``versions``: the policy version each token (or rollout) was generated with, any shape, integers (floats
-        must be integral). Computed in int64 on the tensor's device, exact beyond 2**24. ``mask`` (same shape,
-        nonzero = keep) selects tokens. Negative staleness (a version from the future) is rejected and counted.
-        A token without a version (a negative version or NaN) is counted in ``rl.staleness.unversioned``, never
-        as lag 0. ``dataset`` labels the data source (capped like :meth:`record_rewards`); ``phase`` says whether
-        the lag was taken ``in_flight`` (generated while the trainer moved on) or ``in_queue`` (waiting in the
-        buffer): ``rl.staleness.phase``.
+        must be integral). Computed in int64 on the tensor's device, exact beyond 2**24. ``current_version``: an
+        integer >= 0 (an integral float counts). ``mask`` (same shape, nonzero = keep) selects tokens. Negative
+        staleness (a version from the future) is rejected and counted. A token without a version (a negative
+        version, NaN, or None in a list) is counted in ``rl.staleness.unversioned``, never as lag 0.
+        ``dataset`` labels the data source (capped like :meth:`record_rewards`); ``phase`` says whether the lag was
+        taken ``in_flight`` (generated while the trainer moved on) or ``in_queue`` (waiting in the buffer):
+        ``rl.staleness.phase``.
         """
-        metric = _names.STALENESS.histogram.name
-        try:
-            current = operator.index(current_version)
-            if phase not in (None, "in_flight", "in_queue"):
-                raise BadInput("phase", f'"phase" must be "in_flight", "in_queue" or None, got {phase!r}')
-            source = self._dataset(dataset)
-            labels = {**source, **({_names.STALENESS_PHASE: phase} if phase else {})}
-            statistics = self._staleness.summarize(versions, current, mask)
-        except Exception as error:  # noqa: BLE001 - the hot path never raises into training
-            self._self_telemetry.reject_call(metric, error, versions)
-            return
+        current = as_integer(current_version, argument="current_version", minimum=0)
+        self._policy_version = current
+        if phase not in (None, "in_flight", "in_queue"):
+            raise BadInput("phase", f'"phase" must be "in_flight", "in_queue" or None, got {describe(phase)}')
+        statistics = self._staleness.summarize(versions, current, mask)
+        source = self._dataset(dataset)
         self._store.set(_names.POLICY_VERSION, (), current)
-        self._store.record(_names.STALENESS, attributes(**labels), statistics)
-        unversioned = statistics.rejected.get("unversioned", 0)
-        self._store.add(_names.UNVERSIONED, attributes(**source), unversioned)
-        self._self_telemetry.reject_parts(metric, replace(statistics, rejected=_without(statistics.rejected, "unversioned")))
+        self._store.add(_names.UNVERSIONED, attributes(**source), statistics.unversioned)
+        self._record(
+            _names.STALENESS, statistics, lambda: {**source, **({_names.STALENESS_PHASE: phase} if phase else {})}
+        )
 
+    @guarded(_names.STALENESS_DROPPED.name, values="count")
     def record_staleness_drops(self, count: int, *, dataset: str | None = None) -> None:
-        """Count ``count`` samples the trainer dropped for being too stale (``rl.staleness.dropped``)."""
-        try:
-            amount = operator.index(count)
-            if amount < 0:
-                raise BadInput("negative", f'"count" must be >= 0, got {amount}')
-            labels = self._dataset(dataset)
-        except Exception as error:  # noqa: BLE001 - the hot path never raises into training
-            self._self_telemetry.reject_call(_names.STALENESS_DROPPED.name, error, count)
-            return
-        self._store.add(_names.STALENESS_DROPPED, attributes(**labels), amount)
+        """Count ``count`` (an integer >= 0) samples the trainer dropped for being too stale
+        (``rl.staleness.dropped``)."""
+        amount = as_integer(count, argument="count", minimum=0)
+        self._store.add(_names.STALENESS_DROPPED, attributes(**self._dataset(dataset)), amount)
 
+    @guarded(_names.PHASES.name, values="phase")
     def set_phase(self, phase: str) -> None:
-        """Declare what this rank is doing now (``generate``, ``score``, ``train``, ``sync``, ...): the collector
-        sums ``rl.phase{rl.phase.name}`` over ranks, so each phase's series counts the ranks in it."""
-        label = self._phases.label(phase)
-        if self._phase is not None and self._phase != label:
-            self._store.set(_names.PHASES, attributes(**{_names.PHASE: self._phase}), 0)
-        self._phase = label
-        self._store.set(_names.PHASES, attributes(**{_names.PHASE: label}), 1)
+        """Declare what this rank is doing now (``generate``, ``score``, ``train``, ``sync``, ``wait_data``, ...), in
+        place of its current (innermost) phase: the collector sums ``rl.phase{rl.phase.name}`` over ranks, so each
+        phase's series counts the ranks in it, and each phase is a span of the step's trace (``otel_rl._phases``)."""
+        self._phases.set(self._phase_names.label(phase))
 
-    def _dataset(self, dataset: str | None) -> dict[str, str]:
-        return {} if dataset is None else {_names.DATASET: self._datasets.label(dataset)}
+    def phase(self, phase: str, *, links: Sequence[str] = ()) -> AbstractContextManager[None]:
+        """``with telemetry.phase("generate"): ...``: this rank is in ``phase`` for the block, as a span of the
+        step's trace (a child of the enclosing phase, if any) and in the phase gauges; when the block ends, the
+        enclosing phase is current again. ``links``: the :meth:`trajectory_context` strings of the trajectories this
+        phase consumes (async RL): the span links to their generation, and each trajectory's trace gets a ``queue``
+        span up to now. Never raises; an exception of the block itself goes on as it is."""
+        return _PhaseScope(self, phase, links)
 
+    @guarded(_names.PHASES.name, values="durations")
+    def record_phases(self, durations: Mapping[str, float]) -> None:
+        """Phases that already ran in the current step, ``{phase: seconds}`` in the order they ran, for trainers that
+        time their own sections (verl's ``timing_s/*``): spans of those durations, laid end to end up to now. A
+        duration that is not a number >= 0 is counted and left out."""
+        phases: list[tuple[str, float]] = []
+        for name, seconds in list(durations.items()):
+            try:
+                value = as_real(seconds, argument="seconds")
+                if not (math.isfinite(value) and value >= 0):
+                    raise BadInput("negative", f'phase "seconds" must be a finite number >= 0, got {value!r}')
+            except BadInput as error:
+                self._self_telemetry.reject_call(_names.PHASES.name, error, 1)
+                continue
+            phases.append((self._phase_names.label(name), value))
+        self._phases.completed(phases)
+
+    @guarded("rl.trajectory", fallback="")
+    def trajectory_context(self) -> str:
+        """The current phase's span as a string to send along with a trajectory, for the consuming phase's
+        ``links`` (see :meth:`phase`); "" if it cannot be made."""
+        return self._phases.context()
+
+    @guarded(_names.TOKENS_TRAINED.name)
+    def record_tokens(self, *, generated: int = 0, trained: int = 0, samples: int = 0) -> None:
+        """Count tokens generated (by rollouts), tokens trained on and samples trained on, each an integer >= 0:
+        the dashboards' tokens/s, samples/s and MFU are rates of these counters, exact over ranks."""
+        amounts = {
+            _names.TOKENS_GENERATED: as_integer(generated, argument="generated", minimum=0),
+            _names.TOKENS_TRAINED: as_integer(trained, argument="trained", minimum=0),
+            _names.SAMPLES_TRAINED: as_integer(samples, argument="samples", minimum=0),
+        }
+        for counter, amount in amounts.items():
+            self._store.add(counter, (), amount)
+
+    @guarded(_names.QUEUE_DEPTH.name)
+    def set_async_state(
+        self,
+        *,
+        queue_depth: int | None = None,
+        in_flight: int | None = None,
+        buffer_used: int | None = None,
+        buffer_capacity: int | None = None,
+    ) -> None:
+        """The asynchronous pipeline as this rank sees it, each an integer >= 0 or None (unchanged): trajectories
+        waiting for the trainer, rollouts being generated, and the replay buffer's use and capacity. The collector
+        sums each over ranks."""
+        given = {
+            _names.QUEUE_DEPTH: ("queue_depth", queue_depth),
+            _names.IN_FLIGHT: ("in_flight", in_flight),
+            _names.BUFFER_USED: ("buffer_used", buffer_used),
+            _names.BUFFER_CAPACITY: ("buffer_capacity", buffer_capacity),
+        }
+        values = {gauge: as_integer(value, argument=name, minimum=0) for gauge, (name, value) in given.items() if value is not None}
+        for gauge, value in values.items():
+            self._store.set(gauge, (), value)
+
+    @guarded(_names.POLICY_VERSION.name, values="version")
     def set_policy_version(self, version: int) -> None:
-        """Set ``rl.policy.version`` without recording staleness."""
-        try:
-            self._store.set(_names.POLICY_VERSION, (), operator.index(version))
-        except Exception as error:  # noqa: BLE001 - the hot path never raises into training
-            self._self_telemetry.reject_call(_names.POLICY_VERSION.name, error, version)
+        """Set ``rl.policy.version`` (an integer >= 0) without recording staleness."""
+        self._policy_version = as_integer(version, argument="version", minimum=0)
+        self._store.set(_names.POLICY_VERSION, (), self._policy_version)
 
+    @guarded(_names.SAMPLE_EVENT, values="sample")
     def record_sample(
         self, sample: EpisodeSample | Mapping[str, Any], *, table: str = _names.SAMPLE_TABLE_DEFAULT
     ) -> None:
         """Offer one episode to this step's sample filter of ``table`` (by default top/bottom-k by reward).
 
         A dict uses :class:`EpisodeSample`'s field names; unknown keys are dropped and counted (put them under
-        ``extra``). A sample without a numeric ``reward`` is dropped and counted. Each table (``train``, ``eval``,
-        torchforge's table names) keeps its own top/bottom-k; records carry ``rl.sample.table``.
+        ``extra``). A sample without a numeric ``reward`` is dropped and counted; fields of the wrong type are
+        left out of its record and counted. Each table (``train``, ``eval``, torchforge's table names) keeps its
+        own top/bottom-k; records carry ``rl.sample.table``.
         """
-        try:
-            self._steps.offer(sample, table)
-        except Exception as error:  # noqa: BLE001 - the hot path never raises into training
-            self._self_telemetry.drop_sample("invalid", f"sample dropped: {error}")
+        self._steps.offer(sample, table)
 
+    @guarded(_names.STEP.name, values="step")
     def step(self, step: int) -> None:
-        """Declare the current training step; the previous step's kept samples are emitted now."""
-        try:
-            number = operator.index(step)
-        except Exception as error:  # noqa: BLE001 - the hot path never raises into training
-            self._self_telemetry.reject_call(_names.STEP.name, error, step)
-            return
-        self._steps.close(number)
+        """Declare the current training step (an integer >= 0); the previous step's kept samples are emitted now."""
+        number = as_integer(step, argument="step", minimum=0)
+        self._steps.close(number, self._phases.step_span)
+        self._phases.step(number, policy_version=self._policy_version)
         self._store.set(_names.STEP, (), number)
+        self._canary.step()
         if self._settings.exporter == "console":
             self._worker.request()
 
+    @guarded("otel_rl.flush", fallback=False)
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Export everything recorded so far (not the open step's samples); False if it did not finish in time."""
-        return self._worker.wait(self._worker.request(), timeout_s or self._settings.shutdown_timeout_s)
+        """Export everything recorded so far (not the open step's samples), waiting at most ``timeout_s`` (None:
+        ``shutdown_timeout_s``; 0: not at all); False if it did not finish in time."""
+        return self._worker.wait(self._worker.request(), self._timeout(timeout_s))
 
+    @guarded("otel_rl.shutdown", fallback=False)
     def shutdown(self, timeout_s: float | None = None) -> bool:
-        """Emit the open step's samples, export, and stop, within ``timeout_s`` even if the collector hangs. The
-        run counts as finished cleanly (``rl.run.finished`` 1)."""
+        """Emit the open step's samples, export, and stop, within ``timeout_s`` (None: ``shutdown_timeout_s``) even
+        if the collector hangs. The run counts as finished cleanly (``rl.run.finished`` 1). Every part is done
+        whatever the others do: a sample that cannot be emitted does not stop the final export."""
         return self._shutdown(timeout_s, clean=True)
+
+    # -- internals ----------------------------------------------------------------------------------------------
+
+    def _record(self, distribution: _names.Distribution, statistics: Statistics, labels: Callable[[], dict[str, str]]) -> None:
+        """Fold a call's statistics into ``distribution`` under the labels ``labels()`` makes, and count what it
+        rejected. The labels are made only when a value was kept, so a call whose values were all rejected takes no
+        slot of a label cap."""
+        if statistics.count:
+            self._store.record(distribution, attributes(**labels()), statistics)
+        self._self_telemetry.reject_parts(distribution.histogram.name, statistics)
+
+    def _dataset(self, dataset: object) -> dict[str, str]:
+        return {} if dataset is None else {_names.DATASET: self._datasets.label(dataset)}
+
+    def _timeout(self, timeout_s: object) -> float:
+        """A caller's timeout in seconds: None means ``shutdown_timeout_s``; anything but a number >= 0 is counted
+        and replaced by it too, so a bad timeout never stops a flush or the final export."""
+        if timeout_s is None:
+            return self._settings.shutdown_timeout_s
+        try:
+            value = as_real(timeout_s, argument="timeout_s")
+        except BadInput as error:
+            self._self_telemetry.reject_call("otel_rl.timeout", error, timeout_s)
+            return self._settings.shutdown_timeout_s
+        if math.isnan(value) or value < 0:
+            self._self_telemetry.reject_call("otel_rl.timeout", BadInput("negative", f'"timeout_s" must be >= 0, got {value!r}'), 1)
+            return self._settings.shutdown_timeout_s
+        return value
 
     def _shutdown_at_exit(self) -> None:
         """At interpreter exit without an explicit shutdown: a process that ends on an uncaught exception (Python
@@ -341,34 +454,68 @@ class Telemetry:
         ``RLRunEndedUncleanly`` can tell it from a clean end."""
         self._shutdown(None, clean=getattr(sys, "last_value", None) is None)
 
-    def _shutdown(self, timeout_s: float | None, *, clean: bool) -> bool:
+    def _shutdown(self, timeout_s: object, *, clean: bool) -> bool:
         if self._closed:
             return True
         self._closed = True
         atexit.unregister(self._shutdown_at_exit)
-        self._steps.close(None)
+        timeout = self._timeout(timeout_s)
+        deadline = time.monotonic() + timeout
+        self._closing("rl.sample", lambda: self._steps.close(None, self._phases.step_span))
+        self._closing("otel_rl.phases", self._phases.close)
         if clean:
             self._store.set(_names.RUN_FINISHED, (), 1)
-        finished = self._worker.shutdown(timeout_s or self._settings.shutdown_timeout_s)
+        finished = bool(self._closing("otel_rl.export", lambda: self._worker.shutdown(timeout)))
         if self._tracer_provider is not None:
-            self._tracer_provider.shutdown()
-        if self._output is not None:
-            self._output.close()
+            provider, remaining = self._tracer_provider, deadline - time.monotonic()
+            finished = bool(self._closing("otel_rl.spans", lambda: shutdown_within(provider.shutdown, remaining, "spans"))) and finished
+        if self._output is not None and finished:  # else the export thread may still write to it
+            self._closing("otel_rl.output", self._output.close)
         return finished
 
-
-def layouts(settings: ResolvedConfig) -> tuple[Layout, Layout, Layout]:
-    """The bucket layouts of rewards, ``record_metric`` values and staleness. Explicit ``record_metric`` values get
-    one bucket: their bounds are unknown in advance, which is what exponential histograms solve."""
-    if settings.histogram == "explicit":
-        return (
-            ExplicitLayout(tuple(float(b) for b in settings.reward_bounds)),
-            ExplicitLayout(()),
-            ExplicitLayout(tuple(float(b) for b in settings.staleness_bounds)),
-        )
-    layout = ExponentialLayout(settings.histogram_scale)
-    return layout, layout, layout
+    def _closing(self, what: str, part: Callable[[], object]) -> object:
+        """Run one part of the shutdown; a failure is counted and the shutdown goes on."""
+        try:
+            return part()
+        except Exception as error:  # noqa: BLE001 - each part of a shutdown is done whatever the others do
+            failed(self._self_telemetry, what, error, None)
+            return None
 
 
-def _without(rejected: dict[str, int], reason: str) -> dict[str, int]:
-    return {key: count for key, count in rejected.items() if key != reason}
+class _PhaseScope:
+    """The context manager of :meth:`Telemetry.phase`: entering and leaving are guarded, the block's own exception
+    is never swallowed."""
+
+    def __init__(self, telemetry: Telemetry, phase: object, links: object) -> None:
+        self._telemetry = telemetry
+        self._phase = phase
+        self._links = links
+        self._depth: int | None = None
+
+    @property
+    def self_telemetry(self) -> SelfTelemetry:
+        return self._telemetry.self_telemetry
+
+    @guarded(_names.PHASES.name, values="_phase")
+    def __enter__(self) -> None:
+        telemetry = self._telemetry
+        contexts = _links(telemetry, self._links)
+        self._depth = telemetry._phases.enter(telemetry._phase_names.label(self._phase), links=contexts)
+
+    @guarded(_names.PHASES.name)
+    def __exit__(self, *error: object) -> None:
+        if self._depth is not None:
+            self._telemetry._phases.leave(self._depth)
+
+
+def _links(telemetry: Telemetry, links: object) -> list[TrajectoryContext]:
+    """The trajectory contexts of ``links``; each one that is not one is counted (``rl.trajectory``) and left out."""
+    if links is None or isinstance(links, (str, bytes)):
+        links = [links] if isinstance(links, str) else []
+    contexts = []
+    for link in links if isinstance(links, Sequence) else []:
+        try:
+            contexts.append(TrajectoryContext.decode(link))
+        except BadInput as error:
+            telemetry.self_telemetry.reject_call("rl.trajectory", error, link)
+    return contexts

@@ -1,4 +1,5 @@
-"""The ``otel-rl`` command line (the console script's entry point): ``otel-rl stack ...`` and ``otel-rl report``.
+"""The ``otel-rl`` command line (the console script's entry point): ``otel-rl stack ...``, ``otel-rl report``,
+``otel-rl alerts`` and ``otel-rl agent ...``.
 
 Each subcommand module registers its subparser with an ``add_*_command(subparsers)`` function that sets a
 ``handler`` default (a function of the parsed arguments returning the exit status); :func:`main` parses and calls
@@ -18,7 +19,9 @@ _EXTRAS_HINT = "the otel-rl command line needs the tooling extras: pip install '
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the ``otel-rl`` argument parser with every subcommand."""
+    from otel_rl.alerts.cli import add_alerts_command
     from otel_rl.report.cli import add_report_command
+    from otel_rl.stack.agent import add_agent_command
     from otel_rl.stack.cli import add_stack_command
 
     parser = argparse.ArgumentParser(prog="otel-rl", description="otel-rl tooling")
@@ -26,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_stack_command(subparsers)
     add_report_command(subparsers)
+    add_alerts_command(subparsers)
+    add_agent_command(subparsers)
     return parser
 
 
@@ -36,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as missing:
         print(f"otel-rl: error: {missing}; {_EXTRAS_HINT}", file=sys.stderr)
         return 1
-    from otel_rl.stack.install import InstallError
+    from otel_rl.stack.gotools import InstallError
     from otel_rl.stack.services import StackError
 
     args = parser.parse_args(argv)

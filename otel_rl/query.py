@@ -1,13 +1,16 @@
-"""Read back what reached Prometheus (PromQL) and VictoriaLogs (LogsQL) over their HTTP query APIs.
+"""Read back what reached Prometheus (PromQL), VictoriaLogs (LogsQL) and Jaeger (traces) over their HTTP query APIs.
 
 The one client of the report, the demo, the benchmarks and the tests, so that they all query the same way: queries
 go as POST form data (dashboard queries can be longer than a URL may be), and every failure, from a refused
-connection to an error answer, is one :class:`QueryError` that names the query.
+connection to an error answer, is one :class:`QueryError` that names the query. The queries themselves are built
+by :mod:`otel_rl.promql`.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import requests
@@ -19,35 +22,16 @@ _BODY_CHARS = 300
 """How much of an error answer's body a :class:`QueryError` message shows."""
 
 
-def clamp_to_extremes(estimate: str, low: str, high: str, *, on: str = "") -> str:
-    """``estimate`` clamped elementwise to ``[low, high]``, matching series on the labels ``on``.
-
-    Three branches joined by ``or``: the estimate where ``low <= estimate <= high``, ``high`` where the estimate is
-    above it, ``low`` where it is below. A histogram quantile interpolates inside a bucket, so it can lie outside
-    the values actually recorded (a bucket of scale 5 spans 2.2 %, a classic one may span 8 versions); the exact
-    merged extremes bound it. A NaN estimate (nothing recorded in the window) matches no branch and drops out
-    rather than becoming a bound; so does an estimate without bounds (the ranks export the extremes gauges
-    whenever they recorded values, so a window with an estimate has them).
-
-    >>> clamp_to_extremes("q", "lo", "hi", on="job")
-    '((q <= on (job) hi) >= on (job) lo) or on (job) (hi < on (job) q) or on (job) (lo > on (job) q)'
-    """
-    match = f"on ({on})"
-    return (
-        f"(({estimate} <= {match} {high}) >= {match} {low})"
-        f" or {match} ({high} < {match} {estimate})"
-        f" or {match} ({low} > {match} {estimate})"
-    )
-
-
 class QueryError(RuntimeError):
     """A query failed: no connection, a timeout, an HTTP status other than 200, or an answer that is not a result."""
 
 
-def _post(service: str, url: str, params: dict[str, str], *, query: str, timeout_s: float) -> requests.Response:
+def _post(
+    service: str, url: str, params: dict[str, str], *, query: str, timeout_s: float, session: requests.Session | None
+) -> requests.Response:
     """POST ``params`` as form data to ``url``; the 200 response, or :class:`QueryError` naming ``query``."""
     try:
-        response = requests.post(url, data=params, timeout=timeout_s)
+        response = (session or requests).post(url, data=params, timeout=timeout_s)
     except requests.RequestException as error:
         raise QueryError(f"{service} query {query!r} failed: {error}") from error
     if response.status_code != 200:
@@ -64,13 +48,18 @@ class Prometheus:
     (instant queries) or ``values`` (range queries and range-vector selectors), points as ``[time, "value"]``.
     """
 
-    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, session: requests.Session | None = None) -> None:
+        """``session`` carries what the server asks for, e.g. basic auth and a private CA (``session.auth``,
+        ``session.verify``) for the secure profile."""
         self.url = url
         self.timeout_s = timeout_s
+        self.session = session
 
     def _data(self, path: str, params: dict[str, str], *, query: str) -> Any:
         """The ``data`` of a successful answer of ``path``; :class:`QueryError` for any other."""
-        response = _post("Prometheus", f"{self.url}{path}", params, query=query, timeout_s=self.timeout_s)
+        response = _post(
+            "Prometheus", f"{self.url}{path}", params, query=query, timeout_s=self.timeout_s, session=self.session
+        )
         try:
             body = response.json()
         except ValueError as error:
@@ -119,9 +108,11 @@ class Prometheus:
 class VictoriaLogs:
     """VictoriaLogs's LogsQL API (``/select/logsql/query``) at ``url``, e.g. ``http://127.0.0.1:9428``."""
 
-    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, session: requests.Session | None = None) -> None:
+        """``session`` as for :class:`Prometheus`."""
         self.url = url
         self.timeout_s = timeout_s
+        self.session = session
 
     def query(self, logsql: str, *, start: float | None = None, end: float | None = None) -> list[dict[str, Any]]:
         """The records ``logsql`` selects, optionally only those between ``start`` and ``end`` (unix seconds);
@@ -132,6 +123,111 @@ class VictoriaLogs:
         if end is not None:
             params["end"] = f"{end:.3f}"
         response = _post(
-            "VictoriaLogs", f"{self.url}/select/logsql/query", params, query=logsql, timeout_s=self.timeout_s
+            "VictoriaLogs", f"{self.url}/select/logsql/query", params, query=logsql, timeout_s=self.timeout_s,
+            session=self.session,
         )
         return [json.loads(line) for line in response.text.splitlines() if line.strip()]
+
+
+@dataclass(frozen=True)
+class Span:
+    """One span as Jaeger's query API returns it: times in nanoseconds, attributes of the span and of its resource."""
+
+    trace_id: str
+    """32 hex digits."""
+    span_id: str
+    """16 hex digits."""
+    parent_id: str
+    """16 hex digits, or ``""`` for a root span."""
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    links: tuple[str, ...]
+    """The span ids this span links to (``links`` of :meth:`Telemetry.phase <otel_rl.Telemetry.phase>`)."""
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+
+def _otlp_value(value: dict[str, Any]) -> Any:
+    """An OTLP/JSON ``AnyValue`` as Python (ints arrive as strings)."""
+    if "intValue" in value:
+        return int(value["intValue"])
+    for key in ("stringValue", "doubleValue", "boolValue"):
+        if key in value:
+            return value[key]
+    return value
+
+
+def _otlp_attributes(items: list[dict[str, Any]] | None) -> dict[str, Any]:
+    return {item["key"]: _otlp_value(item.get("value") or {}) for item in items or ()}
+
+
+def _b64_hex(value: str) -> str:
+    """Jaeger's OTLP/JSON writes ids as hex (grpc-gateway with Jaeger's marshaller) or base64; hex either way."""
+    if len(value) in (16, 32) and all(c in "0123456789abcdefABCDEF" for c in value):
+        return value.lower()
+    return base64.b64decode(value).hex() if value else ""
+
+
+class Jaeger:
+    """Jaeger's query API at ``url``, e.g. ``http://127.0.0.1:16686``: a trace by id (``/api/v3/traces/<id>``, spans
+    with nanosecond times) and a service's recent traces by operation and tags (``/api/traces``)."""
+
+    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, session: requests.Session | None = None) -> None:
+        """``session`` as for :class:`Prometheus`."""
+        self.url = url
+        self.timeout_s = timeout_s
+        self.session = session
+
+    def _get(self, path: str, params: dict[str, str], *, query: str) -> Any:
+        try:
+            response = (self.session or requests).get(f"{self.url}{path}", params=params, timeout=self.timeout_s)
+        except requests.RequestException as error:
+            raise QueryError(f"Jaeger query {query!r} failed: {error}") from error
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise QueryError(f"Jaeger query {query!r} failed: HTTP {response.status_code} {response.text[:_BODY_CHARS]!r}")
+        try:
+            return response.json()
+        except ValueError as error:
+            raise QueryError(f"Jaeger query {query!r} failed: answer is not JSON: {response.text[:_BODY_CHARS]!r}") from error
+
+    def trace(self, trace_id: str) -> list[Span]:
+        """Every span of trace ``trace_id`` (32 hex digits) that Jaeger holds, as stored; empty when it holds none."""
+        # raw_traces: the spans as stored, without the query service's adjusters (clock skew between hosts, ...).
+        body = self._get(f"/api/v3/traces/{trace_id}", {"raw_traces": "true"}, query=f"trace {trace_id}")
+        spans = []
+        for resource_spans in ((body or {}).get("result") or {}).get("resourceSpans") or ():
+            resource = _otlp_attributes((resource_spans.get("resource") or {}).get("attributes"))
+            for scope_spans in resource_spans.get("scopeSpans") or ():
+                for span in scope_spans.get("spans") or ():
+                    spans.append(Span(
+                        trace_id=_b64_hex(span["traceId"]),
+                        span_id=_b64_hex(span["spanId"]),
+                        parent_id=_b64_hex(span.get("parentSpanId") or ""),
+                        name=span["name"],
+                        start_ns=int(span["startTimeUnixNano"]),
+                        end_ns=int(span["endTimeUnixNano"]),
+                        attributes=_otlp_attributes(span.get("attributes")),
+                        resource=resource,
+                        links=tuple(_b64_hex(link["spanId"]) for link in span.get("links") or ()),
+                    ))  # fmt: skip
+        return spans
+
+    def traces(
+        self, service: str, *, operation: str, tags: dict[str, str], start: float, end: float, limit: int
+    ) -> list[dict[str, Any]]:
+        """At most ``limit`` traces of ``service`` that hold a span named ``operation`` with ``tags`` (span or resource
+        attributes) starting between ``start`` and ``end`` (unix seconds): Jaeger's own JSON (``traceID``, ``spans``
+        with ``operationName``, ``startTime`` and ``duration`` in microseconds, ``tags``)."""
+        params = {
+            "service": service, "operation": operation, "tags": json.dumps(tags),
+            "start": str(int(start * 1e6)), "end": str(int(end * 1e6)), "limit": str(limit),
+        }  # fmt: skip
+        body = self._get("/api/traces", params, query=f"{service} {operation} {tags}")
+        return list((body or {}).get("data") or ())

@@ -10,11 +10,14 @@ episode)`` with torchforge's ``Episode`` objects. What differs, on purpose (docs
   between a value (all of them) and a sample (``Reduce.SAMPLE``).
 - Samples: torchforge keeps the top-1 and bottom-1 of each table per rank and step; here each table keeps its own
   top/bottom-k too (``top_k``/``bottom_k``, default 2 and 2), emitted as ``rl.sample`` log records with
-  ``rl.sample.table``. Ties keep the earliest sample.
+  ``rl.sample.table``. Ties keep the earliest sample. torchforge's sample dict carries ``score`` (the reward again,
+  its ranking key: read as the reward when there is no ``reward``) and ``pad_id`` (into ``extra``); its other
+  numbers are the reward breakdown.
 - Before ``otel_rl.setup()`` every call is a no-op with one warning (torchforge skips and warns once too); nothing
   is configured implicitly. ``FORGE_DISABLE_METRICS=true`` turns every call into a silent no-op, read per call as
   torchforge does.
-- Bad input never raises: it is dropped and counted in ``otel_rl.values.rejected`` like any other record call.
+- Bad input never raises: every function runs under otel-rl's guard (``otel_rl._guard``); what is unusable is
+  dropped and counted in ``otel_rl.values.rejected`` (a sample: ``otel_rl.samples.dropped``) like any other call.
 
 >>> import otel_rl
 >>> telemetry = otel_rl.setup(otel_rl.TelemetryConfig(run_id="doc", exporter="none"))
@@ -32,8 +35,11 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from otel_rl import _global
+from otel_rl import _global, _names
+from otel_rl._guard import guarded_function
+from otel_rl._inputs import BadInput, as_flag, as_real
 from otel_rl._samples import EpisodeSample
+from otel_rl._self_telemetry import SelfTelemetry
 from otel_rl._telemetry import Telemetry
 
 __all__ = ["Reduce", "record_episode_sample", "record_metric"]
@@ -41,7 +47,16 @@ __all__ = ["Reduce", "record_episode_sample", "record_metric"]
 _logger = logging.getLogger(__name__)
 _DISABLE = "FORGE_DISABLE_METRICS"
 _FIELDS = frozenset(field.name for field in fields(EpisodeSample))
+_EXTRA_KEYS = frozenset({"pad_id"})
+"""Numbers of torchforge's sample dict that are not rewards (``Episode.to_dict``: the tokenizer's pad id)."""
+_REWARD_ALIAS = "score"
+"""torchforge's ranking key in a sample dict, set to the reward (``SampleAccumulator`` sorts by it)."""
 _warned: set[str] = set()
+
+
+def _self_telemetry() -> SelfTelemetry | None:
+    telemetry = _global.current()
+    return None if telemetry is None else telemetry.self_telemetry
 
 
 class Reduce(enum.Enum):
@@ -55,6 +70,7 @@ class Reduce(enum.Enum):
     SAMPLE = "sample"
 
 
+@guarded_function(_names.METRICS.histogram.name, _self_telemetry, values="value")
 def record_metric(key: str, value: Any, reduction: Reduce = Reduce.MEAN) -> None:
     """Record ``value`` under ``key`` (:meth:`otel_rl.Telemetry.record_metric`); with ``Reduce.SAMPLE``, ``value``
     is a sample dict of table ``key`` (torchforge's form: episode fields plus the reward breakdown's keys)."""
@@ -69,6 +85,7 @@ def record_metric(key: str, value: Any, reduction: Reduce = Reduce.MEAN) -> None
     telemetry.record_metric(key, value)
 
 
+@guarded_function(_names.SAMPLE_EVENT, _self_telemetry, values="episode")
 def record_episode_sample(table: str, episode: Any) -> None:
     """Offer an episode to the step's top/bottom-k of ``table``: an ``EpisodeSample``, a dict, or a torchforge
     ``Episode`` (read by attribute: episode_id, policy_version, request/prompt, response, target, reward,
@@ -108,10 +125,11 @@ def _sample(value: Any) -> Any:
 
 def _from_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
     """torchforge's sample dict: episode fields, plus the reward breakdown flattened into the dict (its ``reward``
-    key is the total). Other numbers join the breakdown; anything else goes to ``extra``."""
+    key, or ``score``, is the total). Other numbers join the breakdown; anything else goes to ``extra``. A
+    ``reward_breakdown`` or ``extra`` that is not a mapping is left out and counted."""
     sample: dict[str, Any] = {}
-    breakdown: dict[str, float] = dict(values.get("reward_breakdown") or {})
-    extra: dict[str, Any] = dict(values.get("extra") or {})
+    breakdown = _mapping(values, "reward_breakdown")
+    extra = _mapping(values, "extra")
     for key, item in values.items():
         if key in ("reward_breakdown", "extra"):
             continue
@@ -119,7 +137,10 @@ def _from_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
             sample["prompt"] = item
         elif key in _FIELDS:
             sample[key] = item
-        elif isinstance(item, (int, float)) and not isinstance(item, bool) or _is_number(item):
+        elif key == _REWARD_ALIAS:
+            if "reward" not in values:
+                sample["reward"] = item
+        elif key not in _EXTRA_KEYS and _is_number(item):
             breakdown[str(key)] = item
         else:
             extra[str(key)] = item
@@ -132,7 +153,8 @@ def _from_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _from_episode(episode: Any) -> dict[str, Any]:
-    """torchforge's ``Episode`` read by attribute (``request`` is its prompt text; ``truncated`` goes to extra)."""
+    """torchforge's ``Episode`` read by attribute (``request`` is its prompt text; ``truncated`` goes to extra, as a
+    bool when it is one)."""
     values: dict[str, Any] = {}
     for name in ("episode_id", "policy_version", "request", "prompt", "response", "target", "reward",
                  "reward_breakdown", "advantage", "request_len", "response_len", "truncated"):  # fmt: skip
@@ -145,16 +167,35 @@ def _from_episode(episode: Any) -> dict[str, Any]:
     if "target" in values and not isinstance(values["target"], (str, bytes)):
         values["target"] = str(values["target"])
     if "truncated" in values:
-        values["extra"] = {"truncated": bool(values.pop("truncated"))}
+        truncated = values.pop("truncated")
+        try:
+            values["extra"] = {"truncated": as_flag(truncated, argument="truncated")}
+        except BadInput:
+            values["extra"] = {"truncated": truncated}  # not one flag: its record keeps it as text
     return _from_mapping(values)
 
 
+def _mapping(values: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """Field ``name`` of a sample dict as a new dict (empty when absent); one that is not a readable mapping is
+    counted (``otel_rl.values.rejected{otel_rl.metric="rl.sample", otel_rl.reason="type"}``) and left out."""
+    value = values.get(name)
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        try:
+            return dict(value)
+        except Exception:  # noqa: BLE001 - a mapping that cannot be read is counted like a non-mapping
+            pass
+    self_telemetry = _self_telemetry()
+    if self_telemetry is not None:
+        self_telemetry.reject(_names.SAMPLE_EVENT, "type", 1, f'sample field "{name}" must be a mapping; left out')
+    return {}
+
+
 def _is_number(value: Any) -> bool:
-    """Whether ``value`` is a numpy (or similar) scalar number."""
-    item = getattr(value, "item", None)
-    if not callable(item) or getattr(value, "ndim", 0) != 0:
-        return False
+    """Whether ``value`` is one real number (a Python or numpy number, a one-element tensor), not a bool."""
     try:
-        return isinstance(item(), (int, float)) and not isinstance(item(), bool)
-    except Exception:  # noqa: BLE001
+        as_real(value, argument="value")
+    except BadInput:
         return False
+    return True

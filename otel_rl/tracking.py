@@ -21,9 +21,17 @@ logged key                                                         canonical ``r
 ``...staleness.../<stat>``                                         ``staleness/<stat>``
 =================================================================  ==========================
 
+verl's timed sections (``timing_s/gen``, ``timing_s/update_actor``, ...) also become phase spans of the step
+(``generate``, ``train``, ...: durations exact, laid end to end up to the log), and ``perf/total_num_tokens``
+counts tokens trained on (``rl.tokens.trained``), so the performance row works for verl as for any otel-rl
+trainer.
+
 Keys naming a policy version (``current_param_version``, ``policy_version``, ``fully_async/count/...``) set
-``rl.policy.version``. Distinct keys are capped by ``max_metric_keys`` like every ``record_metric`` key; values that
-are not numbers (tables, images, strings) are rejected and counted by ``record_metric``, never raised.
+``rl.policy.version`` (an integral float counts; a fraction is rejected as ``nonintegral``). Distinct keys are
+capped by ``max_metric_keys`` (512: a verl step with rollout correction and validation fits) like every
+``record_metric`` key, and a key whose values are all rejected takes no slot. Every value keeps float64 precision;
+an array of any shape under another key records each element; ``None`` inside a list is dropped and counted on its
+own; values that are not numbers (tables, images, strings) are rejected and counted, never raised.
 
 >>> import otel_rl
 >>> telemetry = otel_rl.Telemetry(otel_rl.TelemetryConfig(run_id="doc", exporter="none"))
@@ -34,17 +42,20 @@ True
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from otel_rl import _global
+from otel_rl._guard import failed, guarded
+from otel_rl._inputs import as_text
+from otel_rl._self_telemetry import SelfTelemetry
 from otel_rl._telemetry import Telemetry
 
 __all__ = ["MetricsDictLogger"]
 
-_logger = logging.getLogger(__name__)
+_METRIC = "otel_rl.tracking"
+"""Where a metrics dict that cannot be read at all is counted (``otel_rl.values.rejected{otel_rl.metric}``)."""
 _STAT = r"(?P<stat>mean|max|min|std|clip_ratio)"
 _CANONICAL: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern), canonical)
@@ -60,6 +71,15 @@ _CANONICAL: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     )
 )
 _VERSION = re.compile(r"(^|/)(current_param_version|param_version|policy_version)$")
+_TIMING = "timing_s/"
+_PHASES = {
+    "gen": "generate", "reward": "score", "old_log_prob": "old_log_prob", "ref": "ref", "values": "values",
+    "adv": "advantage", "update_critic": "train_critic", "update_actor": "train", "update_weights": "sync",
+    "testing": "validate", "save_checkpoint": "checkpoint",
+}  # fmt: skip
+"""verl's timed sections (``timing_s/<section>``, ray_trainer.py ``marked_timer``) and the phase each is."""
+_TOKENS = "perf/total_num_tokens"
+"""verl's tokens of the step's batch (prompt and response, compute_throughout_metrics): tokens trained on."""
 _REWARD_ARRAY = re.compile(r"^(.*/)?(rewards?|scores?)(/(?P<fn>[^/]+))?$")
 _LENGTH_ARRAY = re.compile(r"^(.*/)?(?P<name>(response|prompt)_length)$")
 
@@ -72,34 +92,47 @@ class MetricsDictLogger:
         self._telemetry = telemetry
         self._step: int | None = None
 
+    @property
+    def self_telemetry(self) -> SelfTelemetry | None:
+        """Where what this logger drops is counted: its telemetry's."""
+        telemetry = self._current()
+        return None if telemetry is None else telemetry.self_telemetry
+
+    @guarded(_METRIC, values="data")
     def log(self, data: Mapping[str, Any], step: int | None = None, backend: object = None) -> None:
         """Record one step's metrics; ``backend`` is accepted (and ignored) for verl's ``Tracking.log`` signature.
-        Never raises: a value that cannot be recorded is counted by otel-rl's rejection counters."""
-        telemetry = self._telemetry or _global.current()
+        Never raises: a value that cannot be recorded is counted by otel-rl's rejection counters, and the other
+        values of the dict are recorded all the same."""
+        telemetry = self._current()
         if telemetry is None:
             return
-        try:
-            if step is not None and step != self._step:
-                self._step = step
-                telemetry.step(step)
-            items = list(data.items())
-        except Exception:  # noqa: BLE001 - a tracking backend never raises into the trainer
-            _logger.warning("otel-rl MetricsDictLogger: could not read a metrics dict", exc_info=True)
-            return
+        if step is not None and step != self._step:
+            self._step = step
+            telemetry.step(step)
+        items = list(data.items())
         for key, value in items:
             try:
-                _record(telemetry, str(key), value)
-            except Exception:  # noqa: BLE001 - a tracking backend never raises into the trainer
-                _logger.warning("otel-rl MetricsDictLogger: could not record %r", key, exc_info=True)
+                _record(telemetry, as_text(key), value)
+            except Exception as error:  # noqa: BLE001 - one unreadable entry must not lose the others
+                failed(telemetry.self_telemetry, _METRIC, error, value)
+        telemetry.record_phases(_timed_phases(items))
+        tokens = dict(items).get(_TOKENS)
+        if tokens is not None:
+            telemetry.record_tokens(trained=tokens)
 
+    @guarded(_METRIC)
     def finish(self) -> None:
         """Export what was logged (verl calls ``finish`` on its backends at the end)."""
-        telemetry = self._telemetry or _global.current()
+        telemetry = self._current()
         if telemetry is not None:
             telemetry.flush()
 
+    def _current(self) -> Telemetry | None:
+        return self._telemetry or _global.current()
+
 
 def _record(telemetry: Telemetry, key: str, value: Any) -> None:
+    """One entry of a metrics dict."""
     if _is_array(value):
         reward = _REWARD_ARRAY.match(key)
         if reward:
@@ -110,9 +143,19 @@ def _record(telemetry: Telemetry, key: str, value: Any) -> None:
             telemetry.record_metric(length.group("name"), value)
             return
     elif _VERSION.search(key):
-        telemetry.set_policy_version(_as_int(value))
+        telemetry.set_policy_version(value)
         return
     telemetry.record_metric(canonical_key(key), value)
+
+
+def _timed_phases(items: list[tuple[Any, Any]]) -> dict[str, Any]:
+    """verl's timed sections of a metrics dict, as ``{phase: seconds}`` in the order they were logged."""
+    phases = {}
+    for key, value in items:
+        section = key.removeprefix(_TIMING) if isinstance(key, str) and key.startswith(_TIMING) else None
+        if section in _PHASES:
+            phases[_PHASES[section]] = value
+    return phases
 
 
 def canonical_key(key: str) -> str:
@@ -133,12 +176,3 @@ def _is_array(value: Any) -> bool:
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
         return True
     return getattr(value, "ndim", 0) >= 1
-
-
-def _as_int(value: Any) -> Any:
-    """An integral float (versions often arrive as floats in metrics dicts) as an int; anything else unchanged, so
-    ``set_policy_version`` rejects and counts it."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    item = getattr(value, "item", None)
-    return _as_int(item()) if callable(item) and getattr(value, "ndim", 0) == 0 else value

@@ -30,7 +30,9 @@ What is exact and what is a logged mean:
   and over processes, so its count counts logs, not rollouts. TRL's reward means (``reward``, ``reward_std``,
   ``rewards/<fn>/mean``, ``rewards/<fn>/std``) are not forwarded while the exact rewards are recorded, and are
   forwarded as metrics when they are not. End-of-training summaries (``train_runtime``, ``*_per_second``,
-  ``total_flos``, ``train_loss``) and ``epoch`` are not forwarded. ``max_metric_keys`` (default 32) caps the keys.
+  ``total_flos``, ``train_loss``) and ``epoch`` are not forwarded; a ``None`` (no reward function scored any
+  completion of the window) is no value and is skipped. Every number keeps float64 precision (``num_tokens`` is
+  exact). ``max_metric_keys`` (default 512) caps the keys.
 
 Steps: each optimizer step is declared with ``telemetry.step(n)`` as it begins, ``n`` being the number the trainer
 gives it when it ends (``state.global_step`` in ``on_log`` and in TRL's completions table), so a step's rollouts,
@@ -41,7 +43,9 @@ zero records them (otherwise each would be counted once per process); every proc
 
 The exact values come from GRPOTrainer's private attributes (``_logs``, ``_metrics``, ``reward_func_names``,
 ``reward_weights``), checked against TRL 1.16. A trainer without them gets one warning and the logged means only.
-The callback never raises into the trainer: a failure in its own code is logged once and counted in ``errors``.
+The callback never raises into the trainer: every hook runs under otel-rl's guard (``otel_rl._guard``), so a
+failure in its own code skips that event, is logged once and counted (``otel_rl.values.rejected`` under
+``otel_rl.trl``, and in ``errors``).
 """
 
 from __future__ import annotations
@@ -59,7 +63,10 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 
 from otel_rl import _names
 from otel_rl._global import get_telemetry
+from otel_rl._guard import guarded
+from otel_rl._inputs import BadInput, as_real
 from otel_rl._samples import EpisodeSample
+from otel_rl._self_telemetry import SelfTelemetry
 from otel_rl._telemetry import Telemetry
 
 __all__ = ["OtelRLCallback"]
@@ -69,8 +76,13 @@ _logger = logging.getLogger(__name__)
 _SUMMARY_KEYS = frozenset({"epoch", "total_flos", "train_loss"})
 """Log keys that are not training signals: the epoch counter and the end-of-training summary."""
 
-_SUMMARY_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second")
-"""Suffixes of the speed summaries ``Trainer`` logs at the end of training and evaluation."""
+_SUMMARY_SUFFIXES = ("_runtime", "_per_second")
+"""Suffixes of the speed summaries ``Trainer`` logs at the end of training and evaluation (``train_runtime``,
+``train_samples_per_second``, ``train_steps_per_second``, and ``train_tokens_per_second`` with
+``include_num_input_tokens_seen``)."""
+
+_METRIC = "otel_rl.trl"
+"""Where a failure of the callback's own code is counted (``otel_rl.values.rejected{otel_rl.metric}``)."""
 
 _REWARD_MEAN_KEYS = frozenset({"reward", "reward_std"})
 """GRPOTrainer's logged total-reward statistics, derivable from the exact rewards."""
@@ -92,8 +104,6 @@ class OtelRLCallback(TrainerCallback):
 
     def __init__(self, telemetry: Telemetry | None = None, *, trainer: Trainer | None = None) -> None:
         self.telemetry = telemetry if telemetry is not None else get_telemetry()
-        self.errors = 0
-        """Failures of this callback's own code (each skipped the rest of its event); the first one is logged."""
         self.missed_generations = 0
         """Generations whose rollouts were replaced before the callback saw them (TRL keeps only the last one)."""
         self._trainer: Trainer | None = None
@@ -104,6 +114,16 @@ class OtelRLCallback(TrainerCallback):
         self._warned: set[str] = set()
         if trainer is not None:
             self.attach(trainer)
+
+    @property
+    def self_telemetry(self) -> SelfTelemetry:
+        """Where the callback's failures are counted: its telemetry's."""
+        return self.telemetry.self_telemetry
+
+    @property
+    def errors(self) -> int:
+        """Failures of this callback's own code (each skipped the rest of its event); the first one is logged."""
+        return self.self_telemetry.rejected(_METRIC)
 
     @property
     def exact(self) -> bool:
@@ -127,43 +147,42 @@ class OtelRLCallback(TrainerCallback):
 
     # -- transformers events (never raise into the trainer) ---------------------------------------------------
 
+    @guarded(_METRIC)
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         """Find the trainer to read rollouts from, unless one was given."""
-        try:
-            if self._trainer is None:
-                trainer = self._calling_trainer()
-                if trainer is None:
-                    self._warn_once("no-trainer", "no calling trainer found: recording logged means only")
-                else:
-                    self.attach(trainer)
-            self._step = state.global_step
-        except Exception:  # noqa: BLE001 - never raise into the trainer
-            self._failed("on_train_begin")
+        if self._trainer is None:
+            trainer = self._calling_trainer()
+            if trainer is None:
+                self._warn_once("no-trainer", "no calling trainer found: recording logged means only")
+            else:
+                self.attach(trainer)
+        self._step = state.global_step
 
+    @guarded(_METRIC)
     def on_step_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         """Declare the optimizer step that begins, by the number it will have when it ends."""
-        try:
-            self._step = state.global_step + 1
-            self.telemetry.step(self._step)
-        except Exception:  # noqa: BLE001 - never raise into the trainer
-            self._failed("on_step_begin")
+        self._step = state.global_step + 1
+        self.telemetry.step(self._step)
 
+    @guarded(_METRIC)
     def on_substep_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         """Record the rollouts of a generation made in this micro-step (gradient accumulation)."""
-        self._after_micro_step(state, "on_substep_end")
+        self._after_micro_step(state)
 
+    @guarded(_METRIC)
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         """Record the rollouts of a generation made in the step's last micro-step (before the trainer logs)."""
-        self._after_micro_step(state, "on_step_end")
+        self._after_micro_step(state)
 
+    @guarded(_METRIC)
     def on_log(
         self,
         args: TrainingArguments,
@@ -173,20 +192,14 @@ class OtelRLCallback(TrainerCallback):
         **kwargs: Any,
     ) -> None:
         """Record each logged number as ``rl.metric{rl.metric.key=<key>}`` (see the module docstring)."""
-        try:
-            if state.is_world_process_zero and logs:
-                self._record_logs(logs)
-        except Exception:  # noqa: BLE001 - never raise into the trainer
-            self._failed("on_log")
+        if state.is_world_process_zero and logs:
+            self._record_logs(logs)
 
     # -- the parts ------------------------------------------------------------------------------------------
 
-    def _after_micro_step(self, state: TrainerState, event: str) -> None:
-        try:
-            if state.is_world_process_zero and self._trainer is not None:
-                self._collect(self._trainer)
-        except Exception:  # noqa: BLE001 - never raise into the trainer
-            self._failed(event)
+    def _after_micro_step(self, state: TrainerState) -> None:
+        if state.is_world_process_zero and self._trainer is not None:
+            self._collect(self._trainer)
 
     def _collect(self, trainer: Trainer) -> None:
         """Record the newest generation's rollouts if the trainer made one since the last look.
@@ -229,7 +242,7 @@ class OtelRLCallback(TrainerCallback):
         if rows == 0:
             return
         prompts, completions, advantages = (_last(column, rows) for column in columns[:3])
-        rewards = {name: [float(value) for value in _last(reward_columns.get(name, ()), rows)] for name in names}
+        rewards = {name: [_reward(value) for value in _last(reward_columns.get(name, ()), rows)] for name in names}
         extras = {str(key): _last(column, rows) for key, column in logs.get("extra", {}).items() if len(column) >= rows}
 
         totals: list[float] = []
@@ -249,7 +262,7 @@ class OtelRLCallback(TrainerCallback):
                     prompt=_text(prompts[row]),
                     response=_text(completions[row]),
                     reward_breakdown={n: rewards[n][row] for n in names if not math.isnan(rewards[n][row])},
-                    advantage=float(advantages[row]),
+                    advantage=advantages[row],
                     extra={key: column[row] for key, column in extras.items() if column[row] is not None},
                 )
             )
@@ -262,9 +275,8 @@ class OtelRLCallback(TrainerCallback):
                 continue
             if self.exact and (key in _REWARD_MEAN_KEYS or (key.startswith("rewards/") and key.count("/") >= 2)):
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-                continue
-            self.telemetry.record_metric(key, float(value))
+            if value is not None:
+                self.telemetry.record_metric(key, value)
 
     def _calling_trainer(self) -> Trainer | None:
         """The ``Trainer`` up the call stack whose callback handler holds this callback, if any.
@@ -287,16 +299,6 @@ class OtelRLCallback(TrainerCallback):
         finally:
             del frame
 
-    def _failed(self, event: str) -> None:
-        self.errors += 1
-        if self.errors == 1:
-            _logger.warning(
-                "otel_rl.trl: %s failed; this event's telemetry is skipped (later failures are only counted in "
-                "OtelRLCallback.errors)",
-                event,
-                exc_info=True,
-            )
-
     def _warn_once(self, kind: str, message: str) -> None:
         if kind not in self._warned:
             self._warned.add(kind)
@@ -307,6 +309,14 @@ def _last(column: Iterable[Any], count: int) -> list[Any]:
     """The last ``count`` entries of ``column`` (a deque or a list): the rows of the newest generation."""
     values = list(column)
     return values[len(values) - count :]
+
+
+def _reward(value: Any) -> float:
+    """A reward function's value as a float; ``None`` (the function does not apply, NaN in TRL) as NaN."""
+    try:
+        return as_real(value, argument="reward")
+    except BadInput:
+        return math.nan
 
 
 def _finite(values: Sequence[float]) -> NDArray[np.float64]:

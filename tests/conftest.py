@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
 
 import pytest
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 
 
@@ -43,12 +46,44 @@ class RecordingMetricExporter(MetricExporter):
         return points
 
 
+class EncodingMetricExporter(RecordingMetricExporter):
+    """Encodes every export with the OTLP exporters' own encoder first, as the gRPC and HTTP exporters do (a point
+    OTLP cannot carry raises there too), and keeps what encoded."""
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object) -> MetricExportResult:
+        encode_metrics(metrics_data)
+        return super().export(metrics_data, timeout_millis)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Compile otel-rl's numba kernels into their on-disk cache before any test starts rank processes: a clean clone
+    has none, and every rank process would compile them (7.6 s cold, 0.33 s cached: docs/performance.md), ten at
+    once on two cores within a live test's time window."""
+    import otel_rl
+
+    otel_rl.Telemetry(otel_rl.TelemetryConfig(exporter="none")).shutdown()
+
+
 @pytest.fixture
 def metric_exporter() -> Iterator[RecordingMetricExporter]:
     yield RecordingMetricExporter()
 
 
 # The real stack ------------------------------------------------------------------------------------------------
+# Every test that needs the stack's binaries gets them from a fixture below, directly or through another fixture
+# (shared_stack, private stacks); such a test is marked ``stack`` (pytest_itemcollected), so that
+# ``pytest -m "not stack"`` builds and starts nothing. A test that runs the go command or the stack some other way
+# carries the mark itself (``@pytest.mark.stack`` or a module's ``pytestmark``).
+
+STACK_FIXTURES: Final = frozenset({"stack_binaries", "promtool", "amtool"})
+"""The fixtures that install the stack's binaries (the collector build takes minutes once)."""
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark ``stack`` every test that uses a stack fixture, directly or through other fixtures."""
+    if STACK_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        item.add_marker(pytest.mark.stack)
+
 
 @pytest.fixture(scope="session")
 def stack_binaries() -> object:
@@ -56,6 +91,26 @@ def stack_binaries() -> object:
     from otel_rl.stack import install
 
     return install.install_all()
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    """Prometheus's promtool alone (no collector build), installed on first use."""
+    from otel_rl.stack import versions
+    from otel_rl.stack.env import otel_rl_home
+    from otel_rl.stack.gotools import ensure_go_binary
+
+    return ensure_go_binary(versions.PROMTOOL, home=otel_rl_home())
+
+
+@pytest.fixture(scope="session")
+def amtool() -> Path:
+    """Alertmanager's amtool alone (config checks, route tests), installed on first use."""
+    from otel_rl.stack import versions
+    from otel_rl.stack.env import otel_rl_home
+    from otel_rl.stack.gotools import ensure_go_binary
+
+    return ensure_go_binary(versions.AMTOOL, home=otel_rl_home())
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ def _report(args: argparse.Namespace) -> int:
         report = build_report(
             prometheus_url=args.prometheus_url.rstrip("/"),
             victorialogs_url=args.victorialogs_url.rstrip("/"),
+            jaeger_url=args.jaeger_url.rstrip("/") if args.jaeger_url else None,
             run_id=args.run_id,
             dashboard=args.dashboard,
             scrape_interval_s=args.scrape_interval,
@@ -41,6 +42,9 @@ def add_report_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     )
     parser.add_argument("--prometheus-url", required=True, help="e.g. http://127.0.0.1:9090")
     parser.add_argument("--victorialogs-url", required=True, help="e.g. http://127.0.0.1:9428")
+    parser.add_argument(
+        "--jaeger-url", default=None, help="e.g. http://127.0.0.1:16686: the slowest steps and their traces (default: none)"
+    )
     parser.add_argument("--run-id", required=True, help="rl.run.id of the run")
     parser.add_argument("--out", type=Path, required=True, help="report.png, or report.html (PNG + samples table)")
     parser.add_argument(

@@ -12,14 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from otel_rl.promql import quote
 from otel_rl.stack import layout
 
 DEFAULT_DASHBOARD = Path("grafana") / "dashboards" / "rl-run.json"
 """The main dashboard, relative to the repository root."""
 
-QueryLanguage = Literal["promql", "logsql"]
+QueryLanguage = Literal["promql", "logsql", "jaeger"]
 
 _LOGS_DATASOURCE_TYPE = "victoriametrics-logs-datasource"
+_JAEGER_DATASOURCE_TYPE = "jaeger"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,11 +33,18 @@ class Target:
     expr: str
     """The query text with Grafana variables (``$run``, ``$__rate_interval``, ...) still in it."""
     language: QueryLanguage
-    """``promql`` (Prometheus datasource) or ``logsql`` (VictoriaLogs datasource)."""
+    """``promql`` (Prometheus datasource), ``logsql`` (VictoriaLogs datasource) or ``jaeger`` (a Jaeger search: its
+    ``expr`` is the logfmt tags, e.g. ``rl.run.id="$run"``)."""
     legend: str = ""
     """Grafana's legend format, e.g. ``"{{rl_reward_fn}}"``."""
     instant: bool = False
     """Whether Grafana runs it as an instant query (one value) rather than over the time range."""
+    service: str = ""
+    """A Jaeger search's service (``$service``, the run's ``service.name``)."""
+    operation: str = ""
+    """A Jaeger search's span name (``rl.step``: the steps)."""
+    limit: int = 0
+    """A Jaeger search's number of traces."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,14 +115,20 @@ def _panel(item: dict[str, Any]) -> Panel:
     targets = []
     for target in item.get("targets") or ():
         datasource = target.get("datasource") or item.get("datasource") or {}
-        language: QueryLanguage = "logsql" if datasource.get("type") == _LOGS_DATASOURCE_TYPE else "promql"
+        kind = datasource.get("type")
+        language: QueryLanguage = (
+            "logsql" if kind == _LOGS_DATASOURCE_TYPE else "jaeger" if kind == _JAEGER_DATASOURCE_TYPE else "promql"
+        )
         targets.append(
             Target(
                 ref_id=str(target.get("refId", "")),
-                expr=str(target.get("expr", "")),
+                expr=str(target.get("tags" if language == "jaeger" else "expr", "")),
                 language=language,
                 legend=str(target.get("legendFormat") or ""),
                 instant=bool(target.get("instant")) and not target.get("range"),
+                service=str(target.get("service", "")),
+                operation=str(target.get("operation", "")),
+                limit=int(target.get("limit") or 0),
             )
         )
     return Panel(
@@ -128,27 +143,37 @@ def _panel(item: dict[str, Any]) -> Panel:
     )
 
 
-def substitute(expr: str, *, run_id: str, rate_interval: str, interval: str) -> str:
+_VARIABLE = re.compile(r'(?P<run>"\$(?:run|\{run\})")|\$\{(?P<braced>\w+)\}|\$(?P<plain>\w+)')
+"""A Grafana variable: the run's inside its string literal (``"$run"``), or any other (``$__interval``)."""
+
+
+def substitute(expr: str, *, run_id: str, rate_interval: str, interval: str, service: str = "") -> str:
     """Replace the Grafana variables the dashboards use with concrete values.
 
-    >>> substitute('rate(x{rl_run_id="$run"}[$__rate_interval])', run_id="r1", rate_interval="20s", interval="5s")
-    'rate(x{rl_run_id="r1"}[20s])'
+    ``"$run"`` (the variable inside its string literal, the only way the dashboards use it) becomes the run id as
+    a string literal of the query language (:func:`otel_rl.promql.quote`: the same rules for PromQL and LogsQL),
+    so a run id with quotes, backslashes, braces or ``$`` selects that run and no other; ``$service`` (a Jaeger
+    search's service) becomes ``service`` as it is. One pass over ``expr``: text that a substitution inserts is never
+    read as a variable.
+
+    >>> print(substitute('rate(x{rl_run_id="$run"}[$__rate_interval])', run_id='r"1', rate_interval="20s", interval="5s"))
+    rate(x{rl_run_id="r\\"1"}[20s])
 
     Raises:
-        ValueError: when a variable other than ``$run``, ``$__rate_interval``, ``$__interval`` remains.
+        ValueError: when a variable other than ``$run``, ``$service``, ``$__rate_interval``, ``$__interval`` remains,
+            or ``$run`` stands outside a string literal.
     """
-    text = (
-        expr.replace("$__rate_interval", rate_interval)
-        .replace("${__rate_interval}", rate_interval)
-        .replace("$__interval", interval)
-        .replace("${__interval}", interval)
-        .replace("${run}", run_id)
-        .replace("$run", run_id)
-    )
-    left = re.findall(r"\$\{?\w+", text)
-    if left:
-        raise ValueError(f"query {expr!r} uses variables the report does not know: {sorted(set(left))!r}")
-    return text
+    values = {"__rate_interval": rate_interval, "__interval": interval, "service": service}
+    names = {m["braced"] or m["plain"] for m in _VARIABLE.finditer(expr)} - {None}
+    if "run" in names:
+        raise ValueError(f'query {expr!r} uses $run outside a string literal: write "$run"')
+    if names - set(values):
+        raise ValueError(f"query {expr!r} uses variables the report does not know: {sorted(names - set(values))!r}")
+
+    def value(found: re.Match[str]) -> str:
+        return quote(run_id) if found["run"] else values[found["braced"] or found["plain"]]
+
+    return _VARIABLE.sub(value, expr)
 
 
 def legend_for(legend: str, labels: dict[str, str]) -> str:

@@ -1,13 +1,17 @@
-"""Run a dashboard's queries for one run against Prometheus (PromQL) and VictoriaLogs (LogsQL)."""
+"""Run a dashboard's queries for one run against Prometheus (PromQL), VictoriaLogs (LogsQL) and Jaeger (its steps'
+traces)."""
 
 from __future__ import annotations
 
+import ast
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_rl.query import Prometheus, VictoriaLogs
-from otel_rl.report.dashboard import Panel, legend_for, substitute
+from otel_rl import promql
+from otel_rl.query import Jaeger, Prometheus, Span, VictoriaLogs
+from otel_rl.report.dashboard import Panel, Target, legend_for, substitute
 
 
 class ReportError(RuntimeError):
@@ -76,6 +80,17 @@ def _buckets(histogram: dict[str, Any]) -> tuple[Bucket, ...]:
     return tuple((float(low), float(high), float(count)) for _, low, high, count in histogram.get("buckets") or ())
 
 
+@dataclass(frozen=True)
+class StepTrace:
+    """One step of the run as Jaeger holds it: its trace and its root span ``rl.step``."""
+
+    trace_id: str
+    step: int | None
+    start: float
+    """Unix seconds."""
+    duration_s: float
+
+
 @dataclass
 class PanelData:
     """What a panel's queries returned."""
@@ -87,10 +102,14 @@ class PanelData:
     """LogsQL results (one dict per log record)."""
     queries: list[str] = field(default_factory=list)
     """The queries as run (variables substituted)."""
+    steps: list[StepTrace] = field(default_factory=list)
+    """A Jaeger search's steps, slowest first."""
+    timeline: list[Span] = field(default_factory=list)
+    """Every span of the slowest step's trace: each rank's phases (the per-rank timeline of that step)."""
 
     def has_data(self) -> bool:
-        """Whether any query returned a finite value, a histogram with values, or a log record."""
-        return bool(self.rows) or any(s.finite() or s.counted() for s in self.series)
+        """Whether any query returned a finite value, a histogram with values, a log record or a step."""
+        return bool(self.rows) or bool(self.steps) or any(s.finite() or s.counted() for s in self.series)
 
 
 def _duration(seconds: float) -> str:
@@ -104,17 +123,62 @@ def run_span(prometheus: Prometheus, run_id: str, *, lookback_s: float, now: flo
         ReportError: when the run has no ``rl_step`` sample in that range.
         QueryError: when the query fails.
     """
-    selector = f'rl_step{{rl_run_id="{run_id}",rl_rank=""}}[{_duration(lookback_s)}]'
+    selector = f"{promql.selector('rl_step', rl_run_id=run_id, rl_rank='')}[{_duration(lookback_s)}]"
     times = [float(t) for series in prometheus.query(selector, now) for t, _ in series.get("values", ())]
     if not times:
         raise ReportError(f"run {run_id!r} has no rl_step sample in Prometheus in the last {lookback_s:.0f} s")
     return min(times), max(times)
 
 
+def run_service(prometheus: Prometheus, run_id: str, *, at: float) -> str:
+    """The run's ``service.name`` (its series' ``job``), which Jaeger searches its traces by; "" when unknown."""
+    found = prometheus.query(f"group by (job) (last_over_time({promql.selector('rl_step', rl_run_id=run_id, rl_rank='')}[1d]))", at)
+    return str(found[0]["metric"].get("job", "")) if found else ""
+
+
+_LOGFMT = re.compile(r'([\w.]+)=("(?:[^"\\]|\\.)*"|\S+)')
+"""One ``key=value`` of a Jaeger search's logfmt tags; the value a string literal or a bare word."""
+
+
+def logfmt_tags(text: str) -> dict[str, str]:
+    r"""The tags of a Jaeger search (logfmt, values quoted by :func:`otel_rl.promql.quote`).
+
+    >>> logfmt_tags('rl.run.id="a \\"b\\"" rl.step=3')
+    {'rl.run.id': 'a "b"', 'rl.step': '3'}
+    """
+    return {key: ast.literal_eval(value) if value.startswith('"') else value for key, value in _LOGFMT.findall(text)}
+
+
+def _fetch_steps(data: PanelData, target: Target, query: str, *, jaeger: Jaeger, service: str, window: Window) -> None:
+    """A Jaeger search of the run's steps: each step's root span, slowest first, and the slowest one's trace."""
+    traces = jaeger.traces(service, operation=target.operation, tags=logfmt_tags(query), start=window.start,
+                           end=window.end + 60, limit=target.limit)  # fmt: skip
+    for found in traces:
+        for span in found.get("spans") or ():
+            if span.get("operationName") == target.operation and not span.get("references"):
+                tags = {tag["key"]: tag["value"] for tag in span.get("tags") or ()}
+                step = tags.get("rl.step")
+                data.steps.append(StepTrace(
+                    trace_id=str(found["traceID"]), step=None if step is None else int(step),
+                    start=float(span["startTime"]) / 1e6, duration_s=float(span["duration"]) / 1e6,
+                ))  # fmt: skip
+    data.steps.sort(key=lambda step: -step.duration_s)
+    if data.steps:
+        data.timeline = jaeger.trace(data.steps[0].trace_id)
+
+
 def fetch_panel(
-    panel: Panel, *, run_id: str, window: Window, prometheus: Prometheus, logs: VictoriaLogs
+    panel: Panel,
+    *,
+    run_id: str,
+    window: Window,
+    prometheus: Prometheus,
+    logs: VictoriaLogs,
+    jaeger: Jaeger | None = None,
+    service: str = "",
 ) -> PanelData:
-    """Run every query of ``panel`` over ``window``: range queries for time series, instant ones at the end.
+    """Run every query of ``panel`` over ``window``: range queries for time series, instant ones at the end, a
+    Jaeger search of the run's ``service`` (none without ``jaeger``).
 
     Raises:
         QueryError: when a query fails.
@@ -128,7 +192,10 @@ def fetch_panel(
             interval=_duration(window.step_s),
         )
         data.queries.append(query)
-        if target.language == "logsql":
+        if target.language == "jaeger":
+            if jaeger is not None and service:
+                _fetch_steps(data, target, query, jaeger=jaeger, service=service, window=window)
+        elif target.language == "logsql":
             data.rows.extend(logs.query(query, start=window.start, end=window.end + 60))
         elif target.instant:
             for item in prometheus.query(query, window.end):

@@ -1,7 +1,9 @@
 """Render a run's dashboard to a PNG (matplotlib) and an HTML page (the PNG plus the samples table).
 
 The panels and their queries come from the Grafana dashboard JSON (:mod:`otel_rl.report.dashboard`); this module
-only draws what they return. Needs the ``report`` extra (matplotlib).
+only draws what they return. The "Slowest steps" panel (a Jaeger search) becomes a table of the slowest steps with
+their trace ids and, below it, the slowest step's trace drawn as each rank's phase timeline (what its trace view shows
+in Grafana or Jaeger). Needs the ``report`` extra (matplotlib).
 """
 
 from __future__ import annotations
@@ -17,16 +19,31 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from otel_rl.query import Prometheus, VictoriaLogs
+from otel_rl.query import Jaeger, Prometheus, VictoriaLogs
 from otel_rl.report.dashboard import Panel, default_dashboard_path, load_panels
-from otel_rl.report.fetch import Bucket, PanelData, Series, Window, fetch_panel, run_span
+from otel_rl.report.fetch import Bucket, PanelData, Series, Window, fetch_panel, run_service, run_span
 
 _logger = logging.getLogger(__name__)
 
 SAMPLE_COLUMNS = ("_time", "rl.step", "rl.sample.selection", "rl.reward", "prompt", "response", "target")
 """Columns of the samples table, in order (those the dashboard's LogsQL ``fields`` pipe keeps)."""
 _PNG_SAMPLE_ROWS = 12
+SPAN_LAG_S = 10.0
+"""How long after a run's last metrics its last spans (and phase durations) may still arrive: the ranks' span
+batches leave every 5 s."""
+_STEP_ROWS = 10
+"""How many of the slowest steps the PNG lists."""
 _TEXT_CELL_CHARS = 48
+_LITERAL: dict[str, Any] = {"parse_math": False, "usetex": False}
+"""Text properties that draw a string as it is: samples of math tasks are full of ``$...$``, ``\\frac`` and
+unbalanced ``$``, which matplotlib would otherwise parse as mathtext (or hand to LaTeX) and fail on. Given to every
+text that comes from the data or the dashboard (samples, legends, titles, labels, the run id)."""
+
+
+def _literal(texts: Any) -> None:
+    """Draw the matplotlib ``texts`` literally (:data:`_LITERAL`)."""
+    for text in texts:
+        text.set(**_LITERAL)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +55,8 @@ class Report:
     panels: list[PanelData]
     """Every panel of the dashboard with what its queries returned, in dashboard order."""
     dashboard: Path
+    jaeger_url: str | None = None
+    """Where the steps' traces are (links of the HTML page); None: the report has no traces."""
 
     @property
     def plots(self) -> list[PanelData]:
@@ -46,8 +65,17 @@ class Report:
 
     @property
     def tables(self) -> list[PanelData]:
-        """The table panels (the samples from VictoriaLogs)."""
-        return [p for p in self.panels if p.panel.type == "table"]
+        """The samples tables (VictoriaLogs)."""
+        return [p for p in self.panels if p.panel.type == "table" and not _is_steps(p)]
+
+    @property
+    def steps(self) -> list[PanelData]:
+        """The steps tables (Jaeger searches of the run's steps)."""
+        return [p for p in self.panels if _is_steps(p)]
+
+
+def _is_steps(data: PanelData) -> bool:
+    return any(target.language == "jaeger" for target in data.panel.targets)
 
 
 def build_report(
@@ -55,6 +83,7 @@ def build_report(
     prometheus_url: str,
     victorialogs_url: str,
     run_id: str,
+    jaeger_url: str | None = None,
     dashboard: Path | None = None,
     scrape_interval_s: float = 5.0,
     lookback_s: float = 86_400.0,
@@ -63,7 +92,8 @@ def build_report(
     """Find the run's time span, then run every query of every panel of ``dashboard`` over it.
 
     ``scrape_interval_s`` is how often points reach Prometheus (the collector's aggregation interval, 5 s by
-    default); it sizes ``$__rate_interval`` as Grafana does with the datasource's scrape interval.
+    default); it sizes ``$__rate_interval`` as Grafana does with the datasource's scrape interval. Without
+    ``jaeger_url`` the steps table stays empty.
 
     Raises:
         ReportError: when the run has no data.
@@ -75,10 +105,18 @@ def build_report(
     at = time.time() if now is None else now
     prometheus, logs = Prometheus(prometheus_url), VictoriaLogs(victorialogs_url)
     first, last = run_span(prometheus, run_id, lookback_s=lookback_s, now=at)
-    # A little margin on both sides: rate windows need points before the first step, and the last flush.
-    window = Window.for_range(first - scrape_interval_s, last + scrape_interval_s, scrape_interval_s=scrape_interval_s)
-    data = [fetch_panel(panel, run_id=run_id, window=window, prometheus=prometheus, logs=logs) for panel in panels]
-    return Report(run_id=run_id, window=window, panels=data, dashboard=path)
+    # A little margin on both sides: rate windows need points before the first step, and the last flush; after it
+    # also the spans, which leave the ranks in batches (every 5 s, the last at shutdown) after their last metrics.
+    window = Window.for_range(
+        first - scrape_interval_s, last + scrape_interval_s + SPAN_LAG_S, scrape_interval_s=scrape_interval_s
+    )
+    jaeger = Jaeger(jaeger_url) if jaeger_url else None
+    service = run_service(prometheus, run_id, at=last) if jaeger else ""
+    data = [
+        fetch_panel(panel, run_id=run_id, window=window, prometheus=prometheus, logs=logs, jaeger=jaeger, service=service)
+        for panel in panels
+    ]
+    return Report(run_id=run_id, window=window, panels=data, dashboard=path, jaeger_url=jaeger_url)
 
 
 # Drawing --------------------------------------------------------------------------------------------------------
@@ -118,10 +156,10 @@ def _draw_timeseries(ax: Any, data: PanelData, window: Window) -> None:
         drawn += 1
     _time_axis(ax, window)
     _unit_axis(ax, data.panel.unit)
-    ax.set_ylabel(data.panel.axis_label or data.panel.unit)
+    ax.set_ylabel(data.panel.axis_label or data.panel.unit, **_LITERAL)
     ax.grid(True, alpha=0.3)
     if drawn:
-        ax.legend(loc="best", fontsize=9, framealpha=0.8)
+        _literal(ax.legend(loc="best", fontsize=9, framealpha=0.8).get_texts())
     else:
         _no_data(ax, "nothing counted in this range (none happened)")
 
@@ -164,6 +202,12 @@ def _native_rows(
     return times, [float(e) for e in edges], counts
 
 
+def _column_edges(times: list[float], window: Window) -> list[datetime]:
+    """The edges of a heatmap's columns: each column from its time to the next one's, the last one a step wide
+    (so a run with one point in the range still gets its column)."""
+    return [_as_datetime(t) for t in (*times, times[-1] + window.step_s)]
+
+
 def _draw_native_heatmap(fig: Any, ax: Any, data: PanelData, window: Window) -> None:
     """A heatmap of native histograms: a numeric y axis (the value), buckets regrouped into rows."""
     import numpy as np
@@ -174,11 +218,11 @@ def _draw_native_heatmap(fig: Any, ax: Any, data: PanelData, window: Window) -> 
         _no_data(ax, "no values in this range")
         return
     times, edges, counts = _native_rows(histograms)
-    x = [_as_datetime(t) for t in times]
-    cells = np.where(counts > 0, counts, np.nan)[:, :-1] if len(x) > 1 else counts
+    x = _column_edges(times, window)
+    cells = np.where(counts > 0, counts, np.nan)
     norm = LogNorm(vmin=1, vmax=max(float(np.nanmax(cells)) if np.isfinite(cells).any() else 1.0, 2.0))
     mesh = ax.pcolormesh(x, edges, cells, cmap="viridis", norm=norm, shading="flat")
-    ax.set_ylabel(data.panel.axis_label or "value")
+    ax.set_ylabel(data.panel.axis_label or "value", **_LITERAL)
     _time_axis(ax, window)
     colorbar = fig.colorbar(mesh, ax=ax, pad=0.01)
     colorbar.set_label("values per interval (log scale)")
@@ -210,16 +254,16 @@ def _draw_heatmap(fig: Any, ax: Any, data: PanelData, window: Window) -> None:
     counts = counts[lo : hi + 1]
     bounds = [le for le, _ in by_le]
     labels = [_bucket_label(bounds[i - 1] if i > 0 else -math.inf, bounds[i]) for i in range(lo, hi + 1)]
-    x = [_as_datetime(t) for t in times]
+    x = _column_edges(times, window)
     from matplotlib.colors import LogNorm
 
-    cells = np.where(counts > 0, counts, np.nan)[:, :-1] if len(x) > 1 else counts
+    cells = np.where(counts > 0, counts, np.nan)
     # Log colours: one dominant bucket must not hide the tails, where reward hacking and failures show up.
     norm = LogNorm(vmin=1, vmax=max(float(np.nanmax(cells)) if np.isfinite(cells).any() else 1.0, 2.0))
     mesh = ax.pcolormesh(x, np.arange(len(labels) + 1) - 0.5, cells, cmap="viridis", norm=norm, shading="flat")
     ax.set_yticks(range(len(labels)))
-    ax.set_yticklabels(labels, fontsize=8)
-    ax.set_ylabel(data.panel.axis_label or "bucket")
+    ax.set_yticklabels(labels, fontsize=8, **_LITERAL)
+    ax.set_ylabel(data.panel.axis_label or "bucket", **_LITERAL)
     _time_axis(ax, window)
     colorbar = fig.colorbar(mesh, ax=ax, pad=0.01)
     colorbar.set_label("values per interval (log scale)")
@@ -242,9 +286,9 @@ def _draw_stat(ax: Any, data: PanelData) -> None:
         _no_data(ax, "no value")
         return
     text = data.panel.value_texts.get(values[-1]) or _format_value(values[-1], data.panel.unit)
-    ax.text(0.5, 0.55, text, ha="center", va="center", fontsize=26 if len(text) < 12 else 18, weight="bold", transform=ax.transAxes)
+    ax.text(0.5, 0.55, text, ha="center", va="center", fontsize=26 if len(text) < 12 else 18, weight="bold", transform=ax.transAxes, **_LITERAL)
     legend = data.series[0].legend if data.series else ""
-    ax.text(0.5, 0.2, f"{legend}\n(at the end of the report range)", ha="center", va="center", fontsize=10, color="#444444", transform=ax.transAxes)
+    ax.text(0.5, 0.2, f"{legend}\n(at the end of the report range)", ha="center", va="center", fontsize=10, color="#444444", transform=ax.transAxes, **_LITERAL)
 
 
 def _cell(value: Any, limit: int = _TEXT_CELL_CHARS) -> str:
@@ -288,6 +332,7 @@ def _draw_samples(ax: Any, report: Report) -> None:
     ]  # fmt: skip
     table = ax.table(cellText=cells, colLabels=header, loc="upper center", cellLoc="left", colLoc="left",
                      colWidths=[0.06, 0.08, 0.07, 0.33, 0.33, 0.13])  # fmt: skip
+    _literal(cell.get_text() for cell in table.get_celld().values())
     table.auto_set_font_size(False)
     table.set_fontsize(10)
     table.scale(1, 1.5)
@@ -295,6 +340,59 @@ def _draw_samples(ax: Any, report: Report) -> None:
         if row == 0:
             cell.set_text_props(weight="bold")
             cell.set_facecolor("#eeeeee")
+
+
+def _draw_steps(ax: Any, data: PanelData) -> None:
+    """The slowest steps: step, duration, start, trace id."""
+    ax.set_axis_off()
+    if not data.steps:
+        _no_data(ax, "no traces (no Jaeger given, or none in this range)")
+        return
+    cells = [[_cell(s.step), f"{s.duration_s:.3f} s", _as_datetime(s.start).strftime("%H:%M:%S"), s.trace_id]
+             for s in data.steps[:_STEP_ROWS]]  # fmt: skip
+    table = ax.table(cellText=cells, colLabels=["step", "duration", "start (UTC)", "trace id"], loc="upper center",
+                     cellLoc="left", colLoc="left", colWidths=[0.1, 0.15, 0.15, 0.6])  # fmt: skip
+    table.auto_set_font_size(False)
+    table.set_fontsize(10)
+    table.scale(1, 1.4)
+
+
+def _draw_timeline(ax: Any, data: PanelData) -> None:
+    """The slowest step's trace: one row per rank (its rl.rank.step in grey), its phases as bars, a nested phase
+    thinner inside its parent, each phase its colour."""
+    spans = data.timeline
+    ranks = sorted({s.attributes["rl.rank"] for s in spans if s.name == "rl.rank.step" and "rl.rank" in s.attributes})
+    if not ranks:
+        _no_data(ax, "no trace of the slowest step")
+        return
+    start = min(s.start_ns for s in spans)
+    by_id = {s.span_id: s for s in spans}
+    names = sorted({s.attributes["rl.phase.name"] for s in spans if "rl.phase.name" in s.attributes})
+    colours = {name: f"C{i % 10}" for i, name in enumerate(names)}
+
+    def depth(span: Any) -> int:
+        parent = by_id.get(span.parent_id)
+        return 0 if parent is None or "rl.phase.name" not in parent.attributes else 1 + depth(parent)
+
+    for row, rank in enumerate(ranks):
+        for span in spans:
+            left, width = (span.start_ns - start) / 1e9, (span.end_ns - span.start_ns) / 1e9
+            if span.name == "rl.rank.step" and span.attributes.get("rl.rank") == rank:
+                ax.barh(row, width, left=left, height=0.9, color="#dddddd")
+            elif span.attributes.get("rl.rank") == rank and "rl.phase.name" in span.attributes:
+                level = depth(span)
+                ax.barh(row, width, left=left, height=0.7 / (1 + level), color=colours[span.attributes["rl.phase.name"]])
+    ax.set_yticks(range(len(ranks)))
+    ax.set_yticklabels([f"rank {rank}" for rank in ranks])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the step began")
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=colour, label=name) for name, colour in colours.items()]
+    _literal(ax.legend(handles=handles, loc="upper right", fontsize=9, ncol=min(len(handles), 6)).get_texts())
+    step = data.steps[0]
+    ax.set_title(f"Slowest step {step.step} ({step.duration_s:.3f} s): each rank's phases (trace {step.trace_id})",
+                 fontsize=13, loc="left", weight="bold")  # fmt: skip
 
 
 def render_png(report: Report, path: Path | None = None) -> bytes:
@@ -310,27 +408,33 @@ def render_png(report: Report, path: Path | None = None) -> bytes:
     plots = report.plots
     columns = 2
     plot_rows = math.ceil(len(plots) / columns)
+    step_rows = 2 * len(report.steps)
     table_rows = 1 if report.tables else 0
-    heights = [1.0] * plot_rows + [1.5] * table_rows
-    fig = plt.figure(figsize=(17, 4.2 * plot_rows + 6.0 * table_rows), dpi=100)
-    grid = fig.add_gridspec(plot_rows + table_rows, columns, height_ratios=heights, hspace=0.55, wspace=0.18)
+    heights = [1.0] * plot_rows + [1.0] * step_rows + [1.5] * table_rows
+    fig = plt.figure(figsize=(17, 4.2 * (plot_rows + step_rows) + 6.0 * table_rows), dpi=100)
+    grid = fig.add_gridspec(plot_rows + step_rows + table_rows, columns, height_ratios=heights, hspace=0.55, wspace=0.18)
     for number, data in enumerate(plots):
         ax = fig.add_subplot(grid[number // columns, number % columns])
-        ax.set_title(data.panel.title, fontsize=13, loc="left", weight="bold")
+        ax.set_title(data.panel.title, fontsize=13, loc="left", weight="bold", **_LITERAL)
         if data.panel.type == "heatmap":
             _draw_heatmap(fig, ax, data, report.window)
         elif data.panel.type == "stat":
             _draw_stat(ax, data)
         else:
             _draw_timeseries(ax, data, report.window)
+    for number, data in enumerate(report.steps):
+        ax = fig.add_subplot(grid[plot_rows + 2 * number, :])
+        ax.set_title(f"{data.panel.title} (Jaeger)", fontsize=13, loc="left", weight="bold", **_LITERAL)
+        _draw_steps(ax, data)
+        _draw_timeline(fig.add_subplot(grid[plot_rows + 2 * number + 1, :]), data)
     if table_rows:
-        ax = fig.add_subplot(grid[plot_rows, :])
-        ax.set_title(f"{report.tables[0].panel.title} (VictoriaLogs; best and worst rewards)", fontsize=13, loc="left", weight="bold")
+        ax = fig.add_subplot(grid[plot_rows + step_rows, :])
+        ax.set_title(f"{report.tables[0].panel.title} (VictoriaLogs; best and worst rewards)", fontsize=13, loc="left", weight="bold", **_LITERAL)
         _draw_samples(ax, report)
     start = _as_datetime(report.window.start).strftime("%Y-%m-%d %H:%M:%S")
     end = _as_datetime(report.window.end).strftime("%H:%M:%S UTC")
     height = fig.get_figheight()
-    fig.suptitle(f"RL run {report.run_id}   ({start} to {end})", fontsize=17, weight="bold", y=1 - 0.3 / height)
+    fig.suptitle(f"RL run {report.run_id}   ({start} to {end})", fontsize=17, weight="bold", y=1 - 0.3 / height, **_LITERAL)
     fig.subplots_adjust(left=0.06, right=0.97, top=1 - 1.0 / height, bottom=0.5 / height)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
@@ -339,6 +443,13 @@ def render_png(report: Report, path: Path | None = None) -> bytes:
     if path is not None:
         path.write_bytes(png)
     return png
+
+
+def _trace_link(report: Report, trace_id: str) -> str:
+    """The trace id, linked to the trace's view in Jaeger when the report knows where Jaeger is."""
+    if not report.jaeger_url:
+        return trace_id
+    return f'<a href="{html.escape(report.jaeger_url)}/trace/{trace_id}">{trace_id}</a>'
 
 
 def render_html(report: Report, path: Path, *, png: bytes | None = None) -> None:
@@ -352,6 +463,10 @@ def render_html(report: Report, path: Path, *, png: bytes | None = None) -> None
     queries = "\n".join(
         f"<li><b>{html.escape(p.panel.title)}</b><pre>{html.escape(chr(10).join(p.queries))}</pre></li>" for p in report.panels
     )
+    steps = "\n".join(
+        f"<tr><td>{step.step}</td><td>{step.duration_s:.3f} s</td><td>{_trace_link(report, step.trace_id)}</td></tr>"
+        for data in report.steps for step in data.steps
+    )  # fmt: skip
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>RL run {html.escape(report.run_id)}</title>
 <style>
@@ -368,6 +483,10 @@ pre {{ white-space: pre-wrap; font-size: 12px; }}
 range {_as_datetime(report.window.start):%Y-%m-%d %H:%M:%S} to {_as_datetime(report.window.end):%H:%M:%S} UTC,
 step {report.window.step_s:g} s, rate interval {report.window.rate_interval_s:g} s.</p>
 <img alt="dashboard panels" src="data:image/png;base64,{image}">
+<h2>Slowest steps ({sum(len(data.steps) for data in report.steps)}; traces in Jaeger)</h2>
+<table><thead><tr><th>step</th><th>duration</th><th>trace</th></tr></thead><tbody>
+{steps}
+</tbody></table>
 <h2>Samples ({len(rows)})</h2>
 <table><thead><tr>{header}</tr></thead><tbody>
 {body}

@@ -12,6 +12,7 @@ from pathlib import Path
 from otel_rl.stack import install
 from otel_rl.stack.config import StackConfig, StackPorts
 from otel_rl.stack.env import otel_rl_home
+from otel_rl.stack.secrets import ensure_secrets
 from otel_rl.stack.services import Stack
 
 _Action = Callable[[argparse.Namespace], int]
@@ -36,10 +37,37 @@ def _add_stack_options(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=None, help="seconds to wait for each component to be healthy (default: 60)"
     )
     parser.add_argument(
+        "--alert-webhook",
+        default=None,
+        metavar="URL",
+        help="also deliver every Alertmanager notification (JSON, firing and resolved) to this URL",
+    )
+    parser.add_argument(
+        "--grafana-url",
+        default=None,
+        metavar="URL",
+        help="Grafana that alerts link their dashboard in (default: http://127.0.0.1:3000)",
+    )
+    parser.add_argument(
+        "--runbook-url",
+        default=None,
+        metavar="URL",
+        help="where docs/runbooks.md is published, for the alerts' runbook links (default: the checkout's file)",
+    )
+    parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="the secure profile: OTLP over TLS with a bearer token, Prometheus and VictoriaLogs over TLS with basic "
+        "auth, secrets in <state-dir>/secrets (docs/reliability.md); the same settings as docker-compose.yml",
+    )
+    parser.add_argument(
+        "--mtls", action="store_true", help="with --secure (implied): ranks must also present a client certificate"
+    )
+    parser.add_argument(
         "--cluster",
         action="store_true",
         help="the cluster profile: VictoriaLogs as two storage nodes behind the VictoriaLogs port (docs/scale.md), "
-        "and two Thanos receivers and a Thanos querier instead of Prometheus (docs/scale.md); with "
+        "and two Thanos receivers, a Thanos querier and Thanos Ruler instead of Prometheus (docs/scale.md); with "
         "'install', also build Thanos (minutes)",
     )
 
@@ -66,6 +94,11 @@ def _config_from(args: argparse.Namespace) -> StackConfig:
         ready_timeout_s=args.timeout or 60.0,
         victorialogs_cluster=args.cluster,
         tsdb_cluster=args.cluster,
+        secure=args.secure or args.mtls,
+        mtls=args.mtls,
+        alert_webhook_url=args.alert_webhook,
+        grafana_url=args.grafana_url or "http://127.0.0.1:3000",
+        runbook_url=args.runbook_url,
     )
 
 
@@ -102,8 +135,19 @@ def _stack_up(args: argparse.Namespace) -> int:
     print(f"OTLP HTTP     {stack.otlp_http_endpoint}")
     print(f"{'Thanos query' if stack.config.tsdb_cluster else 'Prometheus':<13} {stack.prometheus_url}")
     print(f"VictoriaLogs  {stack.victorialogs_url}")
+    print(f"Alertmanager  {stack.alertmanager_url}")
+    print(f"Jaeger        {stack.jaeger_url}")
     print(f"state         {stack.state_dir}")
     print(f"export OTEL_EXPORTER_OTLP_ENDPOINT={stack.otlp_grpc_endpoint}")
+    if stack.config.secure:
+        secrets = stack.config.secrets()
+        print(f"export OTEL_EXPORTER_OTLP_CERTIFICATE={secrets.ca}")
+        print(f'export OTEL_EXPORTER_OTLP_HEADERS="authorization=Bearer%20$(cat {secrets.otlp_token})"')
+        if stack.config.mtls:
+            print(f"export OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE={secrets.client_cert}")
+            print(f"export OTEL_EXPORTER_OTLP_CLIENT_KEY={secrets.client_key}")
+        user = secrets.basic_auth("prometheus")[0]
+        print(f"# Prometheus, VictoriaLogs, Alertmanager and Jaeger: user {user}, passwords in {secrets.folder}")
     return 0
 
 
@@ -129,22 +173,46 @@ def _stack_status(args: argparse.Namespace) -> int:
     return 0 if all(status.healthy for status in statuses.values()) else 1
 
 
+COMPOSE_HOSTS = ("collector", "prometheus", "victorialogs", "alertmanager", "jaeger", "localhost", "127.0.0.1")
+"""The names the compose services reach each other by, in the server certificate of ``otel-rl stack secrets``."""
+
+
+def _stack_secrets(args: argparse.Namespace) -> int:
+    """``otel-rl stack secrets``: the secure profile's secret files for docker-compose.yml, readable by the
+    containers' users (the folder itself is private); prints the folder, never a secret."""
+    secrets = ensure_secrets(args.out, hosts=(*COMPOSE_HOSTS, *args.name), readable_by_containers=True)
+    print(f"secrets in {secrets.folder.resolve()} (user {secrets.basic_auth('prometheus')[0]}; CA {secrets.ca})")
+    return 0
+
+
 _STACK_ACTIONS: dict[str, tuple[_Action, str]] = {
     "install": (
         _stack_install,
-        "install the collector, VictoriaLogs and Prometheus (and Thanos with --cluster) if missing",
+        "install the collector, VictoriaLogs, Prometheus and Alertmanager (and Thanos with --cluster) if missing",
     ),
     "up": (_stack_up, "install what is missing, start the stack and wait until it is healthy"),
     "down": (_stack_down, "stop the stack (SIGTERM, then SIGKILL)"),
     "status": (_stack_status, "print each component's pid, state and health"),
+    "secrets": (
+        _stack_secrets,
+        "make the secure profile's certificates, token and passwords in --out (docker-compose.yml reads ./secrets)",
+    ),
 }
 
 
 def add_stack_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``otel-rl stack ...``: one action subparser each, with the ``stack`` options and a ``handler``."""
-    stack = subparsers.add_parser("stack", help="install and run the local collector, Prometheus and VictoriaLogs")
+    stack = subparsers.add_parser(
+        "stack", help="install and run the local collector, Prometheus, Alertmanager and VictoriaLogs"
+    )
     actions = stack.add_subparsers(dest="action", metavar="ACTION", required=True)
     for action, (handler, help_text) in _STACK_ACTIONS.items():
         parser = actions.add_parser(action, help=help_text, description=help_text)
         _add_stack_options(parser)
         parser.set_defaults(handler=handler)
+        if action == "secrets":
+            parser.add_argument("--out", type=Path, default=Path("secrets"), help="the folder (default: ./secrets)")
+            parser.add_argument(
+                "--name", action="append", default=[], metavar="HOST",
+                help="another name or address the server certificate must carry (the host ranks reach), repeatable",
+            )  # fmt: skip

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from otel_rl.stack import layout
+from otel_rl.stack.secrets import StackSecrets, ensure_secrets
 from otel_rl.stack.env import COLLECTOR_ENV_NAMES, otel_rl_home
 
 
@@ -86,6 +87,24 @@ class StackPorts:
     <otel_rl.stack.services.Stack.prometheus_url>` names in the TSDB cluster profile."""
     thanos_query_grpc: int = 10903
     """Thanos querier's own gRPC (Store API); nothing of the stack uses it, but it listens."""
+    thanos_rule_http: int = 10906
+    """Thanos Ruler's HTTP (``/-/ready``, its own ``/api/v1/alerts`` and ``/api/v1/rules``; TSDB cluster profile
+    only)."""
+    thanos_rule_grpc: int = 10905
+    """Thanos Ruler's gRPC (Store API): the querier reads the series the ruler records (recording rules,
+    ``ALERTS``) from it."""
+    alertmanager: int = 9093
+    """Alertmanager's web API (``/api/v2/alerts``, ``/api/v2/silences``), to which Prometheus (or Thanos Ruler)
+    sends alerts. Its cluster (gossip) port is off: one Alertmanager, no peers."""
+    jaeger_otlp: int = 4319
+    """Jaeger's OTLP/HTTP receiver, where the collector sends every span."""
+    jaeger_query: int = 16686
+    """Jaeger's query API over HTTP (``/api/v3/traces/<id>``, ``/api/traces``) and its web UI (a placeholder page:
+    the Go module holds no built UI)."""
+    jaeger_query_grpc: int = 16685
+    """Jaeger's query API over gRPC; nothing of the stack uses it, but it listens."""
+    jaeger_health: int = 13134
+    """Jaeger's health check (``GET /status``)."""
 
     def __post_init__(self) -> None:
         seen: dict[int, str] = {}
@@ -134,6 +153,8 @@ class StackConfig:
     profile)."""
     victorialogs_retention: str = "7d"
     """VictoriaLogs ``-retentionPeriod``."""
+    jaeger_retention: str = "168h"
+    """How long Jaeger keeps spans (a Go duration: ``ttl.spans`` of its Badger storage)."""
     victorialogs_flags: tuple[str, ...] = (
         "-memory.allowedPercent=25",
         "-insert.maxLineSizeBytes=256KiB",
@@ -156,8 +177,31 @@ class StackConfig:
     between them, each has its own data folder), and a Thanos querier over both. The collector remote-writes to
     the first receiver, which forwards each series to its owner; :attr:`Stack.prometheus_url
     <otel_rl.stack.services.Stack.prometheus_url>` is the querier's Prometheus query API. Prometheus does not run:
-    recording rules and alerts would need Thanos Ruler (not part of the stack), and the collector's own metrics are
-    not scraped. Needs the Thanos binary (``otel-rl stack install --cluster``). See docs/scale.md."""
+    Thanos Ruler (``thanos-rule``) evaluates the rules against the querier and sends to the same Alertmanager, and
+    the collector's own metrics are not scraped. Needs the Thanos binary (``otel-rl stack install --cluster``). See docs/scale.md."""
+    alert_webhook_url: str | None = None
+    """Where Alertmanager also delivers every notification (its JSON, firing and resolved), e.g.
+    ``"http://127.0.0.1:8080/alerts"``: added as a webhook to each receiver of ``alertmanager/alertmanager.yml``.
+    ``None``: the shipped receivers only, which deliver nowhere until given integrations (docs/dashboards.md); the
+    alerts are still in Alertmanager (``otel-rl alerts``)."""
+    grafana_url: str = "http://127.0.0.1:3000"
+    """Base URL of the Grafana that shows the "RL run" dashboard: every alert's ``dashboard_url`` annotation links
+    below it (``/d/otel-rl-run/rl-run?var-run=<run>``). Rendered as the external label ``otel_rl_grafana_url``
+    (Prometheus, Thanos Ruler)."""
+    runbook_url: str | None = None
+    """URL of ``docs/runbooks.md`` (where you publish the docs): every alert's ``runbook_url`` annotation is it plus
+    ``#<alert name, lower case>``. ``None``: the file in the repository checkout (``file://...``). Rendered as the
+    external label ``otel_rl_runbook_url``."""
+    rule_files: tuple[Path, ...] = ()
+    """The rule files Prometheus (or Thanos Ruler) evaluates; empty: every ``*.yml`` of ``prometheus/rules/``."""
+    secure: bool = False
+    """The secure profile (docs/reliability.md, "Security"): OTLP only over TLS with the bearer token, Prometheus
+    and VictoriaLogs only over TLS with basic auth (Prometheus's lifecycle API off), the collector authenticating to
+    both, its health and own metrics on 127.0.0.1 only. The secrets are files made once in ``<state_dir>/secrets``
+    (:meth:`secrets`). The same settings as docker-compose.yml. Not with the cluster profiles."""
+    mtls: bool = False
+    """With :attr:`secure`: the collector also requires a client certificate signed by the stack's CA (mutual TLS;
+    ``client.pem`` and ``client.key`` of :meth:`secrets`)."""
     ready_timeout_s: float = 60.0
     """Seconds to wait for each component to report healthy after starting it."""
     stop_timeout_s: float = 10.0
@@ -184,7 +228,30 @@ class StackConfig:
             raise ValueError(
                 f'"victorialogs_flags" must be a tuple of "-flag=value" strings, got {self.victorialogs_flags!r}'
             )
-        for name in ("prometheus_retention", "victorialogs_retention"):
+        for name, schemes in (
+            ("alert_webhook_url", ("http://", "https://")),
+            ("grafana_url", ("http://", "https://")),
+            ("runbook_url", ("http://", "https://", "file://")),
+        ):
+            value = getattr(self, name)
+            if (value is not None or name == "grafana_url") and not (
+                isinstance(value, str) and value.startswith(schemes)
+            ):
+                raise ValueError(f'"{name}" must be a URL starting with one of {schemes!r}, got {value!r}')
+        for name in ("secure", "mtls"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f'"{name}" must be a bool, got {getattr(self, name)!r}')
+        if self.mtls and not self.secure:
+            raise ValueError(
+                f'"mtls" needs "secure" (mutual TLS is part of the secure profile), got secure={self.secure!r}'
+            )
+        if self.secure and (self.victorialogs_cluster or self.tsdb_cluster):
+            raise ValueError(
+                '"secure" is the single-node profile: it cannot be combined with "victorialogs_cluster" or '
+                f'"tsdb_cluster", got victorialogs_cluster={self.victorialogs_cluster!r} '
+                f"tsdb_cluster={self.tsdb_cluster!r}"
+            )
+        for name in ("prometheus_retention", "victorialogs_retention", "jaeger_retention"):
             if not getattr(self, name):
                 raise ValueError(f'"{name}" must be a non-empty duration such as "7d", got {getattr(self, name)!r}')
 
@@ -197,18 +264,41 @@ class StackConfig:
         state = layout.default_state_dir(self.home) if self.state_dir is None else self.state_dir
         return state.expanduser().resolve()
 
+    def resolved_rule_files(self) -> tuple[Path, ...]:
+        """Return :attr:`rule_files`, or every ``*.yml`` of the repository's ``prometheus/rules/``; absolute."""
+        files = self.rule_files or tuple(sorted(layout.prometheus_rules_dir(self.resolved_root()).glob("*.yml")))
+        return tuple(path.expanduser().resolve() for path in files)
+
+    def external_labels(self) -> dict[str, str]:
+        """Return the external labels of the stack's rule evaluator (Prometheus, Thanos Ruler): the links every alert
+        annotation builds on (:attr:`grafana_url`, :attr:`runbook_url`)."""
+        runbook = self.runbook_url or (self.resolved_root() / "docs" / "runbooks.md").resolve().as_uri()
+        return {"otel_rl_grafana_url": self.grafana_url.rstrip("/"), "otel_rl_runbook_url": runbook}
+
+    def secrets(self) -> StackSecrets:
+        """Return the secure profile's secrets (``<state_dir>/secrets``), made first if missing; the server
+        certificate names 127.0.0.1, localhost and :attr:`host`."""
+        hosts = ("127.0.0.1", "localhost", self.host)
+        return ensure_secrets(self.resolved_state_dir() / "secrets", hosts=tuple(h for h in hosts if h != "0.0.0.0"))
+
     def resolved_collector_configs(self) -> tuple[Path, ...]:
-        """Return :attr:`collector_configs`, or the repository's default collector configuration; absolute."""
+        """Return :attr:`collector_configs`, or the repository's default collector configuration; absolute. The
+        secure profile adds ``collector_config/secure.yaml`` last (unless it is there already)."""
         configs = self.collector_configs or layout.collector_configs(self.resolved_root())
+        secure_overlay = self.resolved_root() / "collector_config" / "secure.yaml"
+        if self.secure and secure_overlay.resolve() not in {path.expanduser().resolve() for path in configs}:
+            configs = (*configs, secure_overlay)
         return tuple(path.expanduser().resolve() for path in configs)
 
 
-def render_prometheus_config(template: Path, *, ports: StackPorts, host: str, rules_dir: Path) -> str:
-    """Return the Prometheus configuration of one stack, rendered from the repository's ``template``.
+def render_prometheus_config(template: Path, config: StackConfig) -> str:
+    """Return the Prometheus configuration of the stack configured by ``config``, rendered from the repository's
+    ``template``.
 
-    Relative ``rule_files`` entries are resolved against the template's folder; when the template has none, every
-    ``*.yml`` in ``rules_dir`` is loaded. The ``prometheus`` and ``otelcol`` scrape jobs are pointed at this stack's
-    Prometheus and collector-metrics ports.
+    ``rule_files`` become the stack's (:meth:`StackConfig.resolved_rule_files`); the ``prometheus`` and ``otelcol``
+    scrape jobs are pointed at this stack's Prometheus and collector-metrics ports, the ``alerting`` section's
+    Alertmanagers at its Alertmanager; the external labels get the links the alert annotations build on
+    (:meth:`StackConfig.external_labels`), on top of the template's.
 
     Raises:
         ValueError: when the template is not a YAML mapping.
@@ -216,12 +306,39 @@ def render_prometheus_config(template: Path, *, ports: StackPorts, host: str, ru
     data: Any = yaml.safe_load(template.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"Prometheus config template {str(template)!r} must be a YAML mapping, got {data!r}")
-    rule_files = data.get("rule_files") or [str(rules_dir / "*.yml")]
-    data["rule_files"] = [str((template.parent / str(entry)).resolve()) for entry in rule_files]
+    ports, host = config.ports, config.host
+    data["rule_files"] = [str(path) for path in config.resolved_rule_files()]
     targets = {"prometheus": ports.prometheus, "otelcol": ports.collector_metrics}
     for job in data.get("scrape_configs") or ():
         port = targets.get(job.get("job_name"))
         if port is not None:
             job["static_configs"] = [{"targets": [f"{host}:{port}"]}]
+    global_section = data.setdefault("global", {})
+    global_section["external_labels"] = {**(global_section.get("external_labels") or {}), **config.external_labels()}
+    for alertmanager in (data.get("alerting") or {}).get("alertmanagers") or ():
+        alertmanager["static_configs"] = [{"targets": [f"{host}:{ports.alertmanager}"]}]
+    body: str = yaml.safe_dump(data, sort_keys=False)
+    return f"# Rendered by otel_rl.stack from {template}; do not edit.\n{body}"
+
+
+def render_alertmanager_config(template: Path, config: StackConfig) -> str:
+    """Return the Alertmanager configuration of the stack configured by ``config``, rendered from the repository's
+    ``template`` (``alertmanager/alertmanager.yml``).
+
+    ``templates`` entries become absolute paths (relative ones are taken from the template's folder); with
+    :attr:`StackConfig.alert_webhook_url`, every receiver also gets a webhook to it (``send_resolved``, so resolved
+    notifications come too). Routes, grouping and inhibitions stay as shipped.
+
+    Raises:
+        ValueError: when the template is not a YAML mapping.
+    """
+    data: Any = yaml.safe_load(template.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"Alertmanager config template {str(template)!r} must be a YAML mapping, got {data!r}")
+    data["templates"] = [str((template.parent / str(entry)).resolve()) for entry in data.get("templates") or ()]
+    if config.alert_webhook_url is not None:
+        for receiver in data.get("receivers") or ():
+            webhook = {"url": config.alert_webhook_url, "send_resolved": True}
+            receiver["webhook_configs"] = [*(receiver.get("webhook_configs") or ()), webhook]
     body: str = yaml.safe_dump(data, sort_keys=False)
     return f"# Rendered by otel_rl.stack from {template}; do not edit.\n{body}"

@@ -6,6 +6,7 @@ Two directions:
 * Exported by :class:`~otel_rl.stack.services.Stack` to the collector process, whose configuration files in
   ``collector_config/`` read them with ``${env:NAME}``: the ``COLLECTOR_*`` names below. They are the contract
   between the Python side and the collector configuration; changing one means changing both.
+* Exported to the Jaeger process, whose ``jaeger/*.yaml`` read them the same way: the ``JAEGER_*`` names.
 """
 
 from __future__ import annotations
@@ -43,10 +44,38 @@ COLLECTOR_VICTORIALOGS_URL: Final = "OTEL_RL_VICTORIALOGS_URL"
 """Base URL of VictoriaLogs without a trailing slash (e.g. ``"http://127.0.0.1:9428"``); OTLP/HTTP logs go to
 ``${env:OTEL_RL_VICTORIALOGS_URL}/insert/opentelemetry/v1/logs``."""
 
+COLLECTOR_JAEGER_URL: Final = "OTEL_RL_JAEGER_URL"
+"""Base URL of Jaeger's OTLP/HTTP receiver without a trailing slash (e.g. ``"http://127.0.0.1:4319"``); the collector's
+``otlp_http/jaeger`` exporter sends every span to ``${env:OTEL_RL_JAEGER_URL}/v1/traces``."""
+
 COLLECTOR_QUEUE_DIR: Final = "OTEL_RL_QUEUE_DIR"
 """Folder of the gateway's persistent sending queue (``collector_config/gateway.yaml``, ``file_storage/queue``);
 each gateway keeps its queue file in the sub-folder named by its gRPC listen address. The stack puts it under
 ``<state_dir>/data/collector/queue``; ``collector.yaml`` alone does not read it."""
+
+COLLECTOR_TLS_CERT_FILE: Final = "OTEL_RL_TLS_CERT_FILE"
+"""Secure profile (``collector_config/secure.yaml``): the OTLP receivers' server certificate (PEM, chain)."""
+
+COLLECTOR_TLS_KEY_FILE: Final = "OTEL_RL_TLS_KEY_FILE"
+"""Secure profile: the server certificate's private key."""
+
+COLLECTOR_BEARER_TOKEN_FILE: Final = "OTEL_RL_BEARER_TOKEN_FILE"
+"""Secure profile: the file holding the token ranks must send (``authorization: Bearer <token>``)."""
+
+COLLECTOR_TLS_CLIENT_CA_FILE: Final = "OTEL_RL_TLS_CLIENT_CA_FILE"
+"""Secure profile: the CA client certificates must be signed by (mutual TLS), or empty for none."""
+
+COLLECTOR_TLS_CA_FILE: Final = "OTEL_RL_TLS_CA_FILE"
+"""Secure profile: the CA the collector trusts for Prometheus's and VictoriaLogs's certificates."""
+
+COLLECTOR_PROMETHEUS_AUTHORIZATION_FILE: Final = "OTEL_RL_PROMETHEUS_AUTHORIZATION_FILE"
+"""Secure profile: the file holding remote write's ``Authorization`` header value (``Basic ...``)."""
+
+COLLECTOR_VICTORIALOGS_AUTHORIZATION_FILE: Final = "OTEL_RL_VICTORIALOGS_AUTHORIZATION_FILE"
+"""Secure profile: the file holding the log exporter's ``Authorization`` header value."""
+
+COLLECTOR_JAEGER_AUTHORIZATION_FILE: Final = "OTEL_RL_JAEGER_AUTHORIZATION_FILE"
+"""Secure profile: the file holding the trace exporter's ``Authorization`` header value (Jaeger's basic auth)."""
 
 COLLECTOR_ENV_NAMES: Final = (
     COLLECTOR_OTLP_GRPC_ENDPOINT,
@@ -56,11 +85,56 @@ COLLECTOR_ENV_NAMES: Final = (
     COLLECTOR_METRICS_PORT,
     COLLECTOR_REMOTE_WRITE_URL,
     COLLECTOR_VICTORIALOGS_URL,
+    COLLECTOR_JAEGER_URL,
     COLLECTOR_QUEUE_DIR,
+    COLLECTOR_TLS_CERT_FILE,
+    COLLECTOR_TLS_KEY_FILE,
+    COLLECTOR_BEARER_TOKEN_FILE,
+    COLLECTOR_TLS_CLIENT_CA_FILE,
+    COLLECTOR_TLS_CA_FILE,
+    COLLECTOR_PROMETHEUS_AUTHORIZATION_FILE,
+    COLLECTOR_VICTORIALOGS_AUTHORIZATION_FILE,
+    COLLECTOR_JAEGER_AUTHORIZATION_FILE,
 )
-"""Every variable the stack sets for the collector process (``collector_config/collector.yaml`` reads them as
+"""Every variable the stack sets for the collector process (the secure profile's only with ``secure=True``) (``collector_config/collector.yaml`` reads them as
 ``${env:NAME:-default}``; its other knobs, such as ``OTEL_RL_AGGREGATION_INTERVAL``, can be passed through
 ``StackConfig.collector_environment``)."""
+
+
+JAEGER_OTLP_ENDPOINT: Final = "OTEL_RL_JAEGER_OTLP_ENDPOINT"
+"""``host:port`` of Jaeger's OTLP/HTTP receiver (``jaeger/jaeger.yaml``), where the collector sends spans."""
+
+JAEGER_QUERY_ENDPOINT: Final = "OTEL_RL_JAEGER_QUERY_ENDPOINT"
+"""``host:port`` of Jaeger's query API over HTTP (``/api/v3/traces/<id>``, ``/api/traces``; its web UI)."""
+
+JAEGER_QUERY_GRPC_ENDPOINT: Final = "OTEL_RL_JAEGER_QUERY_GRPC_ENDPOINT"
+"""``host:port`` of Jaeger's query API over gRPC (api_v2, api_v3)."""
+
+JAEGER_HEALTH_ENDPOINT: Final = "OTEL_RL_JAEGER_HEALTH_ENDPOINT"
+"""``host:port`` of Jaeger's ``healthcheckv2`` extension; ``GET /status`` answers 200 when ready."""
+
+JAEGER_DATA_DIR: Final = "OTEL_RL_JAEGER_DATA_DIR"
+"""Folder of Jaeger's Badger storage (``keys/`` and ``values/`` below it)."""
+
+JAEGER_RETENTION: Final = "OTEL_RL_JAEGER_RETENTION"
+"""How long Jaeger keeps spans, a Go duration (``168h``)."""
+
+JAEGER_HTPASSWD_FILE: Final = "OTEL_RL_JAEGER_HTPASSWD_FILE"
+"""Secure profile (``jaeger/secure.yaml``): the htpasswd file (bcrypt) of Jaeger's basic auth."""
+
+JAEGER_ENV_NAMES: Final = (
+    JAEGER_OTLP_ENDPOINT,
+    JAEGER_QUERY_ENDPOINT,
+    JAEGER_QUERY_GRPC_ENDPOINT,
+    JAEGER_HEALTH_ENDPOINT,
+    JAEGER_DATA_DIR,
+    JAEGER_RETENTION,
+    JAEGER_HTPASSWD_FILE,
+    COLLECTOR_TLS_CERT_FILE,
+    COLLECTOR_TLS_KEY_FILE,
+)
+"""Every variable the stack sets for the Jaeger process (the last three only with ``secure=True``: the server
+certificate is the collector's); ``jaeger/*.yaml`` read them as ``${env:NAME}``."""
 
 
 def otel_rl_home(environ: Mapping[str, str] | None = None) -> Path:

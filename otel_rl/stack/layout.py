@@ -34,6 +34,13 @@ def collector_configs(root: Path) -> tuple[Path, ...]:
     return (root / "collector_config" / "collector.yaml",)
 
 
+def jaeger_configs(root: Path, *, secure: bool) -> tuple[Path, ...]:
+    """Return Jaeger's ``--config`` files in merge order: ``jaeger/jaeger.yaml``, then in the secure profile
+    ``jaeger/secure.yaml`` (TLS and basic auth)."""
+    folder = root / "jaeger"
+    return (folder / "jaeger.yaml", folder / "secure.yaml") if secure else (folder / "jaeger.yaml",)
+
+
 def prometheus_config(root: Path) -> Path:
     """Return the Prometheus configuration template (rendered per stack by ``services``)."""
     return root / "prometheus" / "prometheus.yml"
@@ -42,6 +49,11 @@ def prometheus_config(root: Path) -> Path:
 def prometheus_rules_dir(root: Path) -> Path:
     """Return the folder whose ``*.yml`` files are Prometheus rule files."""
     return root / "prometheus" / "rules"
+
+
+def alertmanager_config(root: Path) -> Path:
+    """Return the Alertmanager configuration template (rendered per stack by ``components``)."""
+    return root / "alertmanager" / "alertmanager.yml"
 
 
 def bin_dir(home: Path) -> Path:

@@ -1,4 +1,5 @@
-"""Run the local stack: the OpenTelemetry Collector, Prometheus and VictoriaLogs as background processes.
+"""Run the local stack: the OpenTelemetry Collector, Prometheus, Alertmanager, VictoriaLogs and Jaeger as background
+processes.
 
 A :class:`Stack` keeps everything in its state directory::
 
@@ -6,17 +7,21 @@ A :class:`Stack` keeps everything in its state directory::
     <state_dir>/run/<name>.pid      pid and start time of each component
     <state_dir>/logs/<name>.log     stdout and stderr of each component (appended)
     <state_dir>/prometheus.yml      Prometheus config rendered from ``prometheus/prometheus.yml``
+    <state_dir>/alertmanager.yml    Alertmanager config rendered from ``alertmanager/alertmanager.yml``
     <state_dir>/thanos-*.{json,yml} the Thanos hashring and querier endpoints (TSDB cluster profile)
-    <state_dir>/data/<name>/        Prometheus TSDB, Thanos receiver TSDBs and VictoriaLogs storage
+    <state_dir>/data/<name>/        Prometheus TSDB, Thanos receiver and ruler TSDBs, VictoriaLogs storage,
+                                    Alertmanager's silences and notification log, Jaeger's Badger storage
 
-so that another process (the CLI) can report on it and stop it. Start order is VictoriaLogs, Prometheus (in the
-TSDB cluster profile: the Thanos receivers and querier), then the collector (which writes to both); stop order is
-the reverse, so the collector can flush on SIGTERM. What differs between the components (ports, health endpoint,
-command line) is in their specs, :data:`components.SPECS`.
+so that another process (the CLI) can report on it and stop it. Start order is Alertmanager, VictoriaLogs, Jaeger,
+Prometheus (in the TSDB cluster profile: the Thanos receivers, querier and ruler), then the collector (which writes
+to both); stop order is the reverse, so the collector can flush on SIGTERM and the last alerts reach Alertmanager.
+What differs between the components (ports, health endpoint, command line) is in their specs,
+:data:`components.SPECS`.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import json
@@ -24,6 +29,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -89,10 +95,17 @@ def _check_name(name: str) -> ComponentName:
     raise ValueError(f'"name" must be one of {ALL_COMPONENTS!r}, got {name!r}')
 
 
-def _http_ok(url: str, *, timeout_s: float = 1.0) -> tuple[bool, str]:
-    """GET ``url``; return ``(True, "")`` on HTTP 200, else ``(False, reason)``."""
+def _http_ok(
+    url: str, *, timeout_s: float = 1.0, ca: Path | None = None, basic_auth: tuple[str, str] | None = None
+) -> tuple[bool, str]:
+    """GET ``url`` (trusting ``ca`` for https, sending ``basic_auth``); return ``(True, "")`` on HTTP 200, else
+    ``(False, reason)``."""
+    request = urllib.request.Request(url)
+    if basic_auth is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(basic_auth).encode()).decode())
+    context = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - local http URL we built
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:  # noqa: S310 - our URL
             return response.status == 200, f"HTTP {response.status}"
     except urllib.error.HTTPError as error:
         return False, f"HTTP {error.code}"
@@ -108,7 +121,7 @@ def _port_in_use(host: str, port: int) -> bool:
 
 
 class Stack:
-    """One local stack: start, check, signal and stop its three components.
+    """One local stack: start, check, signal and stop its components.
 
     Usable as a context manager: ``with Stack(config) as stack:`` runs :meth:`up` and, on exit, :meth:`down`.
     Binaries are installed (or found) on first need by :func:`otel_rl.stack.install.install_all`, unless given.
@@ -130,9 +143,9 @@ class Stack:
 
     @property
     def component_names(self) -> tuple[ComponentName, ...]:
-        """The components this stack runs, in start order: :data:`COMPONENTS`, preceded by the two storage nodes
-        in the VictoriaLogs cluster profile, with two Thanos receivers and a querier instead of Prometheus in the
-        TSDB cluster profile."""
+        """The components this stack runs, in start order: :data:`COMPONENTS`, with the two storage nodes before
+        VictoriaLogs in the VictoriaLogs cluster profile, and two Thanos receivers, a querier and a ruler instead of
+        Prometheus in the TSDB cluster profile."""
         return active_components(self.config)
 
     @classmethod
@@ -161,12 +174,12 @@ class Stack:
     @property
     def otlp_grpc_endpoint(self) -> str:
         """OTLP/gRPC endpoint for ``OTLPMetricExporter(endpoint=..., insecure=True)``: ``http://host:port``."""
-        return components.base_url(self.config, self.config.ports.otlp_grpc)
+        return components.api_url(self.config, self.config.ports.otlp_grpc)
 
     @property
     def otlp_http_endpoint(self) -> str:
         """OTLP/HTTP base URL (``OTEL_EXPORTER_OTLP_ENDPOINT`` form); signal paths are ``/v1/metrics``, ``/v1/logs``."""
-        return components.base_url(self.config, self.config.ports.otlp_http)
+        return components.api_url(self.config, self.config.ports.otlp_http)
 
     @property
     def prometheus_url(self) -> str:
@@ -175,9 +188,19 @@ class Stack:
         return components.query_url(self.config)
 
     @property
+    def alertmanager_url(self) -> str:
+        """Base URL of Alertmanager (API under ``/api/v2/``), e.g. ``http://127.0.0.1:9093``."""
+        return components.alertmanager_url(self.config)
+
+    @property
+    def jaeger_url(self) -> str:
+        """Base URL of Jaeger's query API, e.g. ``http://127.0.0.1:16686`` (``/api/v3/traces/<trace id>``)."""
+        return components.jaeger_url(self.config)
+
+    @property
     def victorialogs_url(self) -> str:
         """VictoriaLogs base URL, e.g. ``http://127.0.0.1:9428`` (LogsQL under ``/select/logsql/query``)."""
-        return components.base_url(self.config, self.config.ports.victorialogs)
+        return components.api_url(self.config, self.config.ports.victorialogs)
 
     @property
     def collector_health_url(self) -> str:
@@ -310,7 +333,7 @@ class Stack:
         """Return whether component ``name`` runs and its health endpoint answers 200."""
         if self._processes[_check_name(name)].state() != "running":
             return False
-        return _http_ok(self.health_url(name))[0]
+        return self._health(name)[0]
 
     def status(self) -> dict[ComponentName, ComponentStatus]:
         """Return the status of every component this stack runs (:attr:`component_names`), in start order."""
@@ -345,7 +368,7 @@ class Stack:
                 status = process.exit_status()
                 how = "is not running" if status is None else f"exited with status {status!r}"
                 raise StackError(self._failure(name, f"{name} {how} before becoming healthy at {url}"))
-            healthy, reason = _http_ok(url)
+            healthy, reason = self._health(name)
             if healthy:
                 return
             if time.monotonic() >= deadline:
@@ -355,6 +378,14 @@ class Stack:
             time.sleep(0.2)
 
     # Internals ---------------------------------------------------------------------------------------------------
+
+    def _health(self, name: ComponentName) -> tuple[bool, str]:
+        """Ask component ``name``'s health endpoint, over TLS with its basic auth where the secure profile puts it."""
+        if self.config.secure and SPECS[name].secured == "tls":
+            secrets = self.config.secrets()
+            user_password = secrets.basic_auth(name if name in ("prometheus", "alertmanager") else "victorialogs")
+            return _http_ok(self.health_url(name), ca=secrets.ca, basic_auth=user_password)
+        return _http_ok(self.health_url(name))
 
     def _failure(self, name: ComponentName, message: str) -> str:
         """Return ``message`` followed by the tail of ``name``'s log."""

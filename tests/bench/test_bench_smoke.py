@@ -11,6 +11,8 @@ import pytest
 
 from bench.__main__ import main
 
+pytestmark = pytest.mark.stack  # the collector-scale and capacity sections run private stacks
+
 
 def _positive_finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
@@ -57,6 +59,14 @@ def test_training_thread_reports_every_mode(results: dict[str, Any]) -> None:
         assert mode["steps"] > 0 and _positive_finite(mode["median_ns"]) and _positive_finite(mode["p99_ns"])
         assert all(_positive_finite(kb) for block in mode["rss_kb_start_max_end"] for kb in block)
     assert all(_positive_finite(value) for value in thread["ratios"].values())
+
+
+def test_phase_spans_report_both_arms(results: dict[str, Any]) -> None:
+    """The traced and untraced arms each report median and p99; the ratio and per-step cost are numbers."""
+    phases = results["phases"]
+    assert set(phases["arms"]) == {"traced", "untraced"}
+    assert all(_positive_finite(arm["median_ns"]) and _positive_finite(arm["p99_ns"]) for arm in phases["arms"].values())
+    assert _positive_finite(phases["traced_vs_untraced_median"]) and math.isfinite(phases["span_cost_per_step_us"])
 
 
 def test_memory_is_sampled_with_a_finite_slope(results: dict[str, Any]) -> None:

@@ -1,5 +1,5 @@
 """The cluster profiles' configuration and command lines (no processes started): VictoriaLogs storage nodes, and
-Thanos receivers and querier instead of Prometheus."""
+Thanos receivers, querier and ruler instead of Prometheus."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from otel_rl.stack.services import Stack
 
 BINARIES = Binaries(
     collector=Path("/bin/otelcol-rl"), victorialogs=Path("/bin/victoria-logs"), prometheus=Path("/bin/prometheus"),
-    promtool=Path("/bin/promtool"),
+    promtool=Path("/bin/promtool"), alertmanager=Path("/bin/alertmanager"), amtool=Path("/bin/amtool"),
+    jaeger=Path("/bin/jaeger"),
 )  # fmt: skip
 
 
@@ -46,7 +47,7 @@ def test_cluster_profile_routes_the_front_to_two_storage_nodes(tmp_path: Path) -
     becomes a front with -storageNode naming both and no data folder of its own."""
     ports = StackPorts.free()
     config = StackConfig(ports=ports, state_dir=tmp_path, victorialogs_cluster=True)
-    assert active_components(config) == ("vlstorage-0", "vlstorage-1", *COMPONENTS)
+    assert active_components(config) == ("alertmanager", "vlstorage-0", "vlstorage-1", *COMPONENTS[1:])
     front = SPECS["victorialogs"].command(config, BINARIES, tmp_path).argv
     assert f"-storageNode=127.0.0.1:{ports.vlstorage_0},127.0.0.1:{ports.vlstorage_1}" in front
     assert not any(arg.startswith(("-storageDataPath", "-retentionPeriod")) for arg in front)
@@ -56,16 +57,16 @@ def test_cluster_profile_routes_the_front_to_two_storage_nodes(tmp_path: Path) -
         assert f"-httpListenAddr=127.0.0.1:{port}" in argv and "-inmemoryDataFlushInterval=1s" in argv
 
 
-TSDB_COMPONENTS = ("thanos-receive-0", "thanos-receive-1", "thanos-query")
+TSDB_COMPONENTS = ("thanos-receive-0", "thanos-receive-1", "thanos-query", "thanos-rule")
 
 
 def test_tsdb_cluster_profile_replaces_prometheus_by_thanos(tmp_path: Path) -> None:
     """With tsdb_cluster, two receivers (own TSDB folder and ports, one hashring of both gRPC endpoints, replication
-    factor 1) and a querier over both (strict endpoints, no partial responses) run instead of Prometheus; the
+    factor 1), a querier over both (strict endpoints, no partial responses) and the ruler run instead of Prometheus; the
     collector remote-writes to the first receiver's /api/v1/receive and the stack's query URL is the querier."""
     ports = StackPorts.free()
     config = StackConfig(ports=ports, state_dir=tmp_path, tsdb_cluster=True)
-    assert active_components(config) == ("victorialogs", *TSDB_COMPONENTS, "collector")
+    assert active_components(config) == ("alertmanager", "victorialogs", "jaeger", *TSDB_COMPONENTS, "collector")
     grpc = [f"127.0.0.1:{ports.thanos_receive_0_grpc}", f"127.0.0.1:{ports.thanos_receive_1_grpc}"]
     for index, (write, http) in enumerate(
         [(ports.thanos_receive_0_write, ports.thanos_receive_0_http), (ports.thanos_receive_1_write, ports.thanos_receive_1_http)]
@@ -83,7 +84,8 @@ def test_tsdb_cluster_profile_replaces_prometheus_by_thanos(tmp_path: Path) -> N
     query = SPECS["thanos-query"].command(config, THANOS, tmp_path)
     assert f"--http-address=127.0.0.1:{ports.thanos_query}" in query.argv and "--no-query.partial-response" in query.argv
     endpoints = yaml.safe_load(query.inputs[0].read_text())["endpoints"]
-    assert endpoints == [{"address": address, "strict": True} for address in grpc]
+    ruler = {"address": f"127.0.0.1:{ports.thanos_rule_grpc}"}  # not strict: it starts after the querier
+    assert endpoints == [*({"address": address, "strict": True} for address in grpc), ruler]
     assert collector_environment(config)["OTEL_RL_REMOTE_WRITE_URL"] == (
         f"http://127.0.0.1:{ports.thanos_receive_0_write}/api/v1/receive"
     )
@@ -108,16 +110,17 @@ def test_cli_status_with_cluster_lists_both_profiles(tmp_path: Path, capsys: pyt
     assert main(["stack", "status", "--cluster", "--state-dir", str(tmp_path), *ports]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines[1:-1]] == [
-        "vlstorage-0", "vlstorage-1", "victorialogs", *TSDB_COMPONENTS, "collector"
+        "alertmanager", "vlstorage-0", "vlstorage-1", "victorialogs", "jaeger", *TSDB_COMPONENTS, "collector"
     ]  # fmt: skip
 
 
-def test_ensure_thanos_reuses_a_binary_stamped_with_its_version_and_tags(tmp_path: Path) -> None:
+def test_thanos_binary_stamped_with_its_version_and_tags_is_reused(tmp_path: Path) -> None:
     """A Thanos binary whose stamp names the pinned version and build tags is returned without building."""
-    from otel_rl.stack import install
+    from otel_rl.stack import versions
+    from otel_rl.stack.gotools import ensure_go_binary
 
     (tmp_path / "bin").mkdir()
     binary = tmp_path / "bin" / "thanos"
     binary.write_bytes(b"")
-    (tmp_path / "bin" / "thanos.version").write_text(f"{install.THANOS_VERSION} -tags=netgo,slicelabels\n")
-    assert install.ensure_thanos(home=tmp_path) == binary
+    (tmp_path / "bin" / "thanos.version").write_text(f"{versions.THANOS.version} -tags=netgo,slicelabels\n")
+    assert ensure_go_binary(versions.THANOS, home=tmp_path) == binary

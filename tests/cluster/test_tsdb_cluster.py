@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from otel_rl.query import Prometheus, QueryError, VictoriaLogs
-from otel_rl.stack import install
+from otel_rl.stack import versions
 from otel_rl.stack.env import otel_rl_home
+from otel_rl.stack.gotools import ensure_go_binary
 from tests.pipeline.harness import RankProcess, eventually, private_stack
 from tests.cluster.workload import record_steps
 from tests.pipeline.test_scale_out import Collector
@@ -37,7 +38,7 @@ def tsdb_cluster(
 ) -> Iterator[tuple[Any, list[Collector], list[Path]]]:
     """A private stack in the TSDB cluster profile, two gateways remote-writing to its first receiver and two
     agents in front of them; also yields the gateways' log files."""
-    binaries = dataclasses.replace(stack_binaries, thanos=install.ensure_thanos(home=otel_rl_home()))
+    binaries = dataclasses.replace(stack_binaries, thanos=ensure_go_binary(versions.THANOS, home=otel_rl_home()))
     state = tmp_path_factory.mktemp("tsdb-cluster")
     with private_stack(binaries, state / "stack", tsdb_cluster=True) as stack:
         common = {
@@ -196,7 +197,8 @@ def test_tsdb_cluster_profile_components(tsdb_cluster: tuple[Any, list[Collector
     profile in stack.json (an attached Stack sees the same components), and its query URL is the querier's."""
     stack, _, _ = tsdb_cluster
     assert stack.component_names == (
-        "victorialogs", "thanos-receive-0", "thanos-receive-1", "thanos-query", "collector"
+        "alertmanager", "victorialogs", "jaeger", "thanos-receive-0", "thanos-receive-1", "thanos-query",
+        "thanos-rule", "collector"
     )  # fmt: skip
     assert all(status.healthy for status in stack.status().values())
     from otel_rl.stack.services import Stack

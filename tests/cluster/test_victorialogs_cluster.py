@@ -147,7 +147,9 @@ def test_cluster_profile_components(cluster: tuple[Any, list[Collector]]) -> Non
     """The cluster profile runs two storage nodes before the front, all healthy, and records the profile in
     stack.json so that a Stack attached to its state directory (the CLI) sees the same components."""
     stack, _ = cluster
-    assert stack.component_names == ("vlstorage-0", "vlstorage-1", "victorialogs", "prometheus", "collector")
+    assert stack.component_names == (
+        "alertmanager", "vlstorage-0", "vlstorage-1", "victorialogs", "jaeger", "prometheus", "collector"
+    )  # fmt: skip
     assert all(status.healthy for status in stack.status().values())
     from otel_rl.stack.services import Stack
 

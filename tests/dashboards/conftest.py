@@ -35,5 +35,7 @@ def rules() -> list[dict[str, Any]]:
 
 
 def metric_names(expr: str) -> set[str]:
-    """Metric names selected in a PromQL expression (identifiers right before a ``{`` label matcher)."""
-    return set(re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{", expr)) - {"by", "without", "on", "ignoring"}
+    """Metric names selected in a PromQL expression: identifiers right before a ``{`` label matcher, and recorded
+    series (their names hold a ``:``) with or without matchers."""
+    selected = set(re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{", expr)) - {"by", "without", "on", "ignoring"}
+    return selected | set(re.findall(r"(?<![\w:])([a-zA-Z_]\w*:[\w:]*)", expr))

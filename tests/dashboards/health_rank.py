@@ -3,7 +3,8 @@
 For a few export periods it records what the "Run", "Rollout health" and "Data & staleness" rows read: one
 ``record_rollouts`` call per step (advantages, response lengths, entropy, trainer and inference log-probabilities,
 rewards of prompt groups), rewards and staleness per dataset and staleness phase (a few tokens without a version),
-staleness drops, and a phase that alternates between ``generate`` and ``train``. Then it shuts down cleanly, or with
+staleness drops, tokens and the async pipeline's gauges, policy versions per trajectory, and a phase that alternates
+between ``generate`` and ``train``. Then it shuts down cleanly, or with
 ``--hang`` stops stepping and waits, still exporting, until the test kills it: a stalled trainer that then dies
 without a clean shutdown, and, with a world size it does not fill, a run with ranks missing.
 """
@@ -11,6 +12,7 @@ without a clean shutdown, and, with a world size it does not fill, a run with ra
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import torch
@@ -40,7 +42,11 @@ def record_step(telemetry: otel_rl.Telemetry, step: int, rng: torch.Generator) -
         inference_logprobs=inference,
         rewards=rewards,
         group_ids=groups,
+        versions_spanned=torch.randint(1, 3, (ROLLOUTS,), generator=rng),
     )
+    tokens = int(mask.sum())
+    telemetry.record_tokens(generated=tokens, trained=tokens, samples=ROLLOUTS)
+    telemetry.set_async_state(queue_depth=ROLLOUTS, in_flight=0, buffer_used=step % 4, buffer_capacity=4)
     telemetry.set_phase("train")
     half = ROLLOUTS // 2
     telemetry.record_rewards(rewards[:half], dataset="math")
@@ -68,11 +74,12 @@ def main() -> None:
         )
     )  # fmt: skip
     rng = torch.Generator().manual_seed(args.rank)
-    deadline = time.monotonic() + args.seconds
-    step = 0
+    step, deadline = 0, math.inf
     while time.monotonic() < deadline:
         telemetry.step(step)
         record_step(telemetry, step, rng)
+        if step == 0:  # the window starts after a first step (it once paid the kernels)
+            deadline = time.monotonic() + args.seconds
         step += 1
         time.sleep(0.25)
     if args.hang:

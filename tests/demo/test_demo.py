@@ -27,7 +27,8 @@ def demo_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> tup
         [
             sys.executable, "-m", "demo", "--steps", str(STEPS), "--ranks", str(RANKS), "--step-seconds", "0.1",
             "--endpoint", shared_stack.otlp_grpc_endpoint, "--prometheus-url", shared_stack.prometheus_url,
-            "--victorialogs-url", shared_stack.victorialogs_url, "--run-id", run_id, "--out", str(out),
+            "--victorialogs-url", shared_stack.victorialogs_url, "--jaeger-url", shared_stack.jaeger_url,
+            "--run-id", run_id, "--out", str(out),
         ],  # fmt: skip
         check=True,
         timeout=600,
@@ -111,3 +112,42 @@ def test_the_policy_learns(demo_run: tuple[dict[str, Any], list[dict[str, Any]]]
     first = [r for record in records if record["step"] < STEPS // 4 for r in record["rewards"]["total"]]
     last = [r for record in records if record["step"] >= STEPS - STEPS // 4 for r in record["rewards"]["total"]]
     assert sum(last) / len(last) > sum(first) / len(first) + 0.2
+
+
+def test_summary_time_split_and_slowest_step_match_the_ranks(demo_run: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
+    """The time split counts every phase span of every rank and step (spanmetrics through the collector), its shares
+    of the ranks' time are fractions that the top-level phases fill at most once; the slowest phase is the one with
+    the longest mean span; tokens are the ranks' totals and MFU their rate times the stated FLOPs; the slowest step
+    named is the one rank 0 took longest over (its root span runs from one step() to the next), with its trace id."""
+    from demo.job import PEAK_FLOPS, PHASES, flops_per_token
+    from demo.policy import Policy
+    from otel_rl._phases import step_trace
+
+    summary, records = demo_run
+    performance = summary["performance"]
+    split = performance["split"]
+    assert sorted(split) == sorted(PHASES)
+    assert {phase: stats["spans"] for phase, stats in split.items()} == dict.fromkeys(PHASES, STEPS * RANKS)
+    assert all(0 < stats["share"] < 1 for stats in split.values())
+    top_level = [phase for phase in PHASES if phase != "allreduce"]
+    assert sum(split[phase]["share"] for phase in top_level) > 0.5
+    # The shares' wall time comes from Prometheus's sample times (seconds off the loop's): the top-level phases fill
+    # at most once the ranks' own loop time, from each rank's first step() to the end of its last step's phases.
+    loops = [records[rank * STEPS : (rank + 1) * STEPS] for rank in range(RANKS)]
+    loop_seconds = sum((loop[-1]["ended_ns"] - loop[0]["stepped_ns"][0]) / 1e9 for loop in loops)
+    assert sum(split[phase]["seconds"] for phase in top_level) <= loop_seconds
+    assert performance["slowest_phase"] == max(split, key=lambda phase: split[phase]["mean"])
+    tokens = sum(record["tokens"] for record in records)
+    assert performance["tokens"]["trained"] == performance["tokens"]["generated"] == tokens
+    assert performance["tokens"]["mfu"] == pytest.approx(
+        performance["tokens"]["trained_per_s"] * flops_per_token(Policy()) / (RANKS * PEAK_FLOPS), rel=1e-12
+    )
+    # Each step's root span starts inside step(): between the times taken before and after that call.
+    rank0 = [record["stepped_ns"] for record in records[:STEPS]]  # rank-0.jsonl comes first
+    bounds = {step: ((b[0] - a[1]) / 1e9, (b[1] - a[0]) / 1e9) for step, (a, b) in enumerate(zip(rank0, rank0[1:]))}
+    step = performance["slowest_step"]
+    assert step["trace_id"] == f"{step_trace('demo-test', step['step'])[0]:032x}"
+    if step["step"] in bounds:  # the last step's end is not in the records
+        shortest, longest = bounds[step["step"]]
+        assert shortest - 1e-3 <= step["seconds"] <= longest + 1e-3
+    assert step["seconds"] >= max(shortest for shortest, _ in bounds.values()) - 1e-3

@@ -133,6 +133,24 @@ class RankProcess:
     def set_phase(self, phase: str) -> None:
         self.send("set_phase", phase=phase)
 
+    def phase_enter(self, phase: str, *, links: Sequence[str] = ()) -> None:
+        """Enter ``with telemetry.phase(phase, links=links)`` (left by :meth:`phase_leave`)."""
+        self.send("phase_enter", phase=phase, links=list(links))
+
+    def phase_leave(self) -> None:
+        self.send("phase_leave")
+
+    def trajectory_context(self) -> str:
+        return str(json.loads(self.send("trajectory_context"))["context"])
+
+    def tokens(self, **counts: int) -> None:
+        """``record_tokens(generated=, trained=, samples=)``."""
+        self.send("tokens", counts=counts)
+
+    def async_state(self, **state: int) -> None:
+        """``set_async_state(queue_depth=, in_flight=, buffer_used=, buffer_capacity=)``."""
+        self.send("async_state", state=state)
+
     def metric(self, key: str, values: Sequence[float]) -> None:
         self.send("metric", key=key, values=list(values))
 

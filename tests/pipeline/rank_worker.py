@@ -5,7 +5,10 @@ sends. Commands: ``rewards`` and ``staleness`` (each with an optional ``dataset`
 versions' ``dtype``), ``staleness_drops``, ``rollouts`` (``record_rollouts``: JSON lists become tensors, float64
 where the values are floats), ``set_phase``, ``metric``, ``sample``, ``step``, ``flush``, ``shutdown``, ``stats``
 (the rank's own counters and RSS) and ``synthetic`` (generate and record one step's data in-process, reply with
-the reference aggregates). Setting ``clock_offset_s`` (not a TelemetryConfig field) shifts the rank's clock.
+the reference aggregates); for the time a step takes, ``phase_enter`` / ``phase_leave`` (``Telemetry.phase`` as a
+context manager held across commands, ``links`` optional), ``trajectory_context`` (replies with it), ``tokens``
+(``record_tokens``) and ``async_state`` (``set_async_state``). Setting ``clock_offset_s`` (not a TelemetryConfig
+field) shifts the rank's clock.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ def main() -> None:
     config = otel_rl.TelemetryConfig(**settings)
     telemetry = otel_rl.Telemetry(config, clock=clock)
     print("ready", flush=True)
+    phases: list[Any] = []
     for line in sys.stdin:
         command = json.loads(line)
         kind = command.pop("command")
@@ -58,6 +62,18 @@ def main() -> None:
             telemetry.record_rollouts(**{name: _rollout_tensor(name, values) for name, values in fields.items()})
         elif kind == "set_phase":
             telemetry.set_phase(command["phase"])
+        elif kind == "phase_enter":
+            phases.append(telemetry.phase(command["phase"], links=command.get("links", ())))
+            phases[-1].__enter__()
+        elif kind == "phase_leave":
+            phases.pop().__exit__(None, None, None)
+        elif kind == "trajectory_context":
+            print(json.dumps({"context": telemetry.trajectory_context()}), flush=True)
+            continue
+        elif kind == "tokens":
+            telemetry.record_tokens(**command["counts"])
+        elif kind == "async_state":
+            telemetry.set_async_state(**command["state"])
         elif kind == "metric":
             telemetry.record_metric(command["key"], torch.tensor(command["values"], dtype=torch.float64))
         elif kind == "sample":
@@ -88,6 +104,7 @@ ROLLOUT_DTYPES = {
     "inference_logprobs": torch.float64,
     "rewards": torch.float64,
     "group_ids": torch.int64,
+    "versions_spanned": torch.int64,
 }
 """The dtype of each ``record_rollouts`` field the ``rollouts`` command builds: float64 for float values, so that
 the test's float64 reference is exactly what the rank recorded."""
@@ -111,7 +128,7 @@ def _stats(telemetry: otel_rl.Telemetry) -> dict[str, float]:
         stats[f"export_failures_{signal}"] = store.counter_value(
             _names.EXPORT_FAILURES, attributes(**{_names.SELF_SIGNAL: signal})
         )
-    for reason in ("queue_full", "shutdown", "invalid", "redaction"):
+    for reason in ("queue_full", "shutdown", "invalid", "redaction", "oversized", "refused"):
         stats[f"samples_dropped_{reason}"] = store.counter_value(
             _names.SAMPLES_DROPPED, attributes(**{_names.SELF_REASON: reason})
         )

@@ -168,6 +168,7 @@ GOLDEN_SERIES = {
     "rl_metric_bucket", "rl_metric_count", "rl_metric_sum", "rl_metric_positive_total", "rl_metric_negative_total",
     "rl_metric_squares_total", "rl_metric_max", "rl_metric_min",
     "otel_rl_samples_exported_total", "otel_rl_samples_dropped_total", "otel_rl_export_failures_total",
+    "otel_rl_export_unencodable_total",
     "otel_rl_values_recorded_total",
     "rl_run_start_time_seconds", "rl_run_finished", "rl_ranks_up", "rl_ranks_expected", "rl_staleness_unversioned_total",
 }  # fmt: skip

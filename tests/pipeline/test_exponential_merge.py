@@ -30,8 +30,8 @@ import yaml
 
 from otel_rl import _names
 from otel_rl.query import Prometheus
-from otel_rl.stack import install, layout
-from otel_rl.stack.install import InstallError
+from otel_rl.stack import collector_build, layout
+from otel_rl.stack.gotools import InstallError, go_executable
 from tests.pipeline.harness import ROOT, eventually
 
 RANKS = 4
@@ -284,6 +284,7 @@ def test_the_points_exercise_what_upstream_merges_wrongly() -> None:
     assert reward[-1][0]["count"] == 0 and reward[-1][0]["positive"]["bucket_counts"] == []
 
 
+@pytest.mark.stack  # runs the go command
 def test_a_patch_that_does_not_apply_is_an_install_error_naming_it(tmp_path: Path) -> None:
     """A patch whose hunks do not match its module fails the build with an InstallError naming the patch."""
     manifest = tmp_path / "builder.yaml"
@@ -297,17 +298,19 @@ def test_a_patch_that_does_not_apply_is_an_install_error_naming_it(tmp_path: Pat
         encoding="utf-8",
     )
     with pytest.raises(InstallError, match=r"collector patch .*broken\.patch' does not apply to .*coreinternal@v0"):
-        install._patched_manifest(manifest, go=install.go_executable(), scratch=tmp_path / "scratch")  # noqa: SLF001
+        collector_build._patched_manifest(manifest, go=go_executable(), scratch=tmp_path / "scratch")  # noqa: SLF001
 
 
+@pytest.mark.stack  # runs the go command
 def test_patched_modules_pass_their_go_tests(tmp_path: Path) -> None:
     """Each patched module copy the build uses passes the Go tests (the patch's own included) of every package
     its patch touches."""
     manifest = layout.collector_manifest(ROOT)
-    go = install.go_executable()
-    effective = yaml.safe_load(install._patched_manifest(manifest, go=go, scratch=tmp_path).read_text())  # noqa: SLF001
-    copies = dict(entry.split(" => ") for entry in effective["replaces"])
-    for patch in install.collector_patches(manifest):
+    go = go_executable()
+    effective = yaml.safe_load(collector_build._patched_manifest(manifest, go=go, scratch=tmp_path).read_text())  # noqa: SLF001
+    # The copies are named relative to the builder's output folder, scratch/dist (collector_build._patched_manifest).
+    copies = {module: (tmp_path / "dist" / path).resolve() for module, path in (e.split(" => ") for e in effective["replaces"])}
+    for patch in collector_build.collector_patches(manifest):
         changed = re.findall(r"^\+\+\+ b/(\S+)", patch.path.read_text(encoding="utf-8"), flags=re.MULTILINE)
         packages = sorted({f"./{Path(path).parent}" for path in changed})
         result = subprocess.run(
@@ -320,16 +323,16 @@ def test_patches_are_part_of_the_build_identity(tmp_path: Path) -> None:
     """Changing a patch changes the collector's digest; a patch without its module header is a ValueError."""
     manifest = tmp_path / "builder.yaml"
     manifest.write_text("dist: {}\n", encoding="utf-8")
-    bare = install.manifest_digest(manifest)
+    bare = collector_build.manifest_digest(manifest)
     (tmp_path / "patches").mkdir()
     patch = tmp_path / "patches" / "one.patch"
     patch.write_text("# module: example.com/m v1.0.0\n--- a/x\n+++ b/x\n", encoding="utf-8")
-    first = install.manifest_digest(manifest)
+    first = collector_build.manifest_digest(manifest)
     patch.write_text("# module: example.com/m v1.0.0\n--- a/y\n+++ b/y\n", encoding="utf-8")
-    assert len({bare, first, install.manifest_digest(manifest)}) == 3
+    assert len({bare, first, collector_build.manifest_digest(manifest)}) == 3
     patch.write_text("--- a/y\n+++ b/y\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"collector patch .*one\.patch' must start with a line '# module: "):
-        install.manifest_digest(manifest)
+        collector_build.manifest_digest(manifest)
 
 
 def _rank_main(spec: dict[str, Any]) -> None:

@@ -403,8 +403,10 @@ GOLDEN_HEALTH_SERIES = {
     "rl_policy_version", "rl_step", "rl_staleness_unversioned_total", "rl_staleness_dropped_total",
     "rl_groups_total", "rl_groups_zero_variance_total", "rl_advantage_sign_total",
     "rl_run_start_time_seconds", "rl_run_finished", "rl_ranks_up", "rl_ranks_expected", "rl_phase",
+    "rl_phase_started_seconds",
     "otel_rl_samples_exported_total", "otel_rl_samples_dropped_total", "otel_rl_export_failures_total",
-    "otel_rl_values_recorded_total", "otel_rl_values_rejected_total",
+    "otel_rl_export_unencodable_total",
+    "otel_rl_values_recorded_total", "otel_rl_values_rejected_total", "otel_rl_merge_canary",
 }  # fmt: skip
 """The Prometheus series of this run (exponential form, every health signal)."""
 

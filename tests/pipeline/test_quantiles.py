@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from otel_rl.query import Prometheus, clamp_to_extremes
+from otel_rl.promql import clamp_to_extremes
+from otel_rl.query import Prometheus
 from tests.pipeline.harness import RankProcess, eventually
 
 RANKS = 4
@@ -113,6 +114,7 @@ GOLDEN_NATIVE_SERIES = {
     "rl_reward_max", "rl_reward_min", "rl_reward_exemplars",
     "rl_staleness", "rl_staleness_max", "rl_staleness_min", "rl_staleness_exemplars", "rl_policy_version",
     "otel_rl_samples_exported_total", "otel_rl_samples_dropped_total", "otel_rl_export_failures_total",
+    "otel_rl_export_unencodable_total",
     "otel_rl_values_recorded_total",
     "rl_run_start_time_seconds", "rl_run_finished", "rl_ranks_up", "rl_ranks_expected", "rl_staleness_unversioned_total",
 }  # fmt: skip

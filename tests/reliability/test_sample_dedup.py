@@ -105,7 +105,7 @@ def test_resent_samples_are_counted_once(shared_stack: Any, proxy: DuplicatingPr
             by_id = logs.query(f"{selector} | stats count_uniq(rl.episode.id) as samples")
             assert int(by_id[0]["samples"]) == expected
         # The dashboard's samples table shows each sample once.
-        (table,) = [panel for panel in load_panels(default_dashboard_path()) if panel.type == "table"]
+        (table,) = [panel for panel in load_panels(default_dashboard_path()) if panel.title.startswith("Samples:")]
         logsql = substitute(table.targets[0].expr, run_id=run_id, rate_interval="1m", interval="1m")
         shown = logs.query(logsql)
         assert len(shown) == expected

@@ -33,7 +33,7 @@ def stack(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
 def healthy_stack(stack: Any) -> Iterator[Any]:
     """The module's stack, with every component running again after the test (whatever it did)."""
     yield stack
-    for name in ("victorialogs", "prometheus", "collector"):
+    for name in stack.component_names:
         if stack.pid(name) is not None:
             stack.resume_component(name)
         else:

@@ -7,7 +7,6 @@ The first run installs what is missing (building the collector takes minutes); l
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import socket
 import subprocess
@@ -23,10 +22,10 @@ import pytest
 import yaml
 
 from otel_rl.cli import main
-from otel_rl.stack import install, layout
+from otel_rl.stack import layout
 from otel_rl.stack.components import SPECS
 from otel_rl.stack.config import render_prometheus_config
-from otel_rl.stack.install import InstallError
+from otel_rl.stack.install import Binaries
 from otel_rl.stack.process import process_alive
 from otel_rl.stack.services import COMPONENTS, Stack, StackConfig, StackError, StackPorts, find_free_ports
 
@@ -36,18 +35,12 @@ _FAST_COLLECTOR = {"OTEL_RL_AGGREGATION_INTERVAL": "1s"}
 
 
 @pytest.fixture(scope="module")
-def binaries() -> install.Binaries:
-    """The stack's executables, installed or built on first use."""
-    return install.install_all()
-
-
-@pytest.fixture(scope="module")
-def stack(binaries: install.Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(stack_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """A private stack shared by the module's tests that leave it running."""
     config = StackConfig(
         ports=StackPorts.free(), state_dir=tmp_path_factory.mktemp("stack"), collector_environment=_FAST_COLLECTOR
     )
-    with Stack(config, binaries=binaries) as running:
+    with Stack(config, binaries=stack_binaries) as running:
         yield running
 
 
@@ -162,18 +155,16 @@ def test_component_spec_rejects_relative_health_path() -> None:
         dataclasses.replace(SPECS["victorialogs"], health_path="health")
 
 
-def test_rendered_prometheus_config_is_valid(tmp_path: Path, binaries: install.Binaries) -> None:
+def test_rendered_prometheus_config_is_valid(tmp_path: Path, stack_binaries: Binaries) -> None:
     """The rendered Prometheus config passes promtool and points its jobs at the stack's ports."""
     root = layout.repository_root()
     ports = StackPorts.free()
     rendered = tmp_path / "prometheus.yml"
     rendered.write_text(
-        render_prometheus_config(
-            layout.prometheus_config(root), ports=ports, host="127.0.0.1", rules_dir=layout.prometheus_rules_dir(root)
-        ),
+        render_prometheus_config(layout.prometheus_config(root), StackConfig(ports=ports)),
         encoding="utf-8",
     )
-    subprocess.run([str(binaries.promtool), "check", "config", str(rendered)], check=True, capture_output=True)
+    subprocess.run([str(stack_binaries.promtool), "check", "config", str(rendered)], check=True, capture_output=True)
     data = yaml.safe_load(rendered.read_text(encoding="utf-8"))
     targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in data["scrape_configs"]}
     assert targets["prometheus"] == [f"127.0.0.1:{ports.prometheus}"]
@@ -181,67 +172,19 @@ def test_rendered_prometheus_config_is_valid(tmp_path: Path, binaries: install.B
     assert all(Path(entry).is_absolute() for entry in data["rule_files"])
 
 
-def test_manifest_core_version() -> None:
-    """The builder version comes from the manifest's core v0 modules."""
-    assert install.collector_core_version(layout.collector_manifest(layout.repository_root())) == "v0.161.0"
-
-
-def test_manifest_with_mixed_core_versions_is_rejected(tmp_path: Path) -> None:
-    """A manifest mixing core releases is a ValueError listing them."""
-    manifest = tmp_path / "builder.yaml"
-    manifest.write_text(
-        "receivers:\n  - gomod: go.opentelemetry.io/collector/receiver/otlpreceiver v0.160.0\n"
-        "exporters:\n  - gomod: go.opentelemetry.io/collector/exporter/otlpexporter v0.161.0\n",
-        encoding="utf-8",
-    )
-    with pytest.raises(ValueError, match=r"must pin exactly one core version .*\['v0.160.0', 'v0.161.0'\]"):
-        install.collector_core_version(manifest)
-
-
-def test_collector_binary_path_follows_manifest_digest(tmp_path: Path) -> None:
-    """The collector's install path is keyed by the first 16 hex of the manifest's SHA-256."""
-    manifest = tmp_path / "builder.yaml"
-    manifest.write_bytes(b"dist: {}\n")
-    digest = hashlib.sha256(b"dist: {}\n").hexdigest()[:16]
-    assert install.collector_binary_path(manifest, home=tmp_path) == tmp_path / "collector" / digest / "otelcol-rl"
-
-
-def test_manifest_must_be_a_mapping(tmp_path: Path) -> None:
-    """A manifest that is not a YAML mapping is a ValueError naming the file."""
-    manifest = tmp_path / "builder.yaml"
-    manifest.write_text("- just a list\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="collector manifest .* must be a YAML mapping, got list"):
-        install.collector_core_version(manifest)
-
-
-def test_missing_manifest_is_reported(tmp_path: Path) -> None:
-    """Building from a manifest that does not exist is a FileNotFoundError naming it."""
-    with pytest.raises(FileNotFoundError, match="collector manifest .*nope.yaml' does not exist"):
-        install.ensure_collector(tmp_path / "nope.yaml", home=tmp_path)
-
-
-def test_failed_go_install_is_an_install_error(tmp_path: Path) -> None:
-    """A go install that fails raises InstallError with the command and its output."""
-    with pytest.raises(InstallError, match=r"(?s)go install .*victoria-logs@v0\.0\.0-nonexistent.* failed with exit"):
-        install.ensure_go_binary(
-            install.VICTORIALOGS_PACKAGE, "v0.0.0-nonexistent", install.VICTORIALOGS_BINARY_NAME, home=tmp_path
-        )
-    assert not (tmp_path / "bin" / "victoria-logs.version").exists()
-
-
 def test_prometheus_template_must_be_a_mapping(tmp_path: Path) -> None:
     """A Prometheus template that is not a YAML mapping is a ValueError naming the file."""
     template = tmp_path / "prometheus.yml"
     template.write_text("42\n", encoding="utf-8")
     with pytest.raises(ValueError, match="Prometheus config template .* must be a YAML mapping, got 42"):
-        render_prometheus_config(template, ports=StackPorts(), host="127.0.0.1", rules_dir=tmp_path)
+        render_prometheus_config(template, StackConfig())
 
 
-def test_missing_collector_config_is_reported(tmp_path: Path, binaries: install.Binaries) -> None:
+def test_missing_collector_config_is_reported(tmp_path: Path, stack_binaries: Binaries) -> None:
     """Starting the collector without its config file is a StackError naming the file."""
     config = StackConfig(ports=StackPorts.free(), state_dir=tmp_path, collector_configs=(tmp_path / "none.yaml",))
     with pytest.raises(StackError, match="cannot start collector: config file .*none.yaml' does not exist"):
-        Stack(config, binaries=binaries).start_component("collector")
+        Stack(config, binaries=stack_binaries).start_component("collector")
 
 
 def test_cli_reports_bad_option_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -256,37 +199,42 @@ def test_cli_reports_bad_option_values(tmp_path: Path, capsys: pytest.CaptureFix
 def test_all_components_healthy(stack: Stack) -> None:
     """After up(), every component runs and answers its health endpoint."""
     statuses = stack.status()
-    assert [statuses[name].state for name in COMPONENTS] == ["running"] * 3
+    assert [statuses[name].state for name in COMPONENTS] == ["running"] * len(COMPONENTS)
     assert all(statuses[name].healthy for name in COMPONENTS)
 
 
 def test_metric_through_collector_reaches_prometheus(stack: Stack) -> None:
-    """A counter exported over OTLP/gRPC arrives in Prometheus by remote write."""
+    """A contract counter exported over OTLP/gRPC by a plain SDK arrives in Prometheus by remote write; a name
+    outside the contract is dropped by the collector (filter/contract)."""
     from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.resources import Resource
 
-    probe = f"stack_probe_{uuid.uuid4().hex[:8]}"
+    run_id = f"stack-probe-{uuid.uuid4().hex[:8]}"
     reader = PeriodicExportingMetricReader(
         OTLPMetricExporter(endpoint=stack.otlp_grpc_endpoint, insecure=True), export_interval_millis=1000
     )
     provider = MeterProvider(
-        metric_readers=[reader], resource=Resource.create({"service.name": "otel-rl-stack-test"})
+        metric_readers=[reader], resource=Resource.create({"service.name": "otel-rl-stack-test", "rl.run.id": run_id})
     )
-    counter = provider.get_meter("otel_rl.tests.stack").create_counter(probe)
+    meter = provider.get_meter("otel_rl.tests.stack")
+    counter, outside = meter.create_counter("rl.groups"), meter.create_counter("stack.probe")
 
     def arrived() -> list[Any]:
         counter.add(1)
+        outside.add(1)
         provider.force_flush()
-        answer = _get_json(f"{stack.prometheus_url}/api/v1/query", query=f'{{__name__=~"{probe}.*"}}')
+        answer = _get_json(f"{stack.prometheus_url}/api/v1/query", query=f'rl_groups_total{{rl_run_id="{run_id}"}}')
         return list(answer["data"]["result"])
 
     try:
-        result = _eventually(arrived, what=f"series {probe}* in Prometheus")
+        result = _eventually(arrived, what=f"rl_groups_total of {run_id} in Prometheus")
     finally:
         provider.shutdown()
     assert float(result[0]["value"][1]) >= 1
+    dropped = _get_json(f"{stack.prometheus_url}/api/v1/query", query=f'{{rl_run_id="{run_id}",__name__=~"stack_probe.*"}}')
+    assert dropped["data"]["result"] == []
 
 
 def test_log_record_through_collector_reaches_victorialogs(stack: Stack) -> None:
@@ -359,32 +307,35 @@ def test_status_from_another_process_view(stack: Stack) -> None:
     assert main(["stack", "status", "--state-dir", str(stack.state_dir)]) == 0
 
 
-def test_port_in_use_is_reported(stack: Stack, tmp_path: Path, binaries: install.Binaries) -> None:
+def test_port_in_use_is_reported(stack: Stack, tmp_path: Path, stack_binaries: Binaries) -> None:
     """Starting on a port another stack holds is a StackError naming the port."""
     clash = StackConfig(
         ports=StackPorts(**{**StackPorts.free().as_dict(), "prometheus": stack.config.ports.prometheus}),
         state_dir=tmp_path,
     )
     with pytest.raises(StackError, match=f"port prometheus={stack.config.ports.prometheus} .* already in use"):
-        Stack(clash, binaries=binaries).start_component("prometheus")
+        Stack(clash, binaries=stack_binaries).start_component("prometheus")
 
 
-def test_unhealthy_component_error_names_it_and_tails_log(tmp_path: Path, binaries: install.Binaries) -> None:
+def test_unhealthy_component_error_names_it_and_tails_log(tmp_path: Path, stack_binaries: Binaries) -> None:
     """A component that exits at once fails with its name, exit status and log tail."""
-    broken = install.Binaries(
-        collector=binaries.collector,
-        victorialogs=binaries.victorialogs,
-        prometheus=binaries.promtool,  # promtool rejects Prometheus's flags and exits
-        promtool=binaries.promtool,
+    broken = Binaries(
+        collector=stack_binaries.collector,
+        victorialogs=stack_binaries.victorialogs,
+        prometheus=stack_binaries.promtool,  # promtool rejects Prometheus's flags and exits
+        promtool=stack_binaries.promtool,
+        alertmanager=stack_binaries.alertmanager,
+        amtool=stack_binaries.amtool,
+        jaeger=stack_binaries.jaeger,
     )
     stack = Stack(StackConfig(ports=StackPorts.free(), state_dir=tmp_path, ready_timeout_s=20), binaries=broken)
     with pytest.raises(StackError, match=r"(?s)prometheus exited with status \d+ before becoming healthy.*lines of"):
         stack.start_component("prometheus")
 
 
-def test_down_stops_everything(tmp_path: Path, binaries: install.Binaries) -> None:
+def test_down_stops_everything(tmp_path: Path, stack_binaries: Binaries) -> None:
     """down() leaves no component process alive, no pid file and no listening port."""
-    stack = Stack(StackConfig(ports=StackPorts.free(), state_dir=tmp_path), binaries=binaries)
+    stack = Stack(StackConfig(ports=StackPorts.free(), state_dir=tmp_path), binaries=stack_binaries)
     stack.up()
     pids = [stack.pid(name) for name in COMPONENTS]
     assert all(pid is not None for pid in pids)
@@ -396,26 +347,26 @@ def test_down_stops_everything(tmp_path: Path, binaries: install.Binaries) -> No
     assert {status.state for status in stack.status().values()} == {"stopped"}
 
 
-def test_up_restarts_a_component_whose_configuration_changed(tmp_path: Path, binaries: install.Binaries) -> None:
+def test_up_restarts_a_component_whose_configuration_changed(tmp_path: Path, stack_binaries: Binaries) -> None:
     """up() on a running stack keeps what is unchanged and restarts a component started with another config."""
     ports = StackPorts.free()
-    first = Stack(StackConfig(ports=ports, state_dir=tmp_path), binaries=binaries)
+    first = Stack(StackConfig(ports=ports, state_dir=tmp_path), binaries=stack_binaries)
     first.up()
     try:
         pids = {name: first.pid(name) for name in COMPONENTS}
-        Stack(StackConfig(ports=ports, state_dir=tmp_path), binaries=binaries).up()
+        Stack(StackConfig(ports=ports, state_dir=tmp_path), binaries=stack_binaries).up()
         assert {name: first.pid(name) for name in COMPONENTS} == pids
         changed = StackConfig(
             ports=ports, state_dir=tmp_path, collector_environment={"OTEL_RL_AGGREGATION_INTERVAL": "2s"}
         )
-        Stack(changed, binaries=binaries).up()
+        Stack(changed, binaries=stack_binaries).up()
         assert first.pid("collector") not in (None, pids["collector"])
         assert first.pid("prometheus") == pids["prometheus"] and first.pid("victorialogs") == pids["victorialogs"]
     finally:
         first.down()
 
 
-def test_cli_up_status_down(tmp_path: Path, binaries: install.Binaries) -> None:
+def test_cli_up_status_down(tmp_path: Path, stack_binaries: Binaries) -> None:
     """otel-rl stack up/status/down drive a stack on the given ports and state directory."""
     ports = StackPorts.free()
     flags = [f"--{name.replace('_', '-')}-port={port}" for name, port in ports.as_dict().items()]

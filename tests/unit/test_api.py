@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
+import importlib.util
+from pathlib import Path
+
 import pytest
 
 import otel_rl
@@ -35,3 +40,41 @@ def test_setup_is_once_per_process() -> None:
         otel_rl.reset()
     with pytest.raises(RuntimeError, match="has not been called"):
         otel_rl.get_telemetry()
+
+
+_PACKAGE = Path(otel_rl.__file__).parent
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """Private helpers stay in their module: what modules share has a public name (a module may be private, its
+    shared functions are not underscored). ``_rollouts`` imported ``_first_unmasked`` and ``_numpy`` from ``_stats``."""
+    crossings = []
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("otel_rl"):
+                crossings += [f"{path.name}: {alias.name}" for alias in node.names
+                              if alias.name.startswith("_") and not alias.name.startswith("__")
+                              and importlib.util.find_spec(f"{node.module}.{alias.name}") is None]  # fmt: skip
+    assert crossings == []
+
+
+def test_the_architecture_document_names_every_module() -> None:
+    """docs/architecture.md maps the code: every module of the package is named there (it omitted _buckets,
+    _parallel and _rollouts)."""
+    text = (_PACKAGE.parent / "docs" / "architecture.md").read_text()
+    modules = {path.stem for path in _PACKAGE.glob("*.py") if path.stem != "__init__"}
+    modules |= {f"{path.parent.name}/" for path in _PACKAGE.glob("*/__init__.py")}
+    assert sorted(name for name in modules if name not in text) == []
+
+
+def test_the_version_has_one_source() -> None:
+    """The version is written once, in ``otel_rl/_version.py``: the build reads it from there (pyproject's dynamic
+    version) and so does the instrumentation scope (``SCOPE_VERSION`` repeated it by hand)."""
+    import tomllib
+
+    from otel_rl import _names, _version
+
+    project = tomllib.loads((_PACKAGE.parent / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "otel_rl._version.__version__"}
+    assert _names.SCOPE_VERSION is _version.__version__ == importlib.metadata.version("otel-rl")

@@ -2,20 +2,91 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import inspect
+import logging
+from pathlib import Path
+
 import pytest
 
-from otel_rl import TelemetryConfig
+import otel_rl
+from otel_rl import ResolvedConfig, Telemetry, TelemetryConfig, _env
 from otel_rl._env import parse_headers
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (
-        "RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-        "SLURM_JOB_ID", "OTEL_RL_RUN_ID", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS",
-        "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_RL_EXPORTER",
-    ):  # fmt: skip
+    for name in _env.VARIABLES:
         monkeypatch.delenv(name, raising=False)
+
+
+def test_every_variable_read_is_declared() -> None:
+    """The environment a test clears is every variable otel-rl reads: each name ``otel_rl._env`` declares as a
+    constant or in a launcher tuple is in ``VARIABLES`` (the hand-written list of the tests missed four)."""
+    tree = ast.parse(Path(_env.__file__).read_text())
+    declared: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id.isupper():
+            value = getattr(_env, node.targets[0].id)
+            if isinstance(value, str) and node.targets[0].id == value:
+                declared.add(value)
+            elif isinstance(value, tuple) and node.targets[0].id.endswith("_VARS"):
+                declared.update(value)
+    assert declared and declared == set(_env.VARIABLES)
+
+
+def test_resolved_config_is_derived_from_the_user_form() -> None:
+    """Fields are declared once: the resolved form is the user form with every field set, redeclaring only the
+    fields the environment can fill (to their resolved types); a new setting needs no second declaration."""
+    user = {f.name for f in dataclasses.fields(TelemetryConfig)}
+    assert issubclass(ResolvedConfig, TelemetryConfig)
+    assert {f.name for f in dataclasses.fields(ResolvedConfig)} == user
+    redeclared = set(ResolvedConfig.__annotations__)
+    assert redeclared < user and len(redeclared) <= 16
+    resolved = TelemetryConfig(run_id="r", exporter="none", top_k=7).resolved
+    assert resolved.resolved is resolved and resolved.top_k == 7 and resolved.rank == 0
+
+
+def test_setup_forwards_every_telemetry_parameter() -> None:
+    """setup() takes what Telemetry takes, without re-listing it (it had lost ``clock``)."""
+    assert inspect.signature(otel_rl.setup) == inspect.signature(Telemetry)
+    ticks = iter(range(10**9, 10**12, 10**6))
+    telemetry = otel_rl.setup(TelemetryConfig(run_id="clock", exporter="none"), clock=lambda: next(ticks))
+    try:
+        assert telemetry._store._start_time_ns == 10**9
+    finally:
+        otel_rl.reset()
+
+
+def test_headers_never_show(caplog: pytest.LogCaptureFixture) -> None:
+    """A token in the headers is in no repr (of the config or its resolved form) and in no error message; sent over
+    plain http to another host it is warned about once, naming the header, never its value."""
+    config = TelemetryConfig(run_id="r", endpoint="http://collector.example:4317", headers={"authorization": "Bearer s3cret"})
+    assert "s3cret" not in repr(config) and "s3cret" not in repr(config.resolved)
+    with caplog.at_level(logging.WARNING):
+        TelemetryConfig(run_id="r", endpoint="http://collector.example:4317", headers={"authorization": "Bearer s3cret"})
+    assert not [r for r in caplog.records if "s3cret" in r.getMessage()]
+    with pytest.raises(ValueError, match='"headers" values must be strings') as error:
+        TelemetryConfig(run_id="r", headers={"authorization": b"Bearer s3cret"})  # type: ignore[dict-item]
+    assert "s3cret" not in str(error.value)
+
+
+def test_a_token_over_plain_http_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
+    """One warning per endpoint for headers over http:// to another host; none for https, a CA file or loopback."""
+    with caplog.at_level(logging.WARNING, logger="otel_rl._config"):
+        for _ in range(3):
+            TelemetryConfig(run_id="r", endpoint="http://10.1.2.3:4317", headers={"authorization": "Bearer t"})
+        TelemetryConfig(run_id="r", endpoint="https://10.1.2.3:4317", headers={"authorization": "Bearer t"})
+        TelemetryConfig(run_id="r", endpoint="http://127.0.0.1:4317", headers={"authorization": "Bearer t"})
+    warned = [r for r in caplog.records if "plain http" in r.getMessage()]
+    assert len(warned) == 1 and "authorization" in warned[0].getMessage()
+
+
+def test_client_certificate_and_key_go_together() -> None:
+    """Mutual TLS needs both files."""
+    with pytest.raises(ValueError, match='"client_certificate_file" and "client_key_file" go together'):
+        TelemetryConfig(run_id="r", client_certificate_file="/tmp/c.pem")
 
 
 def test_torchrun_variables_are_detected(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,8 +154,8 @@ def test_torchrun_default_rendezvous_id_is_not_a_run_id(monkeypatch: pytest.Monk
         ({"protocol": "udp"}, r'"protocol" must be one of grpc, http/protobuf, got \'udp\''),
         ({"rank": -1}, r'"rank" must be an integer >= 0, got -1'),
         ({"rank": 2, "world_size": 2}, r'"rank" must be < "world_size" \(2\), got 2'),
-        ({"export_interval_s": 0}, r'"export_interval_s" must be a positive number of seconds, got 0'),
-        ({"extremes_hold_s": -1}, r'"extremes_hold_s" must be a positive number of seconds, got -1'),
+        ({"export_interval_s": 0}, r'"export_interval_s" must be a positive number of seconds up to 1e\+09, got 0'),
+        ({"extremes_hold_s": -1}, r'"extremes_hold_s" must be a positive number of seconds up to 1e\+09, got -1'),
         ({"top_k": -1}, r'"top_k" must be an integer >= 0, got -1'),
         ({"histogram": "explicit", "reward_bounds": (1.0, 0.0)}, r'"reward_bounds" must be strictly increasing'),
         ({"histogram": "explicit", "reward_bounds": ()}, r'"reward_bounds" must be a non-empty tuple'),

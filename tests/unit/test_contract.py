@@ -84,27 +84,46 @@ def test_metric_names_are_pinned() -> None:
         ("rl.ranks.up", "gauge", "{rank}"),
         ("rl.ranks.expected", "gauge", "{rank}"),
         ("rl.phase", "gauge", "{rank}"),
+        ("otel_rl.export.unencodable", "counter", "{item}"),
+        ("otel_rl.merge.canary", "histogram", ""),
+        ("rl.phase.started", "gauge", "s"),
+        ("rl.tokens.generated", "counter", "{token}"),
+        ("rl.tokens.trained", "counter", "{token}"),
+        ("rl.samples.trained", "counter", "{sample}"),
+        ("rl.flops.per_token", "gauge", "{flop}"),
+        ("rl.flops.peak", "gauge", "{flop}/s"),
+        ("rl.queue.depth", "gauge", "{trajectory}"),
+        ("rl.rollouts.in_flight", "gauge", "{rollout}"),
+        ("rl.buffer.used", "gauge", "{sample}"),
+        ("rl.buffer.capacity", "gauge", "{sample}"),
+        ("rl.trajectory.versions", "histogram", "{version}"),
+        ("rl.trajectory.versions.max", "gauge", "{version}"),
+        ("rl.trajectory.versions.min", "gauge", "{version}"),
     }
+
+
+_ROLE_BOUNDS = {
+    "reward": DEFAULT_REWARD_BOUNDS,
+    "unbounded": (),
+    "staleness": tuple(float(b) for b in DEFAULT_STALENESS_BOUNDS),
+    "length": (0.0, *(float(2**k) for k in range(18))),
+    "ratio": (0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 1.0, 1.01, 1.02, 1.05, 1.1, 1.25, 2.0, 5.0),
+    "small": (-1.0, -0.1, -0.01, -0.001, 0.0, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
+}
 
 
 @pytest.mark.parametrize(
     ("form", "expected"),
     [
-        ("exponential", {name: ("ExponentialHistogram", 5) for name in ("rl.reward", "rl.staleness", "rl.metric")}),
-        (
-            "explicit",
-            {
-                "rl.reward": ("Histogram", DEFAULT_REWARD_BOUNDS),
-                "rl.staleness": ("Histogram", tuple(float(b) for b in DEFAULT_STALENESS_BOUNDS)),
-                "rl.metric": ("Histogram", ()),
-            },
-        ),
+        ("exponential", {d.histogram.name: ("ExponentialHistogram", 5) for d in _names.DISTRIBUTIONS}),
+        ("explicit", {d.histogram.name: ("Histogram", _ROLE_BOUNDS[d.role]) for d in _names.DISTRIBUTIONS}),
     ],
 )
 def test_histogram_forms_are_pinned(
     form: str, expected: dict[str, tuple[str, object]], metric_exporter: RecordingMetricExporter
 ) -> None:
-    """Both histogram forms are part of the contract: exponential (default, scale 5) and explicit (default bounds)."""
+    """Both histogram forms of every distribution are part of the contract: exponential (default, scale 5) and
+    explicit, with the bounds of the distribution's role (lengths do not get reward bounds)."""
     telemetry = Telemetry(
         TelemetryConfig(run_id="forms", histogram=form, export_interval_s=60),  # type: ignore[arg-type]
         metric_exporter=metric_exporter,
@@ -112,6 +131,10 @@ def test_histogram_forms_are_pinned(
     telemetry.record_rewards([0.5, -1.0])
     telemetry.record_staleness([3, 1], current_version=4)
     telemetry.record_metric("loss", [0.25])
+    telemetry.record_rollouts(
+        advantages=[0.5, -0.5], response_lengths=[128, 64], entropy=[[0.5, 0.25]] * 2,
+        logprobs=[[-1.0, -2.0]] * 2, inference_logprobs=[[-1.1, -2.0]] * 2, versions_spanned=[1, 2],
+    )  # fmt: skip
     telemetry.flush(5)
     telemetry.shutdown()
     forms: dict[str, tuple[str, object]] = {}
@@ -120,6 +143,21 @@ def test_histogram_forms_are_pinned(
             shape = getattr(point, "scale", None) if form == "exponential" else tuple(point.explicit_bounds)  # type: ignore[attr-defined]
             forms[name] = (type(point).__name__.removesuffix("DataPoint"), shape)
     assert forms == expected
+
+
+def test_every_distribution_declares_its_role() -> None:
+    """Each distribution's layout role is pinned: a new distribution must choose one."""
+    assert {d.histogram.name: d.role for d in _names.DISTRIBUTIONS} == {
+        "rl.reward": "reward",
+        "rl.metric": "unbounded",
+        "rl.staleness": "staleness",
+        "rl.advantage": "reward",
+        "rl.response.length": "length",
+        "rl.entropy": "small",
+        "rl.importance_ratio": "ratio",
+        "rl.mismatch.kl": "small",
+        "rl.trajectory.versions": "staleness",
+    }
 
 
 def test_gauge_merge_rules_are_pinned() -> None:
@@ -149,6 +187,15 @@ def test_gauge_merge_rules_are_pinned() -> None:
         "rl.ranks.up": "sum",
         "rl.ranks.expected": "max",
         "rl.phase": "sum",
+        "rl.phase.started": "min",
+        "rl.flops.per_token": "max",
+        "rl.flops.peak": "sum",
+        "rl.queue.depth": "sum",
+        "rl.rollouts.in_flight": "sum",
+        "rl.buffer.used": "sum",
+        "rl.buffer.capacity": "sum",
+        "rl.trajectory.versions.max": "max",
+        "rl.trajectory.versions.min": "min",
     }
     assert {m.merge for m in _names.ALL_METRICS if m.kind != "gauge"} == {"sum"}
 
@@ -193,6 +240,16 @@ def test_collector_admits_every_contract_metric() -> None:
         if any(drops(form) for drops in conditions)
     ]
     assert dropped == []
+
+
+def test_collector_admits_only_contract_metric_names() -> None:
+    """filter/contract (a bound: docs/reliability.md) lets every metric of the contract through and drops invented
+    names, so the names that reach the merge are a finite set."""
+    (condition,) = COLLECTOR["processors"]["filter/contract"]["metric_conditions"]
+    drops = _ottl_condition(condition)
+    assert [m.name for m in _names.ALL_METRICS if drops({"name": m.name})] == []
+    invented = ["rl.invented", "rl.reward.fn", "rl.reward2", "xrl.reward", "rl.step.max", "otel_rl.x", "rl_reward", ""]
+    assert [name for name in invented if not drops({"name": name})] == []
 
 
 def test_collector_drops_delta_histograms_of_both_kinds() -> None:

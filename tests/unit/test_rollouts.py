@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from otel_rl import Telemetry, TelemetryConfig
-from otel_rl._buckets import ExponentialLayout
+from otel_rl import _names
+from otel_rl._buckets import Layouts
 from otel_rl._rollouts import RolloutSummarizer
 from otel_rl._stats import ValueSummarizer
 from tests.conftest import RecordingMetricExporter
@@ -31,7 +32,8 @@ class TorchValues(ValueSummarizer):
     kernel_devices = frozenset()
 
 
-LAYOUT = ExponentialLayout(5)
+LAYOUTS = Layouts.resolve("exponential", scale=5)
+LAYOUT = LAYOUTS.of(_names.REWARDS)
 PATHS = pytest.mark.parametrize("values", [ValueSummarizer, TorchValues])
 
 
@@ -71,7 +73,7 @@ def test_group_statistics_match_a_python_reference(
     rewards = data.draw(
         st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0, float("nan")]), min_size=len(group_ids), max_size=len(group_ids))
     )
-    summarizer = RolloutSummarizer(values(LAYOUT), solved_reward=1.0)
+    summarizer = RolloutSummarizer(LAYOUTS, solved_reward=1.0, summarizer=values)
     result = summarizer.summarize(group_ids=torch.tensor(group_ids, dtype=torch.int64), rewards=torch.tensor(rewards))
     assert not result.rejected
     expected = group_reference(group_ids, rewards, 1.0)
@@ -94,7 +96,7 @@ def test_per_token_signals_match_numpy(values: type[ValueSummarizer], shape: tup
     mask = data.draw(arrays(np.bool_, shape))
     advantages = data.draw(arrays(np.float32, shape[0], elements=st.floats(-3, 3, width=32)))
     lengths = data.draw(arrays(np.int64, shape[0], elements=st.integers(0, 4096)))
-    result = RolloutSummarizer(values(LAYOUT), solved_reward=1.0).summarize(
+    result = RolloutSummarizer(LAYOUTS, solved_reward=1.0, summarizer=values).summarize(
         mask=torch.from_numpy(mask),
         advantages=torch.from_numpy(advantages),
         response_lengths=torch.from_numpy(lengths),

@@ -110,3 +110,26 @@ def test_filter_handles_many_samples_with_bounded_state() -> None:
     for _ in range(100_000):
         f.add(EpisodeSample(reward=rng.random()))
     assert len(f._top) == 2 and len(f._bottom) == 2
+
+
+@given(
+    episodes=st.lists(st.tuples(st.sampled_from(["p0", "p1", "p2", "p3", None]), st.sampled_from([0.0, 0.5, 1.0, 2.0])), max_size=40),
+    k=st.integers(1, 4),
+)
+def test_distinct_prompts_prefer_the_best_episode_of_each_prompt(episodes: list[tuple[str | None, float]], k: int) -> None:
+    """With distinct_prompts, the top are the best episode of each of the k best prompts (an episode without a
+    prompt is its own), then, if there are fewer prompts than k, the next best episodes whatever their prompt; the
+    bottom likewise from below. A reference over all episodes gives the same rewards and prompts."""
+    f = TopBottomFilter(top_k=k, bottom_k=0, distinct_prompts=True)
+    for index, (prompt, reward) in enumerate(episodes):
+        f.add(EpisodeSample(reward=reward, prompt=prompt, episode_id=index))
+    top = [s for selection, s in f.drain() if selection == "top"]
+    best: dict[object, tuple[float, int]] = {}
+    for index, (prompt, reward) in enumerate(episodes):
+        key = prompt if prompt is not None else ("none", index)
+        if key not in best or (reward, -index) > (best[key][0], -best[key][1]):
+            best[key] = (reward, index)
+    first = sorted(best.values(), key=lambda item: (-item[0], item[1]))[:k]
+    rest = sorted(((r, i) for i, (_, r) in enumerate(episodes) if (r, i) not in first), key=lambda item: (-item[0], item[1]))
+    expected = [*first, *rest][: min(k, len(episodes))]
+    assert [s.episode_id for s in top] == [index for _, index in expected]

@@ -101,14 +101,16 @@ def test_each_table_keeps_its_own_extremes(telemetry: otel_rl.Telemetry, logs: I
 
 def test_sample_dicts_in_torchforge_form(telemetry: otel_rl.Telemetry, logs: InMemoryLogRecordExporter) -> None:
     """A Reduce.SAMPLE dict flattens the breakdown into its keys (``reward`` is the total) and names the prompt
-    ``prompt`` or ``request``; unknown non-numeric keys go to extra, not dropped."""
+    ``prompt`` or ``request``; ``pad_id`` and unknown non-numeric keys go to extra, not dropped, and ``score`` (the
+    reward again, torchforge's ranking key) is not a reward function."""
     telemetry.step(1)
     sample = {"episode_id": 7, "request": "1+1=", "response": "2", "reward": 1.0, "correctness": np.float32(1.0),
-              "pad_id": 0, "note": "x"}  # fmt: skip
+              "pad_id": 0, "note": "x", "score": 1.0}  # fmt: skip
     record_metric("rollout/sample", sample, reduction=Reduce.SAMPLE)
     (record,) = _records(telemetry, logs)
     assert (record["prompt"], record["rl.reward"], record["rl.reward.correctness"]) == ("1+1=", 1.0, 1.0)
-    assert record["rl.reward.pad_id"] == 0.0 and record["rl.sample.extra.note"] == "x"
+    assert record["rl.sample.extra.pad_id"] == 0 and record["rl.sample.extra.note"] == "x"
+    assert "rl.reward.pad_id" not in record and "rl.reward.score" not in record
 
 
 def test_numpy_scalars_and_the_reduction_keyword(
@@ -139,7 +141,7 @@ def test_bad_input_never_raises_and_is_counted(
     points = metric_exporter.latest()
     rejected = points[("otel_rl.values.rejected", (("otel_rl.metric", "rl.metric"), ("otel_rl.reason", "type")))]
     assert rejected.value == 1  # type: ignore[attr-defined]
-    assert points[("otel_rl.samples.dropped", (("otel_rl.reason", "invalid"),))].value == 1  # type: ignore[attr-defined]
+    assert points[("otel_rl.samples.dropped", (("otel_rl.reason", "type"),))].value == 1  # type: ignore[attr-defined]
     assert points[("rl.metric", (("rl.metric.key", "loss"),))].count == 1  # type: ignore[attr-defined]
     assert _records(telemetry, logs) == []
 

@@ -1,0 +1,78 @@
+"""Row "Telemetry health": bad input rejected at record time, samples exported and dropped, export failures, and
+how fresh the run's data is, and whether the collector merged it exactly (the merge canary)."""
+
+from __future__ import annotations
+
+from otel_rl import promql
+from rows.panels import RUN, WINDOW, Row, prom, series, stat_panel, traffic_light
+
+
+def row() -> Row:
+    """The telemetry-health row."""
+    rejected = series(
+        14,
+        "Rejected values (bad input)",
+        "Values dropped at record time, by metric and reason (nonfinite, negative, shape, ...), per interval.",
+        "short",
+        "values per interval",
+        prom(
+            "A",
+            promql.increase("otel_rl_values_rejected_total", RUN, by="otel_rl_metric, otel_rl_reason", window=WINDOW),
+            "{{otel_rl_metric}} {{otel_rl_reason}}",
+        ),
+    )
+    sample_flow = series(
+        15,
+        "Samples exported and dropped (per second)",
+        "Sample log records handed to the exporter, and those dropped (queue_full, invalid, shutdown).",
+        "short",
+        "samples / s",
+        prom("A", promql.rate("otel_rl_samples_exported_total", RUN, window=WINDOW), "exported"),
+        prom(
+            "B",
+            promql.rate("otel_rl_samples_dropped_total", RUN, by="otel_rl_reason", window=WINDOW),
+            "dropped {{otel_rl_reason}}",
+        ),
+    )
+    failures = series(
+        16,
+        "Export failures",
+        "Failed OTLP exports from the ranks, by signal, per interval (a failed metrics export folds into the next), "
+        "and metric streams or sample records left out because they could not be encoded (an otel-rl bug: alert "
+        "OtelRLUnencodableTelemetry).",
+        "short",
+        "failures per interval",
+        prom(
+            "A",
+            promql.increase("otel_rl_export_failures_total", RUN, by="otel_rl_signal", window=WINDOW),
+            "{{otel_rl_signal}}",
+        ),
+        prom(
+            "B",
+            promql.increase("otel_rl_export_unencodable_total", RUN, by="otel_rl_signal", window=WINDOW),
+            "unencodable {{otel_rl_signal}}",
+        ),
+    )
+    freshness = stat_panel(
+        17,
+        "Time since last data",
+        "Seconds since the run's last aggregated point reached Prometheus (rl_step).",
+        "s",
+        prom("A", f"time() - max(timestamp(rl_step{{{RUN}}}))", "seconds since last data"),
+    ).thresholds(traffic_light(orange=60, red=300))
+    merge_check = stat_panel(
+        40,
+        "Merge check",
+        "Share of the merge canary's counts outside its buckets (otel_rl_merge_canary, recorded by every rank at each "
+        "step): 0 when the collector merged the ranks' histograms exactly; above 0 the run went through a collector "
+        "without otel-rl's exact merge (e.g. a stock OpenTelemetry Collector) and its distributions and quantiles are "
+        "wrong (alert OtelRLInexactMerge). No value: histogram=\"explicit\" (exact on any collector) or no step yet.",
+        "percentunit",
+        prom("A", f"max({promql.merge_canary_misplaced(RUN)})", "canary counts misplaced"),
+    ).thresholds(traffic_light(orange=1e-9, red=1e-6))
+    return Row(
+        "Telemetry health",
+        13,
+        (rejected.span(7).height(8), sample_flow.span(7).height(8), failures.span(5).height(8),
+         freshness.span(3).height(8), merge_check.span(2).height(8)),
+    )  # fmt: skip

@@ -1,0 +1,288 @@
+"""Where a rank's time goes: its steps and phases as OpenTelemetry spans, one trace per step across ranks.
+
+Every rank derives the trace of step ``n`` from the run id and ``n`` alone, so the ranks of a run put their spans in
+one trace without talking to each other (no collectives): rank 0 emits the step's root span ``rl.step``, whose span
+id is derived the same way; every rank emits its own ``rl.rank.step`` span under that root, and its phases
+(``generate``, ``score``, ``train``, ``sync``, ``wait_data``, ...) under its rank span. A phase is a span named for
+the phase, with ``rl.phase.name``; the collector's ``spanmetrics`` connector turns them into duration histograms
+per run (docs/pipeline.md).
+
+Phases nest (``with telemetry.phase("train"): with telemetry.phase("sync"): ...``): the inner one is a child span,
+and the phase gauges name the innermost. :meth:`PhaseTracer.set` replaces the innermost phase (imperative style);
+a step boundary ends every open span and opens the still-current phases again under the new step, so each step's
+trace holds that rank's phases. Per phase the rank also reports when it entered it (``rl.phase.started``, merged
+by ``min``: the longest-running rank), which the stuck-stage alert compares with the phase's usual duration.
+
+Asynchronous RL: :meth:`PhaseTracer.context` gives the innermost phase's span as a string a rollout worker sends
+along with its trajectory; the trainer passes such strings as ``links`` of the phase that consumes them, which
+links that phase to each trajectory's generation and adds a ``queue`` span to the trajectory's trace, from when it
+was generated to when it was consumed: one trajectory's path generate → queue → train.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+
+from otel_rl import _names
+from otel_rl._inputs import BadInput
+from otel_rl._store import MetricStore, attributes
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+
+def step_trace(run_id: str, step: int) -> tuple[int, int]:
+    """The trace id of step ``step`` of run ``run_id`` and the span id of its root, the same on every rank.
+
+    >>> step_trace("run", 3) == step_trace("run", 3) != step_trace("run", 4)
+    True
+    """
+    digest = hashlib.sha256(f"otel-rl/{run_id}/{step}".encode()).digest()
+    trace_id = int.from_bytes(digest[:16], "big") or 1
+    span_id = int.from_bytes(digest[16:24], "big") or 1
+    return trace_id, span_id
+
+
+class DerivedIds(RandomIdGenerator):
+    """Random ids, except for the next root span a caller announces with :meth:`next_root_is` (the step's root must
+    have the ids every rank derives; the SDK draws ids from its provider's generator)."""
+
+    def __init__(self) -> None:
+        self._next = threading.local()
+
+    def next_root_is(self, trace_id: int, span_id: int) -> None:
+        self._next.trace_id, self._next.span_id = trace_id, span_id
+
+    def generate_trace_id(self) -> int:
+        value: int | None = getattr(self._next, "trace_id", None)
+        self._next.trace_id = None
+        return super().generate_trace_id() if value is None else value
+
+    def generate_span_id(self) -> int:
+        value: int | None = getattr(self._next, "span_id", None)
+        self._next.span_id = None
+        return super().generate_span_id() if value is None else value
+
+
+@dataclass(frozen=True)
+class TrajectoryContext:
+    """Where a trajectory was generated: its generation span, and when it was generated (ns)."""
+
+    span: SpanContext
+    generated_ns: int
+
+    def encode(self) -> str:
+        """``00-<trace>-<span>-01;<generated ns>``: a W3C traceparent and the generation time."""
+        return f"00-{self.span.trace_id:032x}-{self.span.span_id:016x}-01;{self.generated_ns}"
+
+    @classmethod
+    def decode(cls, text: object) -> TrajectoryContext:
+        """Raises :class:`~otel_rl._inputs.BadInput` (``type``) for anything :meth:`encode` did not make."""
+        try:
+            assert isinstance(text, str)
+            parent, _, generated = text.partition(";")
+            version, trace_hex, span_hex, _ = parent.split("-")
+            assert version == "00" and len(trace_hex) == 32 and len(span_hex) == 16
+            span = SpanContext(int(trace_hex, 16), int(span_hex, 16), is_remote=True, trace_flags=_SAMPLED)
+            return cls(span, int(generated))
+        except (AssertionError, ValueError):
+            raise BadInput("type", '"links" must hold strings from Telemetry.trajectory_context()') from None
+
+
+class PhaseTracer:
+    """The spans of one rank's steps and phases (see the module docstring), and its phase gauges.
+
+    ``tracer_provider`` None means no trace export: spans are then non-recording but keep their ids, so records
+    and exemplars still name the step's trace. A provider must draw its span ids from ``ids``."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        rank: int,
+        store: MetricStore,
+        tracer_provider: TracerProvider | None,
+        ids: DerivedIds,
+        clock: Callable[[], int],
+    ) -> None:
+        self._ids = ids
+        self._run_id = run_id
+        self._rank = rank
+        self._store = store
+        self._tracer = (
+            tracer_provider.get_tracer(_names.SCOPE_NAME, _names.SCOPE_VERSION) if tracer_provider is not None else None
+        )
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._step: int | None = None
+        self._root: trace.Span | None = None
+        self._rank_span: trace.Span = trace.INVALID_SPAN
+        self._phases: list[tuple[str, trace.Span, int]] = []
+        """The open phases, outermost first: name, span, and when this rank entered the phase (ns)."""
+        self._reported: str | None = None
+
+    # -- steps ----------------------------------------------------------------------------------------------------
+
+    def step(self, number: int | None, *, policy_version: int | None = None) -> None:
+        """End the current step's spans and open step ``number``'s (None: no step follows), reopening the current
+        phases under it."""
+        now = self._clock()
+        with self._lock:
+            names = [(name, entered) for name, _, entered in self._phases]
+            self._end_all(now)
+            self._step = number
+            if number is not None:
+                self._open_step(number, now, policy_version)
+                for name, entered in names:
+                    self._phases.append((name, self._start(name, now, links=()), entered))
+
+    @property
+    def step_span(self) -> trace.Span:
+        """This rank's span of the current step (samples' records and exemplars name it)."""
+        return self._rank_span
+
+    def _open_step(self, number: int, now: int, policy_version: int | None) -> None:
+        trace_id, root_id = step_trace(self._run_id, number)
+        root = SpanContext(trace_id, root_id, is_remote=True, trace_flags=_SAMPLED)
+        step_attributes: dict[str, int] = {_names.SAMPLE_STEP: number}
+        if policy_version is not None:
+            step_attributes[_names.SAMPLE_POLICY_VERSION] = policy_version
+        if self._tracer is None:
+            self._rank_span = NonRecordingSpan(
+                SpanContext(trace_id, _span_id(self._run_id, number, self._rank), is_remote=False, trace_flags=_SAMPLED)
+            )
+            return
+        if self._rank == 0:
+            self._ids.next_root_is(trace_id, root_id)
+            self._root = self._tracer.start_span(
+                _names.STEP_SPAN, context=Context(), start_time=now, attributes=step_attributes
+            )
+        self._rank_span = self._tracer.start_span(
+            _names.RANK_STEP_SPAN,
+            context=trace.set_span_in_context(NonRecordingSpan(root)),
+            start_time=now,
+            attributes={**step_attributes, _names.RANK: self._rank},
+        )
+
+    # -- phases ---------------------------------------------------------------------------------------------------
+
+    def enter(self, name: str, *, links: Sequence[TrajectoryContext] = ()) -> int:
+        """Open phase ``name`` inside the current ones; returns its depth, for :meth:`leave`."""
+        now = self._clock()
+        with self._lock:
+            self._phases.append((name, self._start(name, now, links=links), now))
+            self._report(now)
+            self._queue_spans(links, now)
+            return len(self._phases)
+
+    def leave(self, depth: int) -> None:
+        """Close the phase opened at ``depth`` (and any still open inside it)."""
+        now = self._clock()
+        with self._lock:
+            while len(self._phases) >= depth and self._phases:
+                _, span, _ = self._phases.pop()
+                span.end(end_time=now)
+            self._report(now)
+
+    def set(self, name: str) -> None:
+        """Make ``name`` the innermost phase, in place of the innermost one (imperative style)."""
+        now = self._clock()
+        with self._lock:
+            if self._phases and self._phases[-1][0] == name:
+                return
+            if self._phases:
+                _, span, _ = self._phases.pop()
+                span.end(end_time=now)
+            self._phases.append((name, self._start(name, now, links=()), now))
+            self._report(now)
+
+    def completed(self, durations: Sequence[tuple[str, float]]) -> None:
+        """Phases that already ran in this step, with their seconds, as spans laid end to end up to now (a trainer
+        that times its own sections: durations exact, positions as if the sections ran one after the other)."""
+        now = self._clock()
+        with self._lock:
+            start = now - sum(int(seconds * 1e9) for _, seconds in durations)
+            for name, seconds in durations:
+                end = start + int(seconds * 1e9)
+                span = self._start(name, start, links=())
+                span.end(end_time=end)
+                start = end
+
+    def context(self) -> str:
+        """The innermost phase's span (else the step's) as a string for :meth:`enter`'s ``links`` elsewhere."""
+        with self._lock:
+            span = self._phases[-1][1] if self._phases else self._rank_span
+        return TrajectoryContext(span.get_span_context(), self._clock()).encode()
+
+    def close(self) -> None:
+        """End every open span (at shutdown); the phase gauges say no phase."""
+        now = self._clock()
+        with self._lock:
+            self._end_all(now)
+            self._report(now)
+
+    # -- internals ------------------------------------------------------------------------------------------------
+
+    def _start(self, name: str, now: int, *, links: Sequence[TrajectoryContext]) -> trace.Span:
+        parent = self._phases[-1][1] if self._phases else self._rank_span
+        if self._tracer is None:
+            return NonRecordingSpan(parent.get_span_context())
+        span_attributes: dict[str, str | int] = {_names.PHASE: name, _names.RANK: self._rank}
+        if self._step is not None:
+            span_attributes[_names.SAMPLE_STEP] = self._step
+        return self._tracer.start_span(
+            name,
+            context=trace.set_span_in_context(parent),
+            start_time=now,
+            attributes=span_attributes,
+            links=[Link(link.span, {"rl.link": "consumes"}) for link in links],
+        )
+
+    def _queue_spans(self, links: Sequence[TrajectoryContext], now: int) -> None:
+        """One ``queue`` span per consumed trajectory, in its own trace, from its generation to now."""
+        if self._tracer is None:
+            return
+        for link in links:
+            span = self._tracer.start_span(
+                _names.QUEUE_PHASE,
+                context=trace.set_span_in_context(NonRecordingSpan(link.span)),
+                start_time=min(link.generated_ns, now),
+                attributes={_names.PHASE: _names.QUEUE_PHASE, _names.RANK: self._rank},
+            )
+            span.end(end_time=now)
+
+    def _end_all(self, now: int) -> None:
+        for _, span, _ in reversed(self._phases):
+            span.end(end_time=now)
+        self._phases.clear()
+        for ended in (self._rank_span, self._root):
+            if ended is not None and ended.is_recording():
+                ended.end(end_time=now)
+        self._root = None
+        self._rank_span = trace.INVALID_SPAN
+
+    def _report(self, now: int) -> None:
+        """The gauges: 1 for the innermost phase (0 for the one before), and when this rank entered each open
+        phase (the streams of phases it left are removed: the merged minimum is over the ranks in the phase)."""
+        current = self._phases[-1][0] if self._phases else None
+        if self._reported is not None and self._reported != current:
+            self._store.set(_names.PHASES, attributes(**{_names.PHASE: self._reported}), 0)
+        if current is not None:
+            self._store.set(_names.PHASES, attributes(**{_names.PHASE: current}), 1)
+        self._reported = current
+        open_phases = {name: entered for name, _, entered in self._phases}
+        self._store.retain(_names.PHASE_STARTED, {attributes(**{_names.PHASE: name}) for name in open_phases})
+        for name, entered in open_phases.items():
+            self._store.set(_names.PHASE_STARTED, attributes(**{_names.PHASE: name}), entered / 1e9)
+
+
+def _span_id(run_id: str, step: int, rank: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"otel-rl/{run_id}/{step}/{rank}".encode()).digest()[:8], "big") or 1

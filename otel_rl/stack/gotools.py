@@ -1,0 +1,196 @@
+"""The Go toolchain as an installer: the ``go`` executable, the install lock, and :func:`ensure_go_binary`, which
+builds a pinned :class:`~otel_rl.stack.versions.GoBinary` into ``$OTEL_RL_HOME/bin`` once.
+
+Every install into ``$OTEL_RL_HOME`` holds an exclusive lock on ``$OTEL_RL_HOME/install.lock`` so that concurrent
+``up`` calls (a test session and a shell) do not build the same thing twice or read a half-written binary. Each
+``ensure_*`` function takes the lock itself and never while holding it (see :func:`install_lock`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from otel_rl.stack import layout
+from otel_rl.stack.versions import GoBinary
+
+_logger = logging.getLogger(__name__)
+
+
+class InstallError(RuntimeError):
+    """An external install step (``go``, the builder, ``patch``) failed; the message carries its output."""
+
+
+@contextlib.contextmanager
+def install_lock(home: Path) -> Iterator[None]:
+    """Hold the exclusive install lock of ``home`` (blocking) for the duration of the ``with`` block.
+
+    Not re-entrant: a second ``flock`` by the same process on another descriptor waits for the first, forever.
+    So each ``ensure_*`` function takes the lock itself and never calls another one while holding it.
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / "install.lock", "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def go_executable() -> Path:
+    """Return the ``go`` tool: from ``PATH``, else ``/usr/local/go/bin/go``.
+
+    Raises:
+        InstallError: when neither exists.
+    """
+    found = shutil.which("go")
+    if found:
+        return Path(found)
+    fallback = Path("/usr/local/go/bin/go")
+    if fallback.is_file():
+        return fallback
+    raise InstallError("the 'go' tool is not on PATH nor at '/usr/local/go/bin/go'; install Go >= 1.25")
+
+
+def go_env(**variables: str) -> dict[str, str]:
+    """Return this process's environment with ``variables`` (e.g. ``GOBIN``, ``GOTOOLCHAIN``) set on top."""
+    return {**os.environ, **variables}
+
+
+def run_tool(argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
+    """Run ``argv`` to completion; on failure raise :class:`InstallError` with the command and its output tail."""
+    command = [str(arg) for arg in argv]
+    _logger.info("running %s", " ".join(command))
+    try:
+        subprocess.run(
+            command,
+            check=True,
+            env=None if env is None else dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    except FileNotFoundError as error:
+        raise InstallError(f"cannot run {command[0]!r}: {error}") from error
+    except subprocess.CalledProcessError as error:
+        tail = "\n".join((error.stdout or "").splitlines()[-40:])
+        raise InstallError(
+            f"command {' '.join(command)!r} failed with exit status {error.returncode}:\n{tail}"
+        ) from error
+
+
+def ensure_go_binary(pin: GoBinary, *, home: Path) -> Path:
+    """Return ``pin``'s executable in ``$OTEL_RL_HOME/bin``, building it first if it is missing or stale.
+
+    It is built when the binary is missing or its version stamp (``<binary>.version`` beside it) is not
+    :attr:`~otel_rl.stack.versions.GoBinary.stamp`: by ``go install <target>`` into a temporary GOBIN, or with
+    :attr:`~otel_rl.stack.versions.GoBinary.module_copy` by ``go build`` inside a writable copy of the module
+    (:func:`writable_module_copy`) with its :attr:`~otel_rl.stack.versions.GoBinary.module_files` written in. The
+    result is renamed into place, so a failed build leaves nothing half-written. Takes :func:`install_lock` itself:
+    the caller must not hold it.
+
+    Raises:
+        InstallError: when fetching or building fails, or ``go install`` produces no such binary.
+    """
+    bin_dir = layout.bin_dir(home)
+    binary = bin_dir / pin.binary
+    stamp = bin_dir / f"{pin.binary}.version"
+
+    def current() -> bool:
+        return binary.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == pin.stamp
+
+    if current():
+        return binary
+    tags = f" -tags={','.join(pin.tags)}" if pin.tags else ""
+    what = pin.target + (f" (go build{tags} in a module copy)" if pin.module_copy else "")
+    with install_lock(home):
+        if current():
+            return binary
+        _logger.info("installing %s into %s", what, bin_dir)
+        started = time.monotonic()
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".go-install-", dir=bin_dir) as scratch:
+            os.replace(_build(pin, Path(scratch)), binary)
+        stamp.write_text(pin.stamp + "\n", encoding="utf-8")
+        _logger.info("installed %s in %.1f s", what, time.monotonic() - started)
+    return binary
+
+
+def _build(pin: GoBinary, scratch: Path) -> Path:
+    """Build ``pin`` in the empty folder ``scratch`` and return the executable made there.
+
+    The build gets its own module and build caches inside ``scratch``, removed with it: what is kept is the stamped
+    binary, and these tools' dependency versions share next to nothing with each other or the collector, so shared
+    caches only grew (a cold ``make test`` left 15 GB of Go caches, 2026-12-01). A version bump rebuilds from empty
+    caches, as a fresh machine does."""
+    go = go_executable()
+    caches = scratch / "go-caches"
+    env = go_env(GOCACHE=str(caches / "build"), GOMODCACHE=str(caches / "mod"),
+                 GOFLAGS=f"{os.environ.get('GOFLAGS', '')} -modcacherw".strip(),
+                 **({"GOTOOLCHAIN": pin.toolchain} if pin.toolchain else {}))  # fmt: skip
+    flags = [f"-tags={','.join(pin.tags)}"] if pin.tags else []
+    if pin.version_variable:
+        flags.append(f"-ldflags=-X {pin.version_variable}={pin.version.removeprefix('v')}")
+    if pin.module_copy:
+        source = writable_module_copy(go, pin.module, pin.version, scratch / "module", env=env)
+        for relative, text in pin.module_files:
+            (source / relative).parent.mkdir(parents=True, exist_ok=True)
+            (source / relative).write_text(text, encoding="utf-8")
+        built = scratch / pin.binary
+        run_tool([go, "build", *flags, "-o", built, f"./{pin.package}" if pin.package else "."], env=env, cwd=source)
+        return built
+    run_tool([go, "install", *flags, pin.target], env={**env, "GOBIN": str(scratch)})
+    built = scratch / pin.binary
+    if not built.is_file():
+        raise InstallError(f"'go install {pin.target}' succeeded but produced no {pin.binary!r} in GOBIN")
+    return built
+
+
+def writable_module_copy(
+    go: Path, module: str, version: str, destination: Path, *, env: Mapping[str, str] | None = None
+) -> Path:
+    """Copy ``module@version`` from the Go module cache (downloading it if needed) to ``destination``, make every
+    file writable (the cache's are read-only) and return ``destination``.
+
+    ``env`` replaces the environment of ``go mod download`` (e.g. to set ``GOTOOLCHAIN``).
+
+    Raises:
+        InstallError: when ``go mod download`` fails.
+    """
+    shutil.copytree(_go_module_dir(go, module, version, env=env), destination)
+    for entry in (destination, *destination.rglob("*")):
+        entry.chmod(entry.stat().st_mode | 0o200)
+    return destination
+
+
+def _go_module_dir(go: Path, module: str, version: str, *, env: Mapping[str, str] | None = None) -> Path:
+    """Return the module cache folder of ``module@version``, downloading it if needed (read-only files).
+
+    Raises:
+        InstallError: when ``go mod download`` fails.
+    """
+    command = [str(go), "mod", "download", "-json", f"{module}@{version}"]
+    result = subprocess.run(
+        command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=None if env is None else dict(env)
+    )
+    try:
+        info = json.loads(result.stdout)
+    except ValueError:
+        info = {}
+    if result.returncode != 0 or "Dir" not in info:
+        raise InstallError(
+            f"command {' '.join(command)!r} failed with exit status {result.returncode}:\n"
+            f"{info.get('Error') or result.stderr.strip() or result.stdout.strip()}"
+        )
+    return Path(info["Dir"])

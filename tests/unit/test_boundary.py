@@ -1,0 +1,301 @@
+"""The boundary between the user and otel-rl (issue 18): each defect found by trying the API the way verl, TRL,
+torchforge and hostile callers do, pinned by its behaviour. Exports go through the OTLP exporters' own encoder
+(``EncodingMetricExporter``), so "the next export succeeds" means what it means on the wire."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
+
+import otel_rl
+from otel_rl import _names
+from otel_rl.torchforge import Reduce, record_episode_sample, record_metric
+from tests.conftest import EncodingMetricExporter
+
+
+@pytest.fixture
+def exporter() -> EncodingMetricExporter:
+    return EncodingMetricExporter()
+
+
+@pytest.fixture
+def logs() -> InMemoryLogRecordExporter:
+    return InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture
+def telemetry(exporter: EncodingMetricExporter, logs: InMemoryLogRecordExporter) -> Iterator[otel_rl.Telemetry]:
+    instance = otel_rl.Telemetry(
+        otel_rl.TelemetryConfig(run_id="boundary", exporter="none", export_interval_s=60),
+        metric_exporter=exporter,
+        log_exporter=logs,
+    )
+    yield instance
+    instance.shutdown(5)
+
+
+def _value(exporter: EncodingMetricExporter, name: str, **attrs: str) -> Any:
+    point = exporter.latest()[(name, tuple(sorted(attrs.items())))]
+    return getattr(point, "value", point)
+
+
+def _rejected(exporter: EncodingMetricExporter) -> dict[tuple[str, str], float]:
+    return {
+        (dict(attrs)[_names.SELF_METRIC], dict(attrs)[_names.SELF_REASON]): point.value  # type: ignore[attr-defined]
+        for (name, attrs), point in exporter.latest().items()
+        if name == _names.VALUES_REJECTED.name
+    }
+
+
+class _BrokenRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr fails")
+
+    __str__ = __repr__
+
+
+@pytest.mark.parametrize("staleness", [math.nan, "3", 2**70, -1, _BrokenRepr()])
+def test_a_bad_sample_field_never_breaks_step_or_shutdown(
+    exporter: EncodingMetricExporter, logs: InMemoryLogRecordExporter, staleness: object
+) -> None:
+    """A kept sample whose staleness is NaN, a string, a huge int, negative or unprintable: step() and shutdown()
+    return, the record goes out without that field (counted), the final export is made and the run is finished."""
+    telemetry = otel_rl.Telemetry(
+        otel_rl.TelemetryConfig(run_id="bad-field", exporter="none", export_interval_s=60),
+        metric_exporter=exporter,
+        log_exporter=logs,
+    )
+    telemetry.step(1)
+    telemetry.record_rewards([0.5])
+    telemetry.record_staleness([3], 4)
+    telemetry.record_sample(otel_rl.EpisodeSample(reward=0.5, staleness=staleness, response="r"))  # type: ignore[arg-type]
+    telemetry.step(2)
+    assert telemetry.shutdown(5)
+    (record,) = logs.get_finished_logs()
+    attributes = dict(record.log_record.attributes or {})
+    assert _names.SAMPLE_STALENESS not in attributes
+    assert attributes[_names.SAMPLE_REWARD] == 0.5 and attributes[_names.SAMPLE_STEP] == 1
+    assert _value(exporter, _names.RUN_FINISHED.name) == 1
+    assert sum(count for (metric, _), count in _rejected(exporter).items() if metric == _names.SAMPLE_EVENT) == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "metric"),
+    [
+        (lambda t: t.step(2**63), _names.STEP.name),
+        (lambda t: t.set_policy_version(2**64 + 3), _names.POLICY_VERSION.name),
+        (lambda t: t.record_staleness_drops(2**63), _names.STALENESS_DROPPED.name),
+        (lambda t: t.record_staleness([1], 2**63), _names.STALENESS.histogram.name),
+        (lambda t: t.step(-(2**63) - 1), _names.STEP.name),
+    ],
+)
+def test_integers_beyond_int64_are_rejected_and_exports_keep_encoding(
+    telemetry: otel_rl.Telemetry, exporter: EncodingMetricExporter, call: Any, metric: str
+) -> None:
+    """An integer OTLP cannot carry is rejected as "range" (or "negative"), and every export after it still
+    encodes: before the boundary, one such value made every later export of the rank fail."""
+    telemetry.step(5)
+    call(telemetry)
+    telemetry.record_rewards([1.0])
+    assert telemetry.flush(5)
+    assert _value(exporter, _names.STEP.name) == 5
+    assert sum(count for (name, _), count in _rejected(exporter).items() if name == metric) >= 1
+
+
+def test_a_counter_that_outgrows_int64_is_exported_as_a_double(
+    telemetry: otel_rl.Telemetry, exporter: EncodingMetricExporter
+) -> None:
+    """Valid drops that add up past 2**63 keep being exported (as a double) instead of breaking every export."""
+    for _ in range(3):
+        telemetry.record_staleness_drops(2**62)
+    assert telemetry.flush(5)
+    assert _value(exporter, _names.STALENESS_DROPPED.name) == float(3 * 2**62)
+
+
+def test_set_phase_with_an_unprintable_name_is_counted(
+    telemetry: otel_rl.Telemetry, exporter: EncodingMetricExporter
+) -> None:
+    """A phase whose repr raises becomes ``_overflow`` and is counted; the call returns."""
+    telemetry.set_phase(_BrokenRepr())  # type: ignore[arg-type]
+    assert telemetry.flush(5)
+    assert _value(exporter, _names.PHASES.name, **{_names.PHASE: _names.OVERFLOW}) == 1
+    assert _rejected(exporter)[(_names.PHASES.name, "name_invalid")] == 1
+
+
+@pytest.mark.parametrize(
+    "value",
+    [1e-6, 0.7, 50331651.0, np.float64(1e-6), np.float64(0.1), [0.1, 0.7, 1e-6], 2**70, [2**53 + 1.0]],
+)
+def test_python_and_float64_values_stay_exact(
+    telemetry: otel_rl.Telemetry, exporter: EncodingMetricExporter, value: Any
+) -> None:
+    """Python floats, np.float64 scalars and float lists keep float64 precision: the exported max, min and sum are
+    the exact values (verl's actor/lr 1e-6, TRL's num_tokens 50331651, a reward list's 0.7); before, they went
+    through float32."""
+    values = [float(v) for v in (value if isinstance(value, list) else [value])]
+    telemetry.record_metric("key", value)
+    telemetry.record_rewards(value)
+    assert telemetry.flush(5)
+    for distribution, attrs in ((_names.METRICS, {_names.METRIC_KEY: "key"}), (_names.REWARDS, {_names.REWARD_FN: "total"})):
+        assert _value(exporter, distribution.maximum.name, **attrs) == max(values)
+        assert _value(exporter, distribution.minimum.name, **attrs) == min(values)
+        histogram = _value(exporter, distribution.histogram.name, **attrs)
+        assert histogram.sum == math.fsum(values) and histogram.count == len(values)
+
+
+def test_none_inside_a_list_is_dropped_alone(telemetry: otel_rl.Telemetry, exporter: EncodingMetricExporter) -> None:
+    """TRL reward functions return None for completions they do not score: each None is counted ("missing"), a
+    string or bool inside the list too ("type"), and every number of the list is kept."""
+    telemetry.record_rewards([1.0, None, 0.25, "x", True, None], fn="accuracy")
+    assert telemetry.flush(5)
+    histogram = _value(exporter, _names.REWARDS.histogram.name, **{_names.REWARD_FN: "accuracy"})
+    assert (histogram.count, histogram.sum) == (2, 1.25)
+    assert _rejected(exporter) == {("rl.reward", "missing"): 2, ("rl.reward", "type"): 2}
+
+
+def test_rollout_fields_that_disagree_with_the_mask_are_rejected(
+    telemetry: otel_rl.Telemetry, exporter: EncodingMetricExporter
+) -> None:
+    """Response lengths and group ids with another rollout count than the mask are rejected as "shape" (they were
+    used with the mask ignored); the other fields of the call are kept."""
+    mask = torch.ones(4, 3, dtype=torch.bool)
+    telemetry.record_rollouts(
+        mask=mask,
+        response_lengths=torch.tensor([10, 20, 30]),
+        group_ids=torch.tensor([0, 0, 1]),
+        rewards=torch.tensor([1.0, 0.0, 1.0]),
+        entropy=torch.full((4, 3), 0.5),
+    )
+    assert telemetry.flush(5)
+    rejected = _rejected(exporter)
+    assert rejected[(_names.RESPONSE_LENGTHS.histogram.name, "shape")] == 3
+    assert rejected[(_names.GROUPS.name, "shape")] == 3
+    assert _value(exporter, _names.ENTROPY.histogram.name).count == 12
+    assert (_names.GROUPS.name, (("rl.group.outcome", "none"),)) not in exporter.latest()
+
+
+@pytest.mark.parametrize("advantages", [torch.tensor([True, False]), torch.zeros(2, 2, 2)])
+def test_rejected_advantages_count_no_signs(
+    telemetry: otel_rl.Telemetry, exporter: EncodingMetricExporter, advantages: torch.Tensor
+) -> None:
+    """Advantages rejected whole (bool dtype, three dimensions) count no advantage signs either."""
+    telemetry.record_rollouts(advantages=advantages)
+    assert telemetry.flush(5)
+    assert not [key for key in exporter.latest() if key[0] == _names.ADVANTAGE_SIGNS.name]
+    assert sum(n for (metric, _), n in _rejected(exporter).items() if metric == _names.ADVANTAGES.histogram.name) == advantages.numel()
+
+
+def test_sparse_and_strided_tensors_are_read_like_dense_ones(
+    telemetry: otel_rl.Telemetry, exporter: EncodingMetricExporter
+) -> None:
+    """A sparse entropy tensor is read as the dense tensor it stands for (it dropped the whole call, valid fields
+    included); a transposed log-probability tensor and a non-contiguous advantage slice too."""
+    dense = torch.tensor([[0.5, 0.0], [0.0, 2.0]])
+    logprobs = torch.tensor([[-1.0, -2.0], [-0.5, -0.25]]).t()
+    telemetry.record_rollouts(
+        entropy=dense.to_sparse(), logprobs=logprobs, inference_logprobs=logprobs.clone(), advantages=torch.arange(8.0)[::4]
+    )
+    assert telemetry.flush(5)
+    entropy = _value(exporter, _names.ENTROPY.histogram.name)
+    assert (entropy.count, entropy.sum) == (4, 2.5)
+    assert _value(exporter, _names.IMPORTANCE_RATIO.histogram.name).count == 4
+    assert _value(exporter, _names.ADVANTAGES.maximum.name) == 4.0
+    assert not _rejected(exporter)
+
+
+def test_a_sample_with_hundreds_of_extras_keeps_its_identity(
+    telemetry: otel_rl.Telemetry, logs: InMemoryLogRecordExporter
+) -> None:
+    """200 breakdown entries and 200 scalar extras: the record keeps id, step, selection, table and reward (the
+    SDK's 128-attribute limit evicted them before), no attribute is evicted, and what does not fit as an attribute
+    is in the body."""
+    breakdown = {f"fn{i}": float(i) for i in range(200)}
+    extra = {f"x{i}": i for i in range(200)}
+    telemetry.step(3)
+    telemetry.record_sample(otel_rl.EpisodeSample(reward=1.0, reward_breakdown=breakdown, extra=extra))
+    telemetry.step(4)
+    assert telemetry.flush(5)
+    (exported,) = logs.get_finished_logs()
+    record = exported.log_record
+    attributes = dict(record.attributes or {})
+    for key in (_names.SAMPLE_ID, _names.SAMPLE_STEP, _names.SAMPLE_SELECTION, _names.SAMPLE_TABLE, _names.SAMPLE_REWARD):
+        assert key in attributes, key
+    assert exported.dropped_attributes == 0 and len(attributes) <= 128
+    body_extra = record.body["extra"]  # type: ignore[index]
+    assert '"x199": 199' in body_extra and '"fn199": 199.0' in body_extra
+
+
+def test_torchforge_shim_takes_malformed_samples(
+    telemetry: otel_rl.Telemetry, exporter: EncodingMetricExporter, logs: InMemoryLogRecordExporter
+) -> None:
+    """A reward breakdown or extra that is not a mapping, and an array ``truncated``: no raise, the malformed fields
+    are counted, the samples still go out."""
+
+    class ArrayTruncated:
+        episode_id = "e1"
+        reward = 0.5
+        truncated = np.array([True, False])
+        reward_breakdown = None
+
+    otel_rl._global._current = telemetry
+    try:
+        telemetry.step(1)
+        record_metric("rollout/sample", {"reward": 1.0, "reward_breakdown": [1, 2], "extra": "text"}, Reduce.SAMPLE)
+        record_episode_sample("rollout/sample", ArrayTruncated())
+        telemetry.step(2)
+        assert telemetry.flush(5)
+    finally:
+        otel_rl._global._current = None
+    assert len(logs.get_finished_logs()) == 2
+    assert _rejected(exporter)[(_names.SAMPLE_EVENT, "type")] == 2
+
+
+def test_metric_keys_take_a_cap_slot_only_with_a_kept_value(exporter: EncodingMetricExporter) -> None:
+    """A key whose values are all rejected uses no slot of ``max_metric_keys``: the valid keys after it keep their
+    own names."""
+    telemetry = otel_rl.Telemetry(
+        otel_rl.TelemetryConfig(run_id="cap", exporter="none", export_interval_s=60, max_metric_keys=2),
+        metric_exporter=exporter,
+    )
+    telemetry.record_metric("table", {"a": 1})
+    telemetry.record_metric("strings", ["x", "y"])
+    telemetry.record_metric("loss", 0.5)
+    telemetry.record_metric("kl", 0.1)
+    assert telemetry.flush(5)
+    keys = {dict(attrs)[_names.METRIC_KEY] for name, attrs in exporter.latest() if name == _names.METRICS.histogram.name}
+    assert keys == {"loss", "kl"}
+    telemetry.shutdown(5)
+
+
+def test_flush_with_a_zero_timeout_does_not_wait(exporter: EncodingMetricExporter) -> None:
+    """``flush(0)`` returns at once while an export is stuck (it waited ``shutdown_timeout_s``: ``timeout_s or
+    default``); a bad timeout is counted and the default used, so shutdown still makes its final export."""
+    release = threading.Event()
+
+    class Stuck(EncodingMetricExporter):
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: object) -> Any:
+            release.wait()
+            return super().export(metrics_data, timeout_millis)
+
+    stuck = Stuck()
+    telemetry = otel_rl.Telemetry(
+        otel_rl.TelemetryConfig(run_id="zero", exporter="none", export_interval_s=60, shutdown_timeout_s=600),
+        metric_exporter=stuck,
+    )
+    results: list[bool] = []
+    flushing = threading.Thread(target=lambda: results.append(telemetry.flush(0)), daemon=True)
+    try:
+        flushing.start()
+        flushing.join(60)  # a liveness bound: the old code waited the 600 s default
+        assert not flushing.is_alive() and results == [False]
+    finally:
+        release.set()
+    assert telemetry.shutdown("soon") is True  # type: ignore[arg-type]
+    assert _rejected(stuck)[("otel_rl.timeout", "type")] == 1

@@ -1,0 +1,208 @@
+"""Steps and phases as spans (issue 22), with the real SDK's in-memory span exporter: one trace per step across
+ranks without collectives, phases nested and carried across step boundaries, trajectories linked to the phase that
+consumes them, and the throughput and async-pipeline signals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import otel_rl
+from otel_rl import _names
+from otel_rl._phases import step_trace
+from tests.conftest import EncodingMetricExporter
+
+
+class Clock:
+    """Nanoseconds that move only when told."""
+
+    def __init__(self) -> None:
+        self.now = 10**18
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += int(seconds * 1e9)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+def _rank(rank: int, spans: InMemorySpanExporter, clock: Clock, metrics: EncodingMetricExporter | None = None) -> otel_rl.Telemetry:
+    return otel_rl.Telemetry(
+        otel_rl.TelemetryConfig(run_id="phases", rank=rank, world_size=2, exporter="none", export_interval_s=60,
+                                flops_per_token=6e9, peak_flops=1e15 if rank == 0 else None),  # fmt: skip
+        metric_exporter=metrics or EncodingMetricExporter(),
+        log_exporter=InMemoryLogRecordExporter(),  # type: ignore[no-untyped-call]
+        span_exporter=spans,
+        clock=clock,
+    )
+
+
+@pytest.fixture
+def ranks(spans: InMemorySpanExporter, clock: Clock) -> Iterator[list[otel_rl.Telemetry]]:
+    instances = [_rank(0, spans, clock), _rank(1, spans, clock)]
+    yield instances
+    for instance in instances:
+        instance.shutdown(5)
+
+
+def _finished(spans: InMemorySpanExporter, ranks: list[otel_rl.Telemetry]) -> list[ReadableSpan]:
+    for rank in ranks:
+        assert rank._tracer_provider is not None
+        rank._tracer_provider.force_flush()
+    return list(spans.get_finished_spans())
+
+
+def test_every_rank_puts_its_phases_in_the_steps_one_trace(
+    ranks: list[otel_rl.Telemetry], spans: InMemorySpanExporter, clock: Clock
+) -> None:
+    """Step 5 of two ranks: one trace whose id both derive; rank 0's root, one rank span per rank under it, each
+    rank's phases under its rank span, a nested phase under its enclosing one, durations from the clock."""
+    for rank in ranks:
+        rank.step(5)
+    for index, rank in enumerate(ranks):
+        with rank.phase("generate"):
+            clock.advance(2.0 + index)
+        with rank.phase("train"):
+            with rank.phase("sync"):
+                clock.advance(0.5)
+            clock.advance(1.0)
+    for rank in ranks:
+        rank.step(6)
+    finished = [s for s in _finished(spans, ranks) if s.attributes and s.attributes.get("rl.step") == 5]
+    trace_id, root_id = step_trace("phases", 5)
+    assert {s.context.trace_id for s in finished} == {trace_id}
+    (root,) = [s for s in finished if s.name == "rl.step"]
+    assert root.context.span_id == root_id and root.parent is None
+    rank_spans = {s.attributes["rl.rank"]: s for s in finished if s.name == "rl.rank.step"}  # type: ignore[index]
+    assert set(rank_spans) == {0, 1} and all(s.parent and s.parent.span_id == root_id for s in rank_spans.values())
+    for rank_number, rank_span in rank_spans.items():
+        mine = {s.name: s for s in finished if s.attributes.get("rl.rank") == rank_number and s.name not in ("rl.step", "rl.rank.step")}  # type: ignore[union-attr]
+        assert set(mine) == {"generate", "train", "sync"}
+        assert mine["generate"].parent.span_id == mine["train"].parent.span_id == rank_span.context.span_id  # type: ignore[union-attr]
+        assert mine["sync"].parent.span_id == mine["train"].context.span_id  # type: ignore[union-attr]
+        assert (mine["generate"].end_time - mine["generate"].start_time) / 1e9 == 2.0 + rank_number  # type: ignore[operator]
+        assert (mine["train"].end_time - mine["train"].start_time) / 1e9 == 1.5  # type: ignore[operator]
+        assert mine["sync"].attributes["rl.phase.name"] == "sync"  # type: ignore[index]
+
+
+def test_an_imperative_phase_carries_over_into_the_next_step(
+    ranks: list[otel_rl.Telemetry], spans: InMemorySpanExporter, clock: Clock
+) -> None:
+    """set_phase replaces the current phase; a step boundary ends its span and opens it again in the next step's
+    trace, so each step's trace holds the rank's phases; the phase gauge counts the rank throughout."""
+    rank = ranks[0]
+    rank.step(1)
+    rank.set_phase("generate")
+    clock.advance(1.0)
+    rank.set_phase("train")
+    clock.advance(1.0)
+    rank.step(2)
+    clock.advance(1.0)
+    rank.step(3)
+    finished = _finished(spans, ranks)
+    trains = sorted((s for s in finished if s.name == "train"), key=lambda s: s.start_time or 0)
+    assert [s.attributes["rl.step"] for s in trains] == [1, 2]  # type: ignore[index]
+    assert [s.context.trace_id for s in trains] == [step_trace("phases", 1)[0], step_trace("phases", 2)[0]]
+    assert [s.name for s in finished if s.attributes.get("rl.step") == 1 and s.name not in ("rl.step", "rl.rank.step")] == ["generate", "train"]  # type: ignore[union-attr]
+    started = rank._store.collect(clock())[0]
+    assert started is not None
+    gauges = {(m.name, tuple(sorted(p.attributes.items()))): p.value for m in started.resource_metrics[0].scope_metrics[0].metrics
+              if m.name in (_names.PHASES.name, _names.PHASE_STARTED.name) for p in m.data.data_points}  # type: ignore[attr-defined]  # fmt: skip
+    assert gauges[(_names.PHASES.name, (("rl.phase.name", "train"),))] == 1
+    assert gauges[(_names.PHASES.name, (("rl.phase.name", "generate"),))] == 0
+    assert gauges[(_names.PHASE_STARTED.name, (("rl.phase.name", "train"),))] == (clock() - 2 * 10**9) / 1e9
+    assert (_names.PHASE_STARTED.name, (("rl.phase.name", "generate"),)) not in gauges
+
+
+def test_a_trajectory_is_linked_to_the_phase_that_consumes_it(
+    ranks: list[otel_rl.Telemetry], spans: InMemorySpanExporter, clock: Clock
+) -> None:
+    """A rollout worker's generation context, sent with its trajectory, links the trainer's phase to it and puts a
+    queue span (generated → consumed) in the trajectory's own trace: generate → queue → train."""
+    trainer, worker = ranks
+    worker.step(1)
+    with worker.phase("generate"):
+        clock.advance(1.0)
+        context = worker.trajectory_context()
+    clock.advance(3.0)
+    trainer.step(1)
+    with trainer.phase("train", links=[context, "not a context"]):
+        clock.advance(1.0)
+    trainer.step(2)
+    worker.step(2)
+    finished = _finished(spans, ranks)
+    (generate,) = [s for s in finished if s.name == "generate"]
+    (train,) = [s for s in finished if s.name == "train"]
+    (queue,) = [s for s in finished if s.name == "queue"]
+    assert [link.context.span_id for link in train.links] == [generate.context.span_id]
+    assert queue.parent.span_id == generate.context.span_id and queue.context.trace_id == generate.context.trace_id  # type: ignore[union-attr]
+    assert (queue.end_time - queue.start_time) / 1e9 == 3.0  # type: ignore[operator]
+    assert trainer.self_telemetry.rejected("rl.trajectory") == 1
+
+
+def test_phases_never_raise_and_never_swallow(ranks: list[otel_rl.Telemetry]) -> None:
+    """Hostile phase names and links are counted, not raised; an exception of the block goes on as it is."""
+    rank = ranks[0]
+
+    class Hostile:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    with rank.phase(Hostile(), links=Hostile()):  # type: ignore[arg-type]
+        pass
+    with pytest.raises(KeyError):
+        with rank.phase("train"):
+            raise KeyError("the trainer's own")
+    assert rank.self_telemetry.rejected(_names.PHASES.name) >= 1
+
+
+def test_throughput_and_async_state_are_exact_counters_and_gauges(spans: InMemorySpanExporter, clock: Clock) -> None:
+    """Tokens and samples are counters; the async pipeline's gauges take integers >= 0 (a bad one is counted and the
+    others kept); FLOPs per token and peak FLOP/s come from the configuration."""
+    metrics = EncodingMetricExporter()
+    rank = _rank(0, spans, clock, metrics)
+    rank.record_tokens(generated=4096, trained=3000, samples=8)
+    rank.record_tokens(generated=2**53 + 1, trained=1)
+    rank.set_async_state(queue_depth=3, in_flight=5, buffer_used=120, buffer_capacity=512)
+    rank.set_async_state(queue_depth=-1)
+    assert rank.flush(5)
+    latest = metrics.latest()
+
+    def value(metric: _names.MetricName) -> Any:
+        return latest[(metric.name, ())].value  # type: ignore[attr-defined]
+
+    assert (value(_names.TOKENS_GENERATED), value(_names.TOKENS_TRAINED), value(_names.SAMPLES_TRAINED)) == (4096 + 2**53 + 1, 3001, 8)
+    assert (value(_names.QUEUE_DEPTH), value(_names.IN_FLIGHT), value(_names.BUFFER_USED), value(_names.BUFFER_CAPACITY)) == (3, 5, 120, 512)
+    assert (value(_names.FLOPS_PER_TOKEN), value(_names.FLOPS_PEAK)) == (6e9, 1e15)
+    assert rank.self_telemetry.rejected(_names.QUEUE_DEPTH.name) == 1
+    rank.shutdown(5)
+
+
+def test_without_trace_export_records_still_name_the_step(clock: Clock) -> None:
+    """With exporter="none" no span is exported, but sample records carry the step's derived trace id."""
+    logs = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
+    rank = otel_rl.Telemetry(
+        otel_rl.TelemetryConfig(run_id="phases", exporter="none", export_interval_s=60),
+        metric_exporter=EncodingMetricExporter(), log_exporter=logs, clock=clock,
+    )  # fmt: skip
+    rank.step(9)
+    rank.record_sample(otel_rl.EpisodeSample(reward=1.0))
+    rank.step(10)
+    rank.shutdown(5)
+    (record,) = logs.get_finished_logs()
+    assert record.log_record.trace_id == step_trace("phases", 9)[0]
