@@ -35,7 +35,7 @@ $(LOWEST_INSTALLED): pyproject.toml .ci/otel-lowest.txt | $(UV_INSTALLED)
 	test -x $(LOWEST)/bin/python || $(UV) venv -q --seed --python $(PYTHON) $(LOWEST)
 	$(UV) pip install -q --python $(LOWEST)/bin/python -e . -c .ci/otel-lowest.txt
 	$(LOWEST)/bin/python -c 'import otel_rl, otel_rl.torchforge; t = otel_rl.Telemetry(otel_rl.TelemetryConfig(exporter="none")); t.record_rewards([1.0]); t.shutdown()'
-	$(UV) pip install -q --python $(LOWEST)/bin/python -c .ci/otel-lowest.txt 'pytest>=8' 'hypothesis>=6.100' 'pyyaml>=6'
+	$(UV) pip install -q --python $(LOWEST)/bin/python -c .ci/otel-lowest.txt 'pytest>=8' 'pytest-timeout>=2.3' 'pytest-rerunfailures>=15' 'hypothesis>=6.100' 'pyyaml>=6'
 	touch $@
 
 # The unit suite on the lowest supported OpenTelemetry (the main venv has the newest).

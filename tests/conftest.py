@@ -78,11 +78,20 @@ def metric_exporter() -> Iterator[RecordingMetricExporter]:
 STACK_FIXTURES: Final = frozenset({"stack_binaries", "promtool", "amtool"})
 """The fixtures that install the stack's binaries (the collector build takes minutes once)."""
 
+STACK_RERUNS: Final = 1
+"""How often a failed ``stack`` test runs again (pytest-rerunfailures) before it counts as failed. These tests drive
+real processes on a shared 2-core machine, where a run's timing can stretch by half; a test must still pass in one
+whole run of its own, and every rerun is listed in the summary line (``N rerun``). Tests without the stack (unit,
+property, fuzz) are deterministic and never rerun."""
+
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Mark ``stack`` every test that uses a stack fixture, directly or through other fixtures."""
+    """Mark ``stack`` every test that uses a stack fixture, directly or through other fixtures; let every ``stack``
+    test run again once on failure (:data:`STACK_RERUNS`)."""
     if STACK_FIXTURES.intersection(getattr(item, "fixturenames", ())):
         item.add_marker(pytest.mark.stack)
+    if item.get_closest_marker("stack") is not None:
+        item.add_marker(pytest.mark.flaky(reruns=STACK_RERUNS))
 
 
 @pytest.fixture(scope="session")
