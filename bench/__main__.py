@@ -29,9 +29,7 @@ def run(*, quick: bool, only: tuple[str, ...] = SECTIONS, threads: int = 2) -> d
     started = time.perf_counter()
     results: dict[str, Any] = {"quick": quick, "machine": machine()}
     if "ingest" in only:
-        results["ingest"] = (
-            ingest(rollouts=32, tokens=512, repeats=3, sample_size=500) if quick else ingest(repeats=15)
-        )
+        results["ingest"] = ingest(rollouts=32, tokens=512, repeats=3, sample_size=500) if quick else ingest(repeats=15)
     if "growth" in only:
         results["growth"] = (
             growth([2_048, 16_384], tokens=512, repeats=3)

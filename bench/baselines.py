@@ -56,7 +56,9 @@ def otel_sdk_loop(values: torch.Tensor, sample_size: int) -> Baseline:
     reader = InMemoryMetricReader()
     provider = MeterProvider(
         metric_readers=[reader],
-        views=[View(instrument_name="rl.reward", aggregation=ExplicitBucketHistogramAggregation(DEFAULT_REWARD_BOUNDS))],
+        views=[
+            View(instrument_name="rl.reward", aggregation=ExplicitBucketHistogramAggregation(DEFAULT_REWARD_BOUNDS))
+        ],
     )
     histogram = provider.get_meter("bench").create_histogram("rl.reward")
     sample = values[:sample_size].abs()

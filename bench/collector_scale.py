@@ -21,15 +21,13 @@ from otel_rl._names import REWARD_FN, REWARD_FN_TOTAL, REWARDS, SCOPE_VERSION, S
 from otel_rl._stats import StalenessSummarizer, ValueSummarizer
 from otel_rl._store import MetricStore, attributes
 from otel_rl._telemetry import build_resource, layouts
-from otel_rl.query import Prometheus
+from otel_rl.ops.query import Prometheus
 
 _VALUES_PER_TICK = 16
 _TICK_S = 1.0
 
 
-def _sender(
-    endpoint: str, run_id: str, ranks: range, world_size: int, ticks: int, start_at: float, done: Any
-) -> None:
+def _sender(endpoint: str, run_id: str, ranks: range, world_size: int, ticks: int, start_at: float, done: Any) -> None:
     """Export ``ticks`` cumulative snapshots of ``ranks`` simulated ranks, one batched request per second; put the
     time the last export returned on ``done``."""
     from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
@@ -37,7 +35,9 @@ def _sender(
 
     config = TelemetryConfig(run_id=run_id, rank=0, world_size=world_size, exporter="none").resolved
     layout = layouts(config)
-    rewards = ValueSummarizer(layout.of(REWARDS)).summarize([0.5 * (i % 5) - 1.0 for i in range(_VALUES_PER_TICK)], None)
+    rewards = ValueSummarizer(layout.of(REWARDS)).summarize(
+        [0.5 * (i % 5) - 1.0 for i in range(_VALUES_PER_TICK)], None
+    )
     staleness = StalenessSummarizer(layout.of(STALENESS)).summarize(list(range(_VALUES_PER_TICK)), 20, None)
     fn = attributes(**{REWARD_FN: REWARD_FN_TOTAL})
     stores = []
@@ -136,8 +136,8 @@ def collector_scale(rank_counts: list[int], *, ticks: int, aggregation_interval:
     import tempfile
     from pathlib import Path
 
-    from otel_rl.stack import install
-    from otel_rl.stack.services import Stack, StackConfig, StackPorts
+    from otel_rl.ops.stack import install
+    from otel_rl.ops.stack.services import Stack, StackConfig, StackPorts
 
     with tempfile.TemporaryDirectory(prefix="otel-rl-scale-") as state:
         config = StackConfig(

@@ -27,8 +27,14 @@ def _closed_port() -> int:
 
 def _telemetry(traced: bool, port: int) -> Telemetry:
     return Telemetry(
-        TelemetryConfig(run_id="bench-phases", endpoint=f"http://127.0.0.1:{port}", trace_phases=traced,
-                        export_interval_s=30, export_timeout_s=0.5, shutdown_timeout_s=1.0)  # fmt: skip
+        TelemetryConfig(
+            run_id="bench-phases",
+            endpoint=f"http://127.0.0.1:{port}",
+            trace_phases=traced,
+            export_interval_s=30,
+            export_timeout_s=0.5,
+            shutdown_timeout_s=1.0,
+        )
     )
 
 
@@ -36,7 +42,7 @@ def phase_spans(*, steps: int = 2000) -> dict[str, Any]:
     """Median and p99 of one step's phase calls, traced and not, and their difference per step."""
     port = _closed_port()
     arms = {"traced": _telemetry(True, port), "untraced": _telemetry(False, port)}
-    counters = {name: 0 for name in arms}
+    counters = dict.fromkeys(arms, 0)
 
     def step(name: str) -> None:
         telemetry = arms[name]
@@ -54,7 +60,9 @@ def phase_spans(*, steps: int = 2000) -> dict[str, Any]:
     finally:
         for telemetry in arms.values():
             telemetry.shutdown(1.0)
-    summary = {name: {"median_ns": median(samples), "p99_ns": percentile(samples, 99)} for name, samples in times.items()}
+    summary = {
+        name: {"median_ns": median(samples), "p99_ns": percentile(samples, 99)} for name, samples in times.items()
+    }
     spans = 2 + len(PHASES) + 1  # root, rank span, the phases and the nested sync
     extra = summary["traced"]["median_ns"] - summary["untraced"]["median_ns"]
     return {

@@ -33,29 +33,67 @@ def tables(results: dict[str, Any]) -> list[Table]:
             [name, _time(op["median_ns"]), _ratio(op["x_floor"]), op.get("note", "")]
             for name, op in ingest["operations"].items()
         ]
-        out.append((f"1. Ingest of {ingest['tokens']:,} tokens {tuple(ingest['shape'])}", ["operation", "median", "x floor", "note"], rows))
+        out.append(
+            (
+                f"1. Ingest of {ingest['tokens']:,} tokens {tuple(ingest['shape'])}",
+                ["operation", "median", "x floor", "note"],
+                rows,
+            )
+        )
         r, t, met = ingest["ratios"], ingest["targets"], ingest["targets_met"]
         out.append(
             (
                 "1. Ratios (step = record_rewards + record_staleness, per-token 2-D with mask)",
                 ["ratio", "value", "target", "met"],
                 [
-                    ["step / floor", _ratio(r["step_vs_floor"]), f"<= {t['step_vs_floor_max']:.0f}x", _ok(met["step_vs_floor"])],
-                    ["OTel SDK loop / step", _ratio(r["otel_sdk_speedup"]), f">= {t['otel_sdk_speedup_min']:,.0f}x", _ok(met["otel_sdk_speedup"])],
-                    ["TensorBoard / step", _ratio(r["tensorboard_speedup"]), f">= {t['tensorboard_speedup_min']:.0f}x", _ok(met["tensorboard_speedup"])],
+                    [
+                        "step / floor",
+                        _ratio(r["step_vs_floor"]),
+                        f"<= {t['step_vs_floor_max']:.0f}x",
+                        _ok(met["step_vs_floor"]),
+                    ],
+                    [
+                        "OTel SDK loop / step",
+                        _ratio(r["otel_sdk_speedup"]),
+                        f">= {t['otel_sdk_speedup_min']:,.0f}x",
+                        _ok(met["otel_sdk_speedup"]),
+                    ],
+                    [
+                        "TensorBoard / step",
+                        _ratio(r["tensorboard_speedup"]),
+                        f">= {t['tensorboard_speedup_min']:.0f}x",
+                        _ok(met["tensorboard_speedup"]),
+                    ],
                     ["prometheus loop / step", _ratio(r["prometheus_speedup"]), "", ""],
                     ["np.histogram / step", _ratio(r["numpy_histogram_speedup"]), "", ""],
                     ["torch.histc / step", _ratio(r["torch_histc_speedup"]), "", ""],
                     [
                         f"step / bandwidth floor ({ingest['step_bytes'] / 1e6:.1f} MB at {ingest['read_bandwidth_gb_s']:.1f} GB/s)",
-                        _ratio(r["step_vs_bandwidth_floor"]), "", "",
+                        _ratio(r["step_vs_bandwidth_floor"]),
+                        "",
+                        "",
                     ],
                     ["step exponential / explicit", _ratio(r["step_exponential_vs_explicit"]), "", ""],
-                    ["rewards_1d / floor", _ratio(r["rewards_1d_vs_floor"]), f"<= {t['rewards_1d_vs_floor_max']:.0f}x", _ok(met["rewards_1d_vs_floor"])],
+                    [
+                        "rewards_1d / floor",
+                        _ratio(r["rewards_1d_vs_floor"]),
+                        f"<= {t['rewards_1d_vs_floor_max']:.0f}x",
+                        _ok(met["rewards_1d_vs_floor"]),
+                    ],
                     ["rewards_1d exponential / explicit", _ratio(r["rewards_1d_exponential_vs_explicit"]), "", ""],
-                    ["record_rollouts (all fields) / floor", _ratio(r["rollouts_vs_floor"]), f"<= {t['rollouts_vs_floor_max']:.0f}x", _ok(met["rollouts_vs_floor"])],
+                    [
+                        "record_rollouts (all fields) / floor",
+                        _ratio(r["rollouts_vs_floor"]),
+                        f"<= {t['rollouts_vs_floor_max']:.0f}x",
+                        _ok(met["rollouts_vs_floor"]),
+                    ],
                     ["OTel SDK loop / rewards_1d", _ratio(r["otel_sdk_speedup_1d"]), "", ""],
-                    ["TensorBoard / rewards_1d", _ratio(r["tensorboard_speedup_1d"]), f">= {t['tensorboard_speedup_1d_min']:.0f}x", _ok(met["tensorboard_speedup_1d"])],
+                    [
+                        "TensorBoard / rewards_1d",
+                        _ratio(r["tensorboard_speedup_1d"]),
+                        f">= {t['tensorboard_speedup_1d_min']:.0f}x",
+                        _ok(met["tensorboard_speedup_1d"]),
+                    ],
                 ],
             )
         )
@@ -66,7 +104,13 @@ def tables(results: dict[str, Any]) -> list[Table]:
                 "2. Growth (same step at several sizes)",
                 ["tokens", "step", "ns/token", "floor", "x floor"],
                 [
-                    [f"{g['tokens']:,}", _time(g["step_ns"]), f"{g['per_token_ns']:.2f}", _time(g["floor_ns"]), _ratio(g["x_floor"])]
+                    [
+                        f"{g['tokens']:,}",
+                        _time(g["step_ns"]),
+                        f"{g['per_token_ns']:.2f}",
+                        _time(g["floor_ns"]),
+                        _ratio(g["x_floor"]),
+                    ]
                     for g in growth
                 ],
             )
@@ -92,14 +136,28 @@ def tables(results: dict[str, Any]) -> list[Table]:
         out.append(
             (
                 f"3. Training-thread cost of a typical step ({thread['rollouts']} rollouts, {thread['tokens']:,} tokens)",
-                ["mode", "steps", "median", "p99", "p99 / healthy", f"<= {thread['target_p99_ratio_max']}x", "RSS MiB start-max-end"],
+                [
+                    "mode",
+                    "steps",
+                    "median",
+                    "p99",
+                    "p99 / healthy",
+                    f"<= {thread['target_p99_ratio_max']}x",
+                    "RSS MiB start-max-end",
+                ],
                 rows,
             )
         )
     phases = results.get("phases")
     if phases:
         rows = [[arm, _time(data["median_ns"]), _time(data["p99_ns"])] for arm, data in phases["arms"].items()]
-        rows.append(["spans' cost", f"{phases['span_cost_per_step_us']:.0f} us/step", f"{phases['span_cost_per_span_us']:.1f} us/span"])
+        rows.append(
+            [
+                "spans' cost",
+                f"{phases['span_cost_per_step_us']:.0f} us/step",
+                f"{phases['span_cost_per_span_us']:.1f} us/span",
+            ]
+        )
         out.append(
             (
                 f"3b. Phase spans on the training thread ({phases['spans_per_step']} spans a step, {phases['steps']:,} steps; "
@@ -114,7 +172,14 @@ def tables(results: dict[str, Any]) -> list[Table]:
             (
                 f"4. Memory over {memory['steps']:,} steps {tuple(memory['shape'])}",
                 ["slope KB/1000 steps", "RSS first", "RSS last", "samples exported"],
-                [[f"{memory['slope_kb_per_1000_steps']:.1f}", f"{memory['rss_first_kb']:,} KB", f"{memory['rss_last_kb']:,} KB", f"{memory['sample_records_exported']:,}"]],
+                [
+                    [
+                        f"{memory['slope_kb_per_1000_steps']:.1f}",
+                        f"{memory['rss_first_kb']:,} KB",
+                        f"{memory['rss_last_kb']:,} KB",
+                        f"{memory['sample_records_exported']:,}",
+                    ]
+                ],
             )
         )
     cuda = results.get("cuda")
@@ -144,8 +209,16 @@ def tables(results: dict[str, Any]) -> list[Table]:
                 f"6. Collector-side scaling (export every {collector['export_interval_s']:g} s, aggregation interval "
                 f"{collector['aggregation_interval']}): largest exact with lag < 2 s = "
                 f"{collector['largest_exact_with_lag_under_2s']} ranks",
-                ["ranks", "exact", "lag after last export", "export interval achieved", "collector cores", "CPU ms/rank/s",
-                 "RSS", "RSS/rank"],
+                [
+                    "ranks",
+                    "exact",
+                    "lag after last export",
+                    "export interval achieved",
+                    "collector cores",
+                    "CPU ms/rank/s",
+                    "RSS",
+                    "RSS/rank",
+                ],
                 rows,
             )
         )
@@ -153,7 +226,10 @@ def tables(results: dict[str, Any]) -> list[Table]:
     if capacity:
         series, store = capacity["series_per_run"], capacity["log_store"]
         rows = [
-            ["series per run (all signals)", f"{series['series']} ({series['series_with_rank_label']} with a rank label)"],
+            [
+                "series per run (all signals)",
+                f"{series['series']} ({series['series_with_rank_label']} with a rank label)",
+            ],
             ["sample records stored", f"{store['records_stored']} of {store['records_expected']}"],
             ["records per VictoriaLogs CPU-second", str(store["records_per_cpu_s"])],
             ["records/s achieved (shared cores)", str(store["records_per_s_achieved"])],
@@ -170,6 +246,7 @@ def render_plain(table: Table) -> str:
 
     def line(cells: list[str]) -> str:
         return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+
     return "\n".join([title, line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 

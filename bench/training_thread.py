@@ -73,7 +73,11 @@ def typical_step(telemetry: Telemetry, step: Step, index: int, samples: list[dic
 
 def _run_mode(mode: str, step: Step, samples: list[dict[str, Any]], steps: int, warmup: int) -> dict[str, Any]:
     endpoint: contextlib.AbstractContextManager[int | None] = (
-        closed_port() if mode == "closed_port" else silent_listener() if mode == "slow_sink" else contextlib.nullcontext()
+        closed_port()
+        if mode == "closed_port"
+        else silent_listener()
+        if mode == "slow_sink"
+        else contextlib.nullcontext()
     )
     with endpoint as port:
         telemetry = Telemetry(_config(mode, port))

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from demo.job import PHASES, SERVICE_NAME, JobSettings, run_rank
 from demo.readback import Sources, summarize
 from demo.report import format_summary
-from otel_rl.alerts.webhook import Notification, WebhookReceiver, format_notification
+from otel_rl.ops.alerts.webhook import Notification, WebhookReceiver, format_notification
 
 _DEFAULT_OUT = Path("demo-output")
 _UNSAFE = re.compile(r"[^\w.-]|^\.")
@@ -126,16 +126,18 @@ def main(argv: list[str] | None = None) -> int:
     endpoint = args.endpoint
     receiver = WebhookReceiver() if args.provoke_alert else None
     if args.exporter == "otlp" and endpoint is None:
-        from otel_rl.stack.config import StackConfig
-        from otel_rl.stack.services import Stack
+        from otel_rl.ops.stack.config import StackConfig
+        from otel_rl.ops.stack.services import Stack
 
         config = StackConfig(alert_webhook_url=None if receiver is None else receiver.url)
         stack = Stack.attach(config.resolved_state_dir(), config=config)
         stack.up()  # with --provoke-alert, Alertmanager restarts to deliver to the receiver too
         endpoint = stack.otlp_grpc_endpoint
         sources = Sources(stack.prometheus_url, stack.victorialogs_url, run_id, stack.jaeger_url)
-        print(f"stack up: OTLP {endpoint}, Prometheus {stack.prometheus_url}, VictoriaLogs {stack.victorialogs_url}, "
-              f"Alertmanager {stack.alertmanager_url}, Jaeger {stack.jaeger_url}")  # fmt: skip
+        print(
+            f"stack up: OTLP {endpoint}, Prometheus {stack.prometheus_url}, VictoriaLogs {stack.victorialogs_url}, "
+            f"Alertmanager {stack.alertmanager_url}, Jaeger {stack.jaeger_url}"
+        )
     elif args.prometheus_url and args.victorialogs_url:
         sources = Sources(args.prometheus_url, args.victorialogs_url, run_id, args.jaeger_url)
     settings = JobSettings(
@@ -176,8 +178,10 @@ def main(argv: list[str] | None = None) -> int:
 def _paged(receiver: WebhookReceiver, run_id: str) -> Notification | None:
     """The notification of the run's group in which RLStalenessHigh fires, if it arrived."""
     return receiver.wait_for(
-        lambda n: n.body.get("groupLabels", {}).get("rl_run_id") == run_id
-        and bool(n.alerts_named("RLStalenessHigh", status="firing")),
+        lambda n: (
+            n.body.get("groupLabels", {}).get("rl_run_id") == run_id
+            and bool(n.alerts_named("RLStalenessHigh", status="firing"))
+        ),
         timeout_s=0,
     )
 
@@ -191,21 +195,25 @@ def provoke_alert(settings: JobSettings, receiver: WebhookReceiver) -> Notificat
         began = runaway.setdefault("began", time.time())
         return _paged(receiver, settings.run_id) is not None or time.time() - began > _PROVOKE_LIMIT_S
 
-    print("after the steps the rollout generator gets no new weights: staleness grows a version a step until "
-          "RLStalenessHigh pages (its for: is 10 minutes) ...")  # fmt: skip
+    print(
+        "after the steps the rollout generator gets no new weights: staleness grows a version a step until "
+        "RLStalenessHigh pages (its for: is 10 minutes) ..."
+    )
     run_job(settings, runaway_until=paged_or_late)
     notification = _paged(receiver, settings.run_id)
     if notification is None:
         print(f"no RLStalenessHigh notification within {_PROVOKE_LIMIT_S / 60:.0f} minutes of the runaway")
         return None
     after = notification.received_at - runaway["began"]
-    print(f"notification {after:.0f} s after the runaway began, at {receiver.url}:\n{format_notification(notification)}")
+    print(
+        f"notification {after:.0f} s after the runaway began, at {receiver.url}:\n{format_notification(notification)}"
+    )
     return notification
 
 
 def render_report(sources: Sources, path: Path) -> Path:
     """The RL run dashboard rendered for this run (the same queries as Grafana), as an HTML page with a PNG."""
-    from otel_rl.report.render import build_report, write_report
+    from otel_rl.ops.report.render import build_report, write_report
 
     report = build_report(
         prometheus_url=sources.prometheus_url,

@@ -134,8 +134,9 @@ def train_step(
 ) -> dict[str, Any]:
     """Generate, reward, record telemetry, update; returns what was recorded (the ground truth)."""
     prompts = sample_prompts(settings.prompts_per_rank, generator).repeat_interleave(settings.group_size, dim=0)
-    telemetry.set_async_state(in_flight=prompts.shape[0], buffer_used=rollout_generator.held,
-                              buffer_capacity=rollout_generator.capacity)  # fmt: skip
+    telemetry.set_async_state(
+        in_flight=prompts.shape[0], buffer_used=rollout_generator.held, buffer_capacity=rollout_generator.capacity
+    )
     with telemetry.phase("generate"):
         rollouts = rollout_generator.generate(prompts, lag_for(step, settings.steps))
     telemetry.set_async_state(in_flight=0, queue_depth=prompts.shape[0])
@@ -162,7 +163,9 @@ def _score_and_train(
         hard = prompts.sum(dim=1) >= 10  # two datasets: sums with a carry are harder
         for dataset, rows in (("carry", hard), ("no_carry", ~hard)):
             telemetry.record_rewards(by_fn["total"][rows], dataset=dataset)
-            telemetry.record_staleness(rollouts.versions[rows], step, mask=mask[rows], dataset=dataset, phase="in_flight")
+            telemetry.record_staleness(
+                rollouts.versions[rows], step, mask=mask[rows], dataset=dataset, phase="in_flight"
+            )
         for fn in REWARD_FNS:
             telemetry.record_rewards(by_fn[fn], fn=fn)
         staleness = (step - rollouts.versions).masked_fill(~mask, -1)
@@ -188,7 +191,9 @@ def _score_and_train(
     oldest = rollouts.versions.masked_fill(~mask, 2**62).min(dim=1).values
     spanned = (newest - oldest + 1).clamp(min=1)  # the versions a response's tokens were generated with (monotone)
     with telemetry.phase("train"):
-        loss, logprobs, entropy = grpo_loss(policy, rollouts, advantages, mask.float(), entropy_bonus=settings.entropy_bonus)
+        loss, logprobs, entropy = grpo_loss(
+            policy, rollouts, advantages, mask.float(), entropy_bonus=settings.entropy_bonus
+        )
         telemetry.record_rollouts(
             mask=mask,
             advantages=advantages,
@@ -224,4 +229,3 @@ def _score_and_train(
         "advantages": advantages.tolist(),
         "tokens": tokens,
     }
-

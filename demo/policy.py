@@ -103,7 +103,9 @@ class LaggedGenerator:
                 rows_here = index == slot
                 params = self._snapshots[versions_available[slot]]
                 logits[rows_here] = functional_call(
-                    self._policy, params, (operands[rows_here], torch.full((int(rows_here.sum()),), t), previous[rows_here])
+                    self._policy,
+                    params,
+                    (operands[rows_here], torch.full((int(rows_here.sum()),), t), previous[rows_here]),
                 )
             dist = torch.distributions.Categorical(logits=logits)
             token = dist.sample()
@@ -143,4 +145,4 @@ def group_advantages(total: torch.Tensor, group_size: int) -> tuple[torch.Tensor
     return advantages.reshape(-1), (std.squeeze(1) == 0)
 
 
-__all__ = ["EOS", "LaggedGenerator", "Policy", "Rollouts", "grpo_loss", "group_advantages"]
+__all__ = ["EOS", "LaggedGenerator", "Policy", "Rollouts", "group_advantages", "grpo_loss"]

@@ -5,7 +5,7 @@ summary can be checked against what the ranks recorded. Histograms are read as P
 (``rl_reward``, ``rl_staleness``: the ranks' default exponential histograms), else as the classic ``_bucket`` and
 ``_count`` series (``TelemetryConfig(histogram="explicit")``), and every quantile is clamped to the exact merged
 min and max (the ``_min``/``_max`` gauges) of its window, as on the dashboards: the queries come from the
-dashboards' own builders (:mod:`otel_rl.promql`), read over cumulative values instead of a rate window.
+dashboards' own builders (:mod:`otel_rl.ops.promql`), read over cumulative values instead of a rate window.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from otel_rl import promql
-from otel_rl.query import Jaeger, Prometheus, VictoriaLogs
+from otel_rl.ops import promql
+from otel_rl.ops.query import Jaeger, Prometheus, VictoriaLogs
 
 _TIMEOUT_S = 10
 
@@ -118,7 +118,9 @@ def reporting_span(sources: Sources, now: float, lookback_s: float) -> tuple[flo
     return values[0][0], settled
 
 
-def window_stats(sources: Sources, fn: str, start: float | None, end: float, *, since: float) -> dict[str, float | None]:
+def window_stats(
+    sources: Sources, fn: str, start: float | None, end: float, *, since: float
+) -> dict[str, float | None]:
     """Count, mean, p50 and p90 of ``rl.reward{fn}`` recorded between ``start`` (None: the beginning, the run's
     first point at ``since``) and ``end``."""
     sel = sources.selector(rl_reward_fn=fn)
@@ -175,8 +177,12 @@ def health(sources: Sources, end: float, *, since: float) -> dict[str, Any]:
             **{outcome: total("rl_groups_total", rl_group_outcome=outcome) for outcome in ("none", "some", "all")},
             "zero_variance": total("rl_groups_zero_variance_total"),
         },
-        "advantage_signs": {sign: total("rl_advantage_sign_total", rl_sign=sign) for sign in ("positive", "negative", "zero")},
-        "reward_by_dataset": {dataset: mean("rl_reward", rl_reward_fn="total", rl_dataset=dataset) for dataset in ("carry", "no_carry")},
+        "advantage_signs": {
+            sign: total("rl_advantage_sign_total", rl_sign=sign) for sign in ("positive", "negative", "zero")
+        },
+        "reward_by_dataset": {
+            dataset: mean("rl_reward", rl_reward_fn="total", rl_dataset=dataset) for dataset in ("carry", "no_carry")
+        },
         "ranks": {
             "up": prometheus.value(f"max(max_over_time(rl_ranks_up{{{sel}}}{lookback}))", end),
             "expected": prometheus.value(f"max(last_over_time(rl_ranks_expected{{{sel}}}{lookback}))", end),
@@ -193,7 +199,9 @@ def wait_for_spans(sources: Sources, *, expected_spans: int | None, timeout_s: f
     return _settled(sources, query, expected_spans, timeout_s, what="phase spans counted")
 
 
-def performance(sources: Sources, begin: float, end: float, *, service: str, expected_spans: int | None) -> dict[str, Any]:
+def performance(
+    sources: Sources, begin: float, end: float, *, service: str, expected_spans: int | None
+) -> dict[str, Any]:
     """Where the run's time went, from the collector's phase durations (``rl_phase_duration_seconds``, every rank's
     phase spans merged), once all of them arrived (:func:`wait_for_spans`): per phase its spans, seconds, share of
     the ranks' time between ``begin`` and ``end``, mean and p99; the slowest phase (longest mean span); tokens, tokens
@@ -211,10 +219,15 @@ def performance(sources: Sources, begin: float, end: float, *, service: str, exp
     ranks = prometheus.value(f"max(rl_ranks_expected{{{sel}}})", end) or 1.0
     wall = max(end - begin, 1e-9)
     split = {
-        phase: {"spans": spans.get(phase), "seconds": total, "share": total / (ranks * wall),
-                "mean": total / spans[phase] if spans.get(phase) else None, "p99": p99.get(phase)}
+        phase: {
+            "spans": spans.get(phase),
+            "seconds": total,
+            "share": total / (ranks * wall),
+            "mean": total / spans[phase] if spans.get(phase) else None,
+            "p99": p99.get(phase),
+        }
         for phase, total in sorted(seconds.items(), key=lambda item: -item[1])
-    }  # fmt: skip
+    }
     slowest = max(split, key=lambda phase: split[phase]["mean"] or 0.0) if split else None
     trained = prometheus.value(promql.increase("rl_tokens_trained_total", sel, window=None), end)
     flops = prometheus.value(f"max(rl_flops_per_token{{{sel}}}) / sum(rl_flops_peak_per_second{{{sel}}})", end)
@@ -249,7 +262,9 @@ def slowest_step(sources: Sources, begin: float, end: float, *, service: str) ->
     return max(steps, key=lambda step: step["seconds"]) if steps else None
 
 
-def summarize(sources: Sources, *, expected_count: int | None, expected_spans: int | None, service: str) -> dict[str, Any]:
+def summarize(
+    sources: Sources, *, expected_count: int | None, expected_spans: int | None, service: str
+) -> dict[str, Any]:
     """Everything the demo prints: reward early vs late, staleness p99 and max, and the extreme samples."""
     begin, end = reporting_span(sources, wait_until_settled(sources, expected_count=expected_count), 3600)
     quarter = max((end - begin) / 4, 1.0)

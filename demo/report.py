@@ -78,18 +78,25 @@ def _performance(performance: dict[str, Any]) -> list[str]:
     slowest = performance["slowest_phase"]
     lines += [
         "",
-        f"slowest phase: {slowest} (mean {_number(performance['split'][slowest]['mean'])} s per span)" if slowest
+        f"slowest phase: {slowest} (mean {_number(performance['split'][slowest]['mean'])} s per span)"
+        if slowest
         else "slowest phase: - (no phase spans)",
         f"tokens generated {_number(tokens['generated'])}, trained {_number(tokens['trained'])} "
         f"({_number(tokens['trained_per_s'])} per second), MFU {_number(tokens['mfu'])}",
-        f"slowest step: {step['step']} ({_number(step['seconds'])} s), trace {step['trace_id']}" if step
+        f"slowest step: {step['step']} ({_number(step['seconds'])} s), trace {step['trace_id']}"
+        if step
         else "slowest step: - (no Jaeger given)",
-    ]  # fmt: skip
+    ]
     return lines
 
 
 def _health(health: dict[str, Any]) -> list[str]:
-    ratio, groups, signs, ranks = health["importance_ratio"], health["groups"], health["advantage_signs"], health["ranks"]
+    ratio, groups, signs, ranks = (
+        health["importance_ratio"],
+        health["groups"],
+        health["advantage_signs"],
+        health["ranks"],
+    )
     return [
         "## Rollout health (trainer vs generator, prompt groups, ranks)",
         "",
@@ -101,7 +108,8 @@ def _health(health: dict[str, Any]) -> list[str]:
         f"all {_number(groups['all'])}; zero reward variance {_number(groups['zero_variance'])}",
         f"advantages: {_number(signs['positive'])} positive, {_number(signs['negative'])} negative, "
         f"{_number(signs['zero'])} zero",
-        "reward by dataset: " + ", ".join(f"{name} {_number(value)}" for name, value in health["reward_by_dataset"].items()),
+        "reward by dataset: "
+        + ", ".join(f"{name} {_number(value)}" for name, value in health["reward_by_dataset"].items()),
         f"ranks reporting (peak) {_number(ranks['up'])} of {_number(ranks['expected'])}; finished cleanly: "
         f"{'yes' if ranks['finished'] == 1 else 'no'}",
     ]

@@ -6,7 +6,7 @@ validates the JSON (``Dashboard.from_json``). The committed JSON files are what 
 so edit the code and rerun it, never the JSON by hand.
 
 This file assembles: each row of the "RL run" dashboard is a module of ``grafana/rows/`` (its panels, their
-explicit ids and layout), and every query comes from :mod:`otel_rl.promql` (native histograms first with the
+explicit ids and layout), and every query comes from :mod:`otel_rl.ops.promql` (native histograms first with the
 classic buckets as the fallback, quantiles clamped to the exact extremes, label values quoted). Metric names are
 those of docs/contract.md.
 """
@@ -21,14 +21,21 @@ from pathlib import Path
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
-
 from rows import data, inference, performance, reward, rollouts, run, samples, staleness, telemetry
 from rows.panels import PROMETHEUS, Row
 
 DASHBOARDS_DIR = Path(__file__).resolve().parent / "dashboards"
 
 RL_RUN_ROWS: tuple[Callable[[], Row], ...] = (
-    run.row, performance.row, reward.row, rollouts.row, staleness.row, data.row, samples.row, inference.row, telemetry.row
+    run.row,
+    performance.row,
+    reward.row,
+    rollouts.row,
+    staleness.row,
+    data.row,
+    samples.row,
+    inference.row,
+    telemetry.row,
 )
 """The rows of the "RL run" dashboard, top to bottom."""
 

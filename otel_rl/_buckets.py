@@ -53,9 +53,25 @@ _FRACTION_BITS = 52
 
 #: Reward buckets: fine around the common [-1, 1] range, coarse tails for shaped rewards.
 DEFAULT_REWARD_BOUNDS: tuple[float, ...] = (
-    -10.0, -5.0, -2.0, -1.0, -0.75, -0.5, -0.25, -0.1, 0.0,
-    0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 2.0, 5.0, 10.0,
-)  # fmt: skip
+    -10.0,
+    -5.0,
+    -2.0,
+    -1.0,
+    -0.75,
+    -0.5,
+    -0.25,
+    -0.1,
+    0.0,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    0.9,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+)
 #: Staleness buckets in the user's version unit: every small lag, then roughly doubling.
 DEFAULT_STALENESS_BOUNDS: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512, 1024, 4096)
 #: The explicit bounds of the roles that have no setting: token counts double up to 128 Ki tokens; importance
@@ -292,6 +308,6 @@ class Layouts:
         """
         if form == "exponential":
             exponential = ExponentialLayout(scale)
-            return cls({role: exponential for role in get_args(LayoutRole)})
+            return cls(dict.fromkeys(get_args(LayoutRole), exponential))
         bounds = {**ROLE_BOUNDS, "reward": reward_bounds, "staleness": staleness_bounds}
         return cls({role: ExplicitLayout(tuple(float(b) for b in bounds[role])) for role in get_args(LayoutRole)})

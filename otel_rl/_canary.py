@@ -9,7 +9,7 @@ quantiles are wrong. So at every ``step()`` each rank records one value at the c
 at a fixed scale. The ranks' increments then start at different offsets, leave gaps and span more than 160 buckets:
 an exact merge keeps every count in those four buckets, a positional merge moves some out, a downscale spreads them
 over twice as wide buckets. ``otel_rl:merge_canary_misplaced:ratio`` (``prometheus/rules/otel_rl_collector.yml``,
-:func:`otel_rl.promql.merge_canary_misplaced`) is the fraction of the canary's counts outside the four buckets, and
+:func:`otel_rl.ops.promql.merge_canary_misplaced`) is the fraction of the canary's counts outside the four buckets, and
 ``OtelRLInexactMerge`` fires when it is above zero.
 
 Only with ``histogram="exponential"``: explicit histograms merge exactly on any collector, and backends without

@@ -17,8 +17,8 @@ from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from otel_rl import _env
-from otel_rl._inputs import describe
 from otel_rl._buckets import DEFAULT_REWARD_BOUNDS, DEFAULT_SCALE, DEFAULT_STALENESS_BOUNDS, MAX_SCALE, HistogramForm
+from otel_rl._inputs import describe
 
 _logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class Headers(Mapping[str, str]):
         return len(self._values)
 
     def __repr__(self) -> str:
-        return f"Headers({ {key: '<redacted>' for key in self._values}!r})"
+        return f"Headers({dict.fromkeys(self._values, '<redacted>')!r})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,7 +307,9 @@ def _validate(config: ResolvedConfig) -> None:
     for name in ("export_interval_s", "export_timeout_s", "shutdown_timeout_s", "extremes_hold_s"):
         value = getattr(config, name)
         if not _finite(value) or not 0 < value <= _LONGEST_S:
-            raise ValueError(f'"{name}" must be a positive number of seconds up to {_LONGEST_S:g}, got {describe(value)}')
+            raise ValueError(
+                f'"{name}" must be a positive number of seconds up to {_LONGEST_S:g}, got {describe(value)}'
+            )
     for name, minimum in (
         ("max_reward_fns", 1),
         ("max_metric_keys", 1),
@@ -339,10 +341,14 @@ def _validate(config: ResolvedConfig) -> None:
         raise ValueError(f'"redact" must be a callable (field, text) -> text, got {describe(config.redact)}')
     _check_choice("histogram", config.histogram, get_args(HistogramForm))
     if isinstance(config.histogram_scale, bool) or config.histogram_scale not in range(MAX_SCALE + 1):
-        raise ValueError(f'"histogram_scale" must be an integer from 0 to {MAX_SCALE}, got {describe(config.histogram_scale)}')
+        raise ValueError(
+            f'"histogram_scale" must be an integer from 0 to {MAX_SCALE}, got {describe(config.histogram_scale)}'
+        )
     _check_bounds("reward_bounds", config.reward_bounds, integer=False)
     _check_bounds("staleness_bounds", config.staleness_bounds, integer=True)
-    if config.exporter == "otlp" and not (isinstance(config.endpoint, str) and config.endpoint.startswith(("http://", "https://"))):
+    if config.exporter == "otlp" and not (
+        isinstance(config.endpoint, str) and config.endpoint.startswith(("http://", "https://"))
+    ):
         raise ValueError(f'"endpoint" must start with http:// or https://, got {describe(config.endpoint)}')
     for key, value in config.headers.items():
         if not isinstance(key, str) or not key:

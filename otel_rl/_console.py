@@ -62,7 +62,9 @@ class ConsoleMetricFormatter:
             for scope in resource_metrics.scope_metrics:
                 for metric in scope.metrics:
                     for point in metric.data.data_points:
-                        label = ",".join(f"{k.split('.')[-1]}={v!s}" for k, v in sorted((point.attributes or {}).items()))
+                        label = ",".join(
+                            f"{k.split('.')[-1]}={v!s}" for k, v in sorted((point.attributes or {}).items())
+                        )
                         name = f"{metric.name}{{{label}}}" if label else metric.name
                         if isinstance(metric.data, (Histogram, ExponentialHistogram)):
                             line = self._histogram(name, point)  # type: ignore[arg-type]

@@ -142,9 +142,14 @@ def _otlp_exporters(config: ResolvedConfig) -> Exporters:
                 session.verify = config.certificate_file if config.certificate_file is not None else True
                 if config.client_certificate_file is not None and config.client_key_file is not None:
                     session.cert = (config.client_certificate_file, config.client_key_file)
-            return {"certificate_file": config.certificate_file, "headers": headers, "timeout": timeout,
-                    "session": session, "client_certificate_file": config.client_certificate_file,
-                    "client_key_file": config.client_key_file}  # fmt: skip
+            return {
+                "certificate_file": config.certificate_file,
+                "headers": headers,
+                "timeout": timeout,
+                "session": session,
+                "client_certificate_file": config.client_certificate_file,
+                "client_key_file": config.client_key_file,
+            }
 
         return Exporters(
             HttpMetricExporter(endpoint=f"{base}/v1/metrics", **common()),
@@ -170,9 +175,7 @@ def _otlp_exporters(config: ResolvedConfig) -> Exporters:
         "headers": headers,
         "timeout": timeout,
     }
-    return Exporters(
-        GrpcMetricExporter(**grpc_common), GrpcLogExporter(**grpc_common), GrpcSpanExporter(**grpc_common)
-    )
+    return Exporters(GrpcMetricExporter(**grpc_common), GrpcLogExporter(**grpc_common), GrpcSpanExporter(**grpc_common))
 
 
 @dataclass(frozen=True)
@@ -242,9 +245,14 @@ class ExportWorker:
         self._stopping = False
         self._failed_cycles = 0
         self._retry_at = 0.0
-        for key in ((_names.SAMPLES_EXPORTED, ()), (_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL),
-                    (_names.EXPORT_FAILURES, _SIGNAL_METRICS), (_names.EXPORT_FAILURES, _SIGNAL_LOGS),
-                    (_names.EXPORT_UNENCODABLE, _SIGNAL_METRICS), (_names.EXPORT_UNENCODABLE, _SIGNAL_LOGS)):  # fmt: skip
+        for key in (
+            (_names.SAMPLES_EXPORTED, ()),
+            (_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL),
+            (_names.EXPORT_FAILURES, _SIGNAL_METRICS),
+            (_names.EXPORT_FAILURES, _SIGNAL_LOGS),
+            (_names.EXPORT_UNENCODABLE, _SIGNAL_METRICS),
+            (_names.EXPORT_UNENCODABLE, _SIGNAL_LOGS),
+        ):
             store.add(*key, 0)
         self._thread = threading.Thread(target=self._run, name="otel-rl-export", daemon=True)
         self._thread.start()
@@ -298,7 +306,7 @@ class ExportWorker:
             if exporter is not None:
                 try:
                     exporter.shutdown()
-                except Exception:  # noqa: BLE001 - an exporter's shutdown must not break the trainer's exit
+                except Exception:
                     _logger.warning("otel-rl: exporter shutdown failed", exc_info=True)
         return True
 
@@ -368,7 +376,10 @@ class ExportWorker:
                     with self._lock:
                         self._queue.popleft()
                     self._store.add(_names.SAMPLES_DROPPED, _DROPPED_REFUSED, 1)
-                    _logger.warning("otel-rl: a sample record refused %d times, alone, while metrics went through, was dropped", _REFUSALS)
+                    _logger.warning(
+                        "otel-rl: a sample record refused %d times, alone, while metrics went through, was dropped",
+                        _REFUSALS,
+                    )
                     if again:
                         continue
             self._trim()
@@ -447,11 +458,17 @@ class ExportWorker:
             for sm in rm.scope_metrics:
                 metrics = []
                 for metric in sm.metrics:
-                    points = [p for p in metric.data.data_points if (metric.name, _attributes_key(p.attributes)) not in self._unencodable]
+                    points = [
+                        p
+                        for p in metric.data.data_points
+                        if (metric.name, _attributes_key(p.attributes)) not in self._unencodable
+                    ]
                     if points:
                         metrics.append(_with_points(metric, points))
                 scopes.append(ScopeMetrics(scope=sm.scope, metrics=metrics, schema_url=sm.schema_url))
-            resource_metrics.append(ResourceMetrics(resource=rm.resource, scope_metrics=scopes, schema_url=rm.schema_url))
+            resource_metrics.append(
+                ResourceMetrics(resource=rm.resource, scope_metrics=scopes, schema_url=rm.schema_url)
+            )
         return MetricsData(resource_metrics=resource_metrics)
 
 
@@ -501,7 +518,7 @@ def _call(export: Callable[[], object], *, raising: bool = False) -> object:
     """The exporter's result; None when it raised (or :data:`_RAISED` with ``raising``)."""
     try:
         return export()
-    except Exception:  # noqa: BLE001 - exporters may raise; the worker must survive and count it
+    except Exception:
         _logger.warning("otel-rl: export raised", exc_info=True)
         return _RAISED if raising else None
 

@@ -79,7 +79,7 @@ def failed(self_telemetry: SelfTelemetry | None, metric: str, error: Exception, 
             _logger.warning("otel-rl %s: call dropped (%s): %s", metric, type(error).__name__, error)
         else:
             self_telemetry.reject_call(metric, error, values)
-    except Exception:  # noqa: BLE001 - counting must not raise either
+    except Exception:
         _logger.debug("otel-rl: could not count a failed call of %s", metric, exc_info=True)
 
 

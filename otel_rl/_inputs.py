@@ -116,7 +116,9 @@ def as_values(values: Any, *, argument: str, integers: bool = False) -> Values:
         try:
             array = np.asarray(values)
         except Exception as error:  # noqa: BLE001 - a broken __array__ is not a number
-            raise BadInput("type", f'"{argument}" must be numbers, got {type(values).__name__}: {describe(error)}') from None
+            raise BadInput(
+                "type", f'"{argument}" must be numbers, got {type(values).__name__}: {describe(error)}'
+            ) from None
         return _from_array(array, argument=argument, integers=integers)
     if callable(getattr(values, "item", None)):
         return as_values(_item(values, argument=argument), argument=argument, integers=integers)
@@ -132,7 +134,9 @@ def as_selection(mask: Any) -> torch.Tensor:
     try:
         array = np.asarray(mask)
     except Exception as error:  # noqa: BLE001 - a broken mask is not a mask
-        raise BadInput("type", f'"mask" must be bools or numbers, got {type(mask).__name__}: {describe(error)}') from None
+        raise BadInput(
+            "type", f'"mask" must be bools or numbers, got {type(mask).__name__}: {describe(error)}'
+        ) from None
     if array.dtype.kind not in "biuf":
         raise BadInput("dtype", f'"mask" must be bools or numbers, got dtype {array.dtype}')
     return torch.from_numpy(np.ascontiguousarray(array if array.dtype.kind == "b" else array != 0))
@@ -270,7 +274,7 @@ def _readable(tensor: torch.Tensor, *, argument: str, booleans: bool = False) ->
         tensor = tensor.dequantize()
     if tensor.layout != torch.strided:
         tensor = tensor.to_dense()
-    if tensor.dtype == torch.bool and not booleans or tensor.is_complex():
+    if (tensor.dtype == torch.bool and not booleans) or tensor.is_complex():
         raise BadInput("dtype", f'"{argument}" must be real numbers, got dtype {tensor.dtype}')
     tensor = tensor.resolve_conj().resolve_neg()
     return tensor.contiguous() if tensor.device.type == "cpu" else tensor
@@ -287,7 +291,7 @@ def _from_array(array: np.ndarray, *, argument: str, integers: bool) -> Values:
         return _from_items(items, argument=argument, integers=integers, shape=array.shape if array.ndim else ())
     if kind not in "iuf":
         raise BadInput("dtype", f'"{argument}" must be numeric, got an array of dtype {array.dtype}')
-    if kind == "f" and array.dtype.itemsize > 8 or not array.dtype.isnative:
+    if (kind == "f" and array.dtype.itemsize > 8) or not array.dtype.isnative:
         array = array.astype(np.float64 if kind == "f" else np.int64)
     elif kind == "u" and array.dtype.itemsize > 1:
         array = array.astype(np.float64 if array.dtype.itemsize == 8 else np.int64)
@@ -347,7 +351,9 @@ def _item_number(item: Any, *, argument: str, integer: bool) -> float | int:
 
 def _in_range(number: int, *, argument: str, minimum: int) -> int:
     if number > INT64_MAX or number < INT64_MIN:
-        raise BadInput("range", f'"{argument}" must fit in signed 64 bits, got an integer of {number.bit_length()} bits')
+        raise BadInput(
+            "range", f'"{argument}" must fit in signed 64 bits, got an integer of {number.bit_length()} bits'
+        )
     if number < minimum:
         raise BadInput("negative", f'"{argument}" must be >= {minimum}, got {number}')
     return number
@@ -362,4 +368,6 @@ def _item(value: Any, *, argument: str) -> Any:
     except BadInput:
         raise
     except Exception as error:  # noqa: BLE001 - any failure means "not one number"
-        raise BadInput("type", f'"{argument}" must be one number, got {type(value).__name__}: {describe(error)}') from None
+        raise BadInput(
+            "type", f'"{argument}" must be one number, got {type(value).__name__}: {describe(error)}'
+        ) from None

@@ -131,14 +131,20 @@ def _signed(name: str, what: str, role: LayoutRole, unit: str = "") -> Distribut
         histogram=MetricName(name, "histogram", unit, f"{what}."),
         maximum=MetricName(f"{name}.max", "gauge", unit, f"Largest of {what} over the last extremes_hold_s.", "max"),
         minimum=MetricName(f"{name}.min", "gauge", unit, f"Smallest of {what} over the last extremes_hold_s.", "min"),
-        positive=MetricName(f"{name}.positive", "counter", unit, f"Sum of max(v, 0) of {what}: monotone, so rate() works."),
-        negative=MetricName(f"{name}.negative", "counter", unit, f"Sum of max(-v, 0) of {what}: monotone, so rate() works."),
+        positive=MetricName(
+            f"{name}.positive", "counter", unit, f"Sum of max(v, 0) of {what}: monotone, so rate() works."
+        ),
+        negative=MetricName(
+            f"{name}.negative", "counter", unit, f"Sum of max(-v, 0) of {what}: monotone, so rate() works."
+        ),
         squares=MetricName(f"{name}.squares", "counter", "", f"Sum of squares of {what}, for the standard deviation."),
     )
 
 
 REWARDS = _signed("rl.reward", "rewards, one per rollout (or per masked element)", "reward")
 METRICS = _signed("rl.metric", "record_metric values, by rl.metric.key", "unbounded")
+
+
 def _counts(name: str, what: str, unit: str) -> Distribution:
     """The metrics of a distribution of counts ``name`` (integers >= 0, whose sum is monotone already)."""
     return Distribution(
@@ -154,14 +160,20 @@ ADVANTAGES = _signed("rl.advantage", "advantages, one per rollout", "reward")
 RESPONSE_LENGTHS = _signed("rl.response.length", "response lengths, one per rollout", "length", "{token}")
 ENTROPY = _signed("rl.entropy", "per-token policy entropy over unmasked tokens", "small", "{nat}")
 IMPORTANCE_RATIO = _signed("rl.importance_ratio", "per-token importance ratios pi_train / pi_inference", "ratio")
-MISMATCH_KL = _signed(
-    "rl.mismatch.kl", "per-token KL(pi_inference || pi_train) estimates, by rl.kl.estimator", "small"
-)
+MISMATCH_KL = _signed("rl.mismatch.kl", "per-token KL(pi_inference || pi_train) estimates, by rl.kl.estimator", "small")
 TRAJECTORY_VERSIONS = _counts(
     "rl.trajectory.versions", "policy versions one trajectory's tokens were generated with", "{version}"
 )
 DISTRIBUTIONS: tuple[Distribution, ...] = (
-    REWARDS, METRICS, STALENESS, ADVANTAGES, RESPONSE_LENGTHS, ENTROPY, IMPORTANCE_RATIO, MISMATCH_KL, TRAJECTORY_VERSIONS
+    REWARDS,
+    METRICS,
+    STALENESS,
+    ADVANTAGES,
+    RESPONSE_LENGTHS,
+    ENTROPY,
+    IMPORTANCE_RATIO,
+    MISMATCH_KL,
+    TRAJECTORY_VERSIONS,
 )
 """Every distribution otel-rl records."""
 GROUPS = MetricName("rl.groups", "counter", "{group}", "Prompt groups by rl.group.outcome (none / some / all solved).")
@@ -195,21 +207,44 @@ TOKENS_GENERATED = MetricName("rl.tokens.generated", "counter", "{token}", "Toke
 TOKENS_TRAINED = MetricName("rl.tokens.trained", "counter", "{token}", "Tokens the trainer trained on.")
 SAMPLES_TRAINED = MetricName("rl.samples.trained", "counter", "{sample}", "Samples (rollouts) the trainer trained on.")
 FLOPS_PER_TOKEN = MetricName(
-    "rl.flops.per_token", "gauge", "{flop}", "Training FLOPs per trained token, as the user states (6N for N parameters).", "max"
+    "rl.flops.per_token",
+    "gauge",
+    "{flop}",
+    "Training FLOPs per trained token, as the user states (6N for N parameters).",
+    "max",
 )
 FLOPS_PEAK = MetricName(
-    "rl.flops.peak", "gauge", "{flop}/s", "Peak FLOP/s of the ranks that train (each states its own; the collector sums).", "sum"
+    "rl.flops.peak",
+    "gauge",
+    "{flop}/s",
+    "Peak FLOP/s of the ranks that train (each states its own; the collector sums).",
+    "sum",
 )
-QUEUE_DEPTH = MetricName("rl.queue.depth", "gauge", "{trajectory}", "Trajectories waiting for the trainer, over the ranks.", "sum")
-IN_FLIGHT = MetricName("rl.rollouts.in_flight", "gauge", "{rollout}", "Rollouts being generated, over the ranks.", "sum")
-BUFFER_USED = MetricName("rl.buffer.used", "gauge", "{sample}", "Samples held in the replay buffer, over the ranks.", "sum")
-BUFFER_CAPACITY = MetricName("rl.buffer.capacity", "gauge", "{sample}", "Replay buffer capacity, over the ranks.", "sum")
+QUEUE_DEPTH = MetricName(
+    "rl.queue.depth", "gauge", "{trajectory}", "Trajectories waiting for the trainer, over the ranks.", "sum"
+)
+IN_FLIGHT = MetricName(
+    "rl.rollouts.in_flight", "gauge", "{rollout}", "Rollouts being generated, over the ranks.", "sum"
+)
+BUFFER_USED = MetricName(
+    "rl.buffer.used", "gauge", "{sample}", "Samples held in the replay buffer, over the ranks.", "sum"
+)
+BUFFER_CAPACITY = MetricName(
+    "rl.buffer.capacity", "gauge", "{sample}", "Replay buffer capacity, over the ranks.", "sum"
+)
 POLICY_VERSION = MetricName("rl.policy.version", "gauge", "{version}", "The trainer's current policy version.", "max")
 STEP = MetricName("rl.step", "gauge", "{step}", "The training step last declared with Telemetry.step().", "max")
-SAMPLES_EXPORTED = MetricName("otel_rl.samples.exported", "counter", "{sample}", "Sample records handed to the exporter.")
-SAMPLES_DROPPED = MetricName("otel_rl.samples.dropped", "counter", "{sample}", "Sample records lost, by otel_rl.reason.")
+SAMPLES_EXPORTED = MetricName(
+    "otel_rl.samples.exported", "counter", "{sample}", "Sample records handed to the exporter."
+)
+SAMPLES_DROPPED = MetricName(
+    "otel_rl.samples.dropped", "counter", "{sample}", "Sample records lost, by otel_rl.reason."
+)
 VALUES_REJECTED = MetricName(
-    "otel_rl.values.rejected", "counter", "{value}", "Values rejected as bad input, by otel_rl.metric and otel_rl.reason."
+    "otel_rl.values.rejected",
+    "counter",
+    "{value}",
+    "Values rejected as bad input, by otel_rl.metric and otel_rl.reason.",
 )
 VALUES_RECORDED = MetricName(
     "otel_rl.values.recorded",
@@ -217,7 +252,9 @@ VALUES_RECORDED = MetricName(
     "{value}",
     "Values folded into each histogram, by otel_rl.metric: what the histogram's count must reach in Prometheus.",
 )
-EXPORT_FAILURES = MetricName("otel_rl.export.failures", "counter", "{export}", "Failed export attempts, by otel_rl.signal.")
+EXPORT_FAILURES = MetricName(
+    "otel_rl.export.failures", "counter", "{export}", "Failed export attempts, by otel_rl.signal."
+)
 EXPORT_UNENCODABLE = MetricName(
     "otel_rl.export.unencodable",
     "counter",

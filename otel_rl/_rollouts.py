@@ -82,7 +82,9 @@ class _Masks:
             return cls(None, None)
         tokens = as_selection(mask)
         if tokens.dim() not in (1, 2):
-            raise BadInput("shape", f'"mask" must be (rollouts, tokens) or (rollouts,), got shape {tuple(tokens.shape)}')
+            raise BadInput(
+                "shape", f'"mask" must be (rollouts, tokens) or (rollouts,), got shape {tuple(tokens.shape)}'
+            )
         if tokens.dim() == 1:
             return cls(tokens, tokens)
         if tokens.device.type == "cpu":  # numpy's any is ten times faster than torch's on the CPU (512 x 2048: 0.02 ms)
@@ -95,9 +97,7 @@ class _Masks:
         if tensor.dim() != 1:
             raise BadInput("shape", f'"{argument}" must be one value per rollout, got shape {tuple(tensor.shape)}')
         if self.rows is not None and self.rows.shape != tensor.shape:
-            raise BadInput(
-                "shape", f'"{argument}" has {tensor.shape[0]} rollouts, the mask {self.rows.shape[0]}'
-            )
+            raise BadInput("shape", f'"{argument}" has {tensor.shape[0]} rollouts, the mask {self.rows.shape[0]}')
         return combined(values.usable, None if self.rows is None else self.rows.to(device=tensor.device))
 
     def per_token(self, values: Values, argument: str) -> torch.Tensor | None:
@@ -115,7 +115,11 @@ class RolloutSummarizer:
         self._summarizers = {
             distribution: summarizer(layouts.of(distribution))
             for distribution in (
-                _names.ADVANTAGES, _names.RESPONSE_LENGTHS, _names.ENTROPY, _names.IMPORTANCE_RATIO, _names.MISMATCH_KL,
+                _names.ADVANTAGES,
+                _names.RESPONSE_LENGTHS,
+                _names.ENTROPY,
+                _names.IMPORTANCE_RATIO,
+                _names.MISMATCH_KL,
                 _names.TRAJECTORY_VERSIONS,
             )
         }
@@ -126,10 +130,16 @@ class RolloutSummarizer:
         two float32 rollouts (a cold numba cache costs 1.5 s on this path, which the first training step would pay)."""
         tokens = torch.zeros((2, 2))
         self.summarize(
-            mask=torch.ones((2, 2)), advantages=tokens, response_lengths=torch.full((2,), 2), entropy=tokens,
-            logprobs=tokens, inference_logprobs=tokens, rewards=torch.zeros(2), group_ids=torch.zeros(2),
+            mask=torch.ones((2, 2)),
+            advantages=tokens,
+            response_lengths=torch.full((2,), 2),
+            entropy=tokens,
+            logprobs=tokens,
+            inference_logprobs=tokens,
+            rewards=torch.zeros(2),
+            group_ids=torch.zeros(2),
             versions_spanned=torch.ones(2),
-        )  # fmt: skip
+        )
 
     def summarize(
         self,
@@ -148,9 +158,14 @@ class RolloutSummarizer:
         mask rejects every field, each under its own metric: without it, padding would be recorded as values."""
         out = RolloutStatistics()
         given = {
-            "advantages": advantages, "response_lengths": response_lengths, "entropy": entropy, "logprobs": logprobs,
-            "inference_logprobs": inference_logprobs, "group_ids": group_ids, "versions_spanned": versions_spanned,
-        }  # fmt: skip
+            "advantages": advantages,
+            "response_lengths": response_lengths,
+            "entropy": entropy,
+            "logprobs": logprobs,
+            "inference_logprobs": inference_logprobs,
+            "group_ids": group_ids,
+            "versions_spanned": versions_spanned,
+        }
         try:
             masks = _Masks.of(mask)
         except BadInput as error:
@@ -160,7 +175,9 @@ class RolloutSummarizer:
             return out
         pending: list[_Pending] = []
 
-        def field_of(dist: Distribution, attrs: Attributes, raw: Any, make: Callable[[], Statistics | torch.Tensor]) -> bool:
+        def field_of(
+            dist: Distribution, attrs: Attributes, raw: Any, make: Callable[[], Statistics | torch.Tensor]
+        ) -> bool:
             """Summarize one field with ``make``; a bad field is rejected whole, counted by its ``raw`` values."""
             try:
                 value = make()
@@ -175,14 +192,22 @@ class RolloutSummarizer:
             self._advantages(advantages, masks, out, pending, field_of)
         if response_lengths is not None:
             field_of(
-                _names.RESPONSE_LENGTHS, (), response_lengths,
-                lambda: self._counts_per_rollout(_names.RESPONSE_LENGTHS, response_lengths, "response_lengths", masks, out, pending),
-            )  # fmt: skip
+                _names.RESPONSE_LENGTHS,
+                (),
+                response_lengths,
+                lambda: self._counts_per_rollout(
+                    _names.RESPONSE_LENGTHS, response_lengths, "response_lengths", masks, out, pending
+                ),
+            )
         if versions_spanned is not None:
             field_of(
-                _names.TRAJECTORY_VERSIONS, (), versions_spanned,
-                lambda: self._counts_per_rollout(_names.TRAJECTORY_VERSIONS, versions_spanned, "versions_spanned", masks, out, pending),
-            )  # fmt: skip
+                _names.TRAJECTORY_VERSIONS,
+                (),
+                versions_spanned,
+                lambda: self._counts_per_rollout(
+                    _names.TRAJECTORY_VERSIONS, versions_spanned, "versions_spanned", masks, out, pending
+                ),
+            )
         if entropy is not None:
             field_of(_names.ENTROPY, (), entropy, lambda: self._per_token(_names.ENTROPY, entropy, masks, "entropy"))
         if logprobs is not None or inference_logprobs is not None:
@@ -238,10 +263,18 @@ class RolloutSummarizer:
     def _per_token(self, dist: Distribution, raw: Any, masks: _Masks, argument: str) -> Statistics | torch.Tensor:
         values = as_values(raw, argument=argument)
         tensor, keep = _selected_tokens(values.tensor, masks.per_token(values, argument))
-        return self._summarizers[dist].prepare(Values(tensor, None, values.dropped), keep, argument=argument, per_token=True)
+        return self._summarizers[dist].prepare(
+            Values(tensor, None, values.dropped), keep, argument=argument, per_token=True
+        )
 
     def _counts_per_rollout(
-        self, dist: Distribution, raw: Any, argument: str, masks: _Masks, out: RolloutStatistics, pending: list[_Pending]
+        self,
+        dist: Distribution,
+        raw: Any,
+        argument: str,
+        masks: _Masks,
+        out: RolloutStatistics,
+        pending: list[_Pending],
     ) -> Statistics | torch.Tensor:
         """A count per rollout (tokens, versions): negative ones are left out and counted (reason ``negative``)."""
         values = as_values(raw, argument=argument)
@@ -256,13 +289,17 @@ class RolloutSummarizer:
         kept = ~negative if keep is None else keep & ~negative
         return self._summarizers[dist].prepare(Values(counts, None, values.dropped), kept, argument=argument)
 
-    def _signs(self, values: torch.Tensor, keep: torch.Tensor | None, out: RolloutStatistics, pending: list[_Pending]) -> None:
+    def _signs(
+        self, values: torch.Tensor, keep: torch.Tensor | None, out: RolloutStatistics, pending: list[_Pending]
+    ) -> None:
         """Rollouts by the sign of their advantage (a per-token advantage counts at the rollout's first token)."""
         if values.dim() == 2:
             values, keep = first_unmasked(values, keep)
         values = values.reshape(-1).to(torch.float64)
         valid = torch.isfinite(values) if keep is None else torch.isfinite(values) & keep.reshape(-1)
-        packed = torch.stack(((valid & (values > 0)).sum(), (valid & (values < 0)).sum(), (valid & (values == 0)).sum()))
+        packed = torch.stack(
+            ((valid & (values > 0)).sum(), (valid & (values < 0)).sum(), (valid & (values == 0)).sum())
+        )
 
         def finish(signs: list[int]) -> None:
             for sign, count in zip(_SIGNS, signs):
@@ -282,7 +319,8 @@ class RolloutSummarizer:
         x = reward_values.tensor.to(device=ids.device, dtype=torch.float64)
         if x.shape != ids.shape:
             raise BadInput(
-                "shape", f'"group_ids" and "rewards" must both be one per rollout, got {tuple(ids.shape)} and {tuple(x.shape)}'
+                "shape",
+                f'"group_ids" and "rewards" must both be one per rollout, got {tuple(ids.shape)} and {tuple(x.shape)}',
             )
         valid = torch.isfinite(x)
         keep = combined(reward_values.usable, keep)

@@ -302,7 +302,16 @@ class StalenessSummarizer:
             bounds, scale, lookup, fractions = self.layout.kernel_arguments
             keep_array, use_keep = keep_arrays(keep, 1)
             count, total, minimum, maximum, future, unversioned = _kernels.summarize_staleness(
-                numpy_view(generated), keep_array, use_keep, current_version, fine, scale, bounds, lookup, fractions, counts
+                numpy_view(generated),
+                keep_array,
+                use_keep,
+                current_version,
+                fine,
+                scale,
+                bounds,
+                lookup,
+                fractions,
+                counts,
             )
             used = np.flatnonzero(fine)
             np.add.at(counts, self._cpu_lookup[used], fine[used])

@@ -240,7 +240,10 @@ class MetricStore:
             for (metric, attrs), value in source.items():
                 numbers.setdefault(metric, []).append(
                     NumberDataPoint(
-                        attributes=dict(attrs), start_time_unix_nano=start, time_unix_nano=now_ns, value=wire_number(value)
+                        attributes=dict(attrs),
+                        start_time_unix_nano=start,
+                        time_unix_nano=now_ns,
+                        value=wire_number(value),
                     )
                 )
         if not streams and not numbers:

@@ -194,7 +194,9 @@ class Telemetry:
         as ``_overflow`` and counted.
         """
         statistics = self._rewards.summarize(rewards, mask)
-        self._record(_names.REWARDS, statistics, lambda: {_names.REWARD_FN: self._reward_fns.label(fn), **self._dataset(dataset)})
+        self._record(
+            _names.REWARDS, statistics, lambda: {_names.REWARD_FN: self._reward_fns.label(fn), **self._dataset(dataset)}
+        )
 
     @guarded("rl.rollouts", values="mask")
     def record_rollouts(
@@ -373,7 +375,11 @@ class Telemetry:
             _names.BUFFER_USED: ("buffer_used", buffer_used),
             _names.BUFFER_CAPACITY: ("buffer_capacity", buffer_capacity),
         }
-        values = {gauge: as_integer(value, argument=name, minimum=0) for gauge, (name, value) in given.items() if value is not None}
+        values = {
+            gauge: as_integer(value, argument=name, minimum=0)
+            for gauge, (name, value) in given.items()
+            if value is not None
+        }
         for gauge, value in values.items():
             self._store.set(gauge, (), value)
 
@@ -422,7 +428,9 @@ class Telemetry:
 
     # -- internals ----------------------------------------------------------------------------------------------
 
-    def _record(self, distribution: _names.Distribution, statistics: Statistics, labels: Callable[[], dict[str, str]]) -> None:
+    def _record(
+        self, distribution: _names.Distribution, statistics: Statistics, labels: Callable[[], dict[str, str]]
+    ) -> None:
         """Fold a call's statistics into ``distribution`` under the labels ``labels()`` makes, and count what it
         rejected. The labels are made only when a value was kept, so a call whose values were all rejected takes no
         slot of a label cap."""
@@ -444,7 +452,9 @@ class Telemetry:
             self._self_telemetry.reject_call("otel_rl.timeout", error, timeout_s)
             return self._settings.shutdown_timeout_s
         if math.isnan(value) or value < 0:
-            self._self_telemetry.reject_call("otel_rl.timeout", BadInput("negative", f'"timeout_s" must be >= 0, got {value!r}'), 1)
+            self._self_telemetry.reject_call(
+                "otel_rl.timeout", BadInput("negative", f'"timeout_s" must be >= 0, got {value!r}'), 1
+            )
             return self._settings.shutdown_timeout_s
         return value
 
@@ -468,7 +478,10 @@ class Telemetry:
         finished = bool(self._closing("otel_rl.export", lambda: self._worker.shutdown(timeout)))
         if self._tracer_provider is not None:
             provider, remaining = self._tracer_provider, deadline - time.monotonic()
-            finished = bool(self._closing("otel_rl.spans", lambda: shutdown_within(provider.shutdown, remaining, "spans"))) and finished
+            finished = (
+                bool(self._closing("otel_rl.spans", lambda: shutdown_within(provider.shutdown, remaining, "spans")))
+                and finished
+            )
         if self._output is not None and finished:  # else the export thread may still write to it
             self._closing("otel_rl.output", self._output.close)
         return finished

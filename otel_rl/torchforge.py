@@ -156,8 +156,20 @@ def _from_episode(episode: Any) -> dict[str, Any]:
     """torchforge's ``Episode`` read by attribute (``request`` is its prompt text; ``truncated`` goes to extra, as a
     bool when it is one)."""
     values: dict[str, Any] = {}
-    for name in ("episode_id", "policy_version", "request", "prompt", "response", "target", "reward",
-                 "reward_breakdown", "advantage", "request_len", "response_len", "truncated"):  # fmt: skip
+    for name in (
+        "episode_id",
+        "policy_version",
+        "request",
+        "prompt",
+        "response",
+        "target",
+        "reward",
+        "reward_breakdown",
+        "advantage",
+        "request_len",
+        "response_len",
+        "truncated",
+    ):
         try:
             item = getattr(episode, name, None)
         except Exception:  # noqa: BLE001 - a property that fails (no completion yet) is just absent

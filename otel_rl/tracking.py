@@ -73,10 +73,18 @@ _CANONICAL: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 _VERSION = re.compile(r"(^|/)(current_param_version|param_version|policy_version)$")
 _TIMING = "timing_s/"
 _PHASES = {
-    "gen": "generate", "reward": "score", "old_log_prob": "old_log_prob", "ref": "ref", "values": "values",
-    "adv": "advantage", "update_critic": "train_critic", "update_actor": "train", "update_weights": "sync",
-    "testing": "validate", "save_checkpoint": "checkpoint",
-}  # fmt: skip
+    "gen": "generate",
+    "reward": "score",
+    "old_log_prob": "old_log_prob",
+    "ref": "ref",
+    "values": "values",
+    "adv": "advantage",
+    "update_critic": "train_critic",
+    "update_actor": "train",
+    "update_weights": "sync",
+    "testing": "validate",
+    "save_checkpoint": "checkpoint",
+}
 """verl's timed sections (``timing_s/<section>``, ray_trainer.py ``marked_timer``) and the phase each is."""
 _TOKENS = "perf/total_num_tokens"
 """verl's tokens of the step's batch (prompt and response, compute_throughout_metrics): tokens trained on."""

@@ -176,9 +176,7 @@ class OtelRLCallback(TrainerCallback):
         self._after_micro_step(state)
 
     @guarded(_METRIC)
-    def on_step_end(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
-    ) -> None:
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         """Record the rollouts of a generation made in the step's last micro-step (before the trainer logs)."""
         self._after_micro_step(state)
 

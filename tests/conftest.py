@@ -97,7 +97,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 @pytest.fixture(scope="session")
 def stack_binaries() -> object:
     """The stack's executables, installed or built on first use (the collector build takes minutes once)."""
-    from otel_rl.stack import install
+    from otel_rl.ops.stack import install
 
     return install.install_all()
 
@@ -105,9 +105,9 @@ def stack_binaries() -> object:
 @pytest.fixture(scope="session")
 def promtool() -> Path:
     """Prometheus's promtool alone (no collector build), installed on first use."""
-    from otel_rl.stack import versions
-    from otel_rl.stack.env import otel_rl_home
-    from otel_rl.stack.gotools import ensure_go_binary
+    from otel_rl.ops.stack import versions
+    from otel_rl.ops.stack.env import otel_rl_home
+    from otel_rl.ops.stack.gotools import ensure_go_binary
 
     return ensure_go_binary(versions.PROMTOOL, home=otel_rl_home())
 
@@ -115,9 +115,9 @@ def promtool() -> Path:
 @pytest.fixture(scope="session")
 def amtool() -> Path:
     """Alertmanager's amtool alone (config checks, route tests), installed on first use."""
-    from otel_rl.stack import versions
-    from otel_rl.stack.env import otel_rl_home
-    from otel_rl.stack.gotools import ensure_go_binary
+    from otel_rl.ops.stack import versions
+    from otel_rl.ops.stack.env import otel_rl_home
+    from otel_rl.ops.stack.gotools import ensure_go_binary
 
     return ensure_go_binary(versions.AMTOOL, home=otel_rl_home())
 

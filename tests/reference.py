@@ -30,7 +30,9 @@ def exponential_index(magnitude: float, scale: int) -> int:
     return min(max(upper, -(40 << scale)), (40 << scale) - 1)
 
 
-def exponential_sides(values: Sequence[float] | np.ndarray[Any, Any], scale: int) -> tuple[int, dict[int, int], dict[int, int]]:
+def exponential_sides(
+    values: Sequence[float] | np.ndarray[Any, Any], scale: int
+) -> tuple[int, dict[int, int], dict[int, int]]:
     """Zero count and ``{index: count}`` of the negative and positive sides of finite ``values``."""
     zero = 0
     negative: Counter[int] = Counter()

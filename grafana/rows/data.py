@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import timeseries
 
-from otel_rl import promql
+from otel_rl.ops import promql
 from rows.panels import RUN, TOTAL, WINDOW, Row, prom, series
 
 HAS_DATASET = promql.match("rl_dataset", "", "!=")
@@ -22,10 +22,13 @@ def _staleness_by(panel_id: int, title: str, description: str, selector: str, la
         "none",
         "versions behind",
         *(
-            prom(ref, promql.quantile(q, "rl_staleness", selector, by=label, window=WINDOW, integers=True),
-                 f"{{{{{label}}}}} p{q * 100:g}")
+            prom(
+                ref,
+                promql.quantile(q, "rl_staleness", selector, by=label, window=WINDOW, integers=True),
+                f"{{{{{label}}}}} p{q * 100:g}",
+            )
             for ref, q in (("A", 0.5), ("B", 0.99))
-        ),  # fmt: skip
+        ),
     ).min(0)
 
 

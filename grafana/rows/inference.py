@@ -1,11 +1,11 @@
 """Row "Inference engines": the run's vLLM and SGLang servers, scraped by the collector's inference overlay
 (collector_config/inference.yaml) with the run's identity: queue and running requests, KV-cache use, time to first
 token and per output token, generation throughput. One line per server (``instance``); each query reads vLLM's
-names, older vLLM's and SGLang's in one expression (:func:`otel_rl.promql.either`)."""
+names, older vLLM's and SGLang's in one expression (:func:`otel_rl.ops.promql.either`)."""
 
 from __future__ import annotations
 
-from otel_rl import promql
+from otel_rl.ops import promql
 from rows.panels import RUN, WINDOW, Row, prom, series
 
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
@@ -13,7 +13,11 @@ RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
 KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
 """vLLM 0.10 renamed gpu_cache_usage_perc to kv_cache_usage_perc; SGLang's token usage is its KV pool's share."""
 TTFT = ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds")
-TPOT = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds", "sglang:time_per_output_token_seconds")
+TPOT = (
+    "vllm:inter_token_latency_seconds",
+    "vllm:time_per_output_token_seconds",
+    "sglang:time_per_output_token_seconds",
+)
 """vLLM's inter-token latency replaced its time per output token (deprecated in 0.10); SGLang's own name."""
 GENERATED = ("vllm:generation_tokens_total", "sglang:generation_tokens_total")
 
@@ -30,15 +34,19 @@ def row() -> Row:
         prom("A", promql.either(WAITING, RUN), "waiting {{instance}}"),
         prom("B", promql.either(RUNNING, RUN), "running {{instance}}"),
     ).min(0)
-    kv_cache = series(
-        56,
-        "Inference: KV-cache use",
-        "Share of each server's KV cache in use (vLLM kv_cache_usage_perc, before 0.10 gpu_cache_usage_perc; SGLang "
-        "token_usage). Near 1: requests are preempted or wait.",
-        "percentunit",
-        "of the KV cache",
-        prom("A", promql.either(KV_CACHE, RUN), "{{instance}}"),
-    ).min(0).max(1)
+    kv_cache = (
+        series(
+            56,
+            "Inference: KV-cache use",
+            "Share of each server's KV cache in use (vLLM kv_cache_usage_perc, before 0.10 gpu_cache_usage_perc; SGLang "
+            "token_usage). Near 1: requests are preempted or wait.",
+            "percentunit",
+            "of the KV cache",
+            prom("A", promql.either(KV_CACHE, RUN), "{{instance}}"),
+        )
+        .min(0)
+        .max(1)
+    )
     ttft = series(
         57,
         "Inference: time to first token",

@@ -13,10 +13,20 @@ from grafana_foundation_sdk.builders import statetimeline, table
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
 
-from otel_rl import promql
+from otel_rl.ops import promql
 from rows.panels import (
-    JAEGER, PROMETHEUS, RUN, RUN_VARIABLE, SERVICE_VARIABLE, WINDOW, JaegerSearch, Row, prom, series, stacked,
-)  # fmt: skip
+    JAEGER,
+    PROMETHEUS,
+    RUN,
+    RUN_VARIABLE,
+    SERVICE_VARIABLE,
+    WINDOW,
+    JaegerSearch,
+    Row,
+    prom,
+    series,
+    stacked,
+)
 
 SYNC = f"{RUN},{promql.match('rl_phase_name', 'sync')}"
 """The run's weight-sync phase."""
@@ -161,10 +171,13 @@ def row() -> Row:
         .datasource(JAEGER)
         .with_target(
             JaegerSearch(
-                "A", service=SERVICE_VARIABLE, operation="rl.step", tags=f"rl.run.id={promql.quote(RUN_VARIABLE)}",
+                "A",
+                service=SERVICE_VARIABLE,
+                operation="rl.step",
+                tags=f"rl.run.id={promql.quote(RUN_VARIABLE)}",
                 limit=SLOWEST_STEPS,
             )
-        )  # fmt: skip
+        )
         .sort_by([common_builders.TableSortByFieldState().display_name("Duration").desc(True)])
     )
     return Row(

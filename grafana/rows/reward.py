@@ -3,7 +3,7 @@ and every other recorded metric."""
 
 from __future__ import annotations
 
-from otel_rl import promql
+from otel_rl.ops import promql
 from rows.panels import RUN, TOTAL, WINDOW, Row, heatmap_panel, prom, series
 from rows.rollouts import ZERO_VARIANCE_FRACTION
 
@@ -26,7 +26,7 @@ def row() -> Row:
         3,
         "Reward (total) distribution",
         "Rewards recorded per bucket and interval (native histogram buckets; classic buckets for "
-        "histogram=\"explicit\"). Exemplars link to the kept samples.",
+        'histogram="explicit"). Exemplars link to the kept samples.',
         "reward",
         promql.distribution("rl_reward", TOTAL, window=WINDOW),
     )
@@ -38,16 +38,20 @@ def row() -> Row:
         "mean reward",
         prom("A", promql.mean("rl_reward", RUN, by="rl_reward_fn", window=WINDOW), "{{rl_reward_fn}}"),
     )
-    zero_variance = series(
-        5,
-        "Zero-variance groups (fraction)",
-        "Share of the interval's prompt groups whose rewards are all equal (rl_groups_zero_variance_total over "
-        "rl_groups_total, counted by record_rollouts): groups that give no GRPO learning signal. A rise over an "
-        "hour fires RLRewardCollapse (signal zero_variance), a high level RLZeroVarianceGroupsHigh.",
-        "percentunit",
-        "fraction of groups",
-        prom("A", ZERO_VARIANCE_FRACTION, "zero-variance fraction"),
-    ).min(0).max(1)
+    zero_variance = (
+        series(
+            5,
+            "Zero-variance groups (fraction)",
+            "Share of the interval's prompt groups whose rewards are all equal (rl_groups_zero_variance_total over "
+            "rl_groups_total, counted by record_rollouts): groups that give no GRPO learning signal. A rise over an "
+            "hour fires RLRewardCollapse (signal zero_variance), a high level RLZeroVarianceGroupsHigh.",
+            "percentunit",
+            "fraction of groups",
+            prom("A", ZERO_VARIANCE_FRACTION, "zero-variance fraction"),
+        )
+        .min(0)
+        .max(1)
+    )
     metrics = series(
         6,
         "Recorded metrics (mean by key)",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import prometheus
 
-from otel_rl import promql
+from otel_rl.ops import promql
 from rows.panels import RUN, WINDOW, Row, prom, series, stacked
 
 ZERO_VARIANCE_FRACTION = promql.fraction("rl_groups_zero_variance_total", "rl_groups_total", RUN, window=WINDOW)
@@ -76,30 +76,38 @@ def row() -> Row:
         "nats per token",
         prom("A", promql.mean("rl_mismatch_kl", RUN, by="rl_kl_estimator", window=WINDOW), "{{rl_kl_estimator}}"),
     )
-    ess = series(
-        31,
-        "Effective sample size fraction",
-        "(Σr)² / (n·Σr²) of the interval's importance ratios r, from the exact counters: 1 when all tokens weigh "
-        "the same, towards 0 when a few tokens carry the importance weights (RLEffectiveSampleSizeLow).",
-        "percentunit",
-        "fraction of tokens",
-        prom("A", promql.effective_sample_size("rl_importance_ratio", RUN, window=WINDOW), "ESS / n"),
-    ).min(0).max(1)
-    groups = series(
-        32,
-        "Prompt groups: outcome and zero variance",
-        "Share of the interval's prompt groups whose rollouts were solved by none, some or all of them "
-        "(rl_groups_total), and of groups whose rewards are all equal (rl_groups_zero_variance_total: no GRPO "
-        "signal, RLZeroVarianceGroupsHigh). Exact ratios of counter increases.",
-        "percentunit",
-        "fraction of groups",
-        prom(
-            "A",
-            promql.share("rl_groups_total", "rl_group_outcome", RUN, window=WINDOW),
-            "{{rl_group_outcome}} solved",
-        ),
-        prom("B", ZERO_VARIANCE_FRACTION, "zero variance"),
-    ).min(0).max(1)
+    ess = (
+        series(
+            31,
+            "Effective sample size fraction",
+            "(Σr)² / (n·Σr²) of the interval's importance ratios r, from the exact counters: 1 when all tokens weigh "
+            "the same, towards 0 when a few tokens carry the importance weights (RLEffectiveSampleSizeLow).",
+            "percentunit",
+            "fraction of tokens",
+            prom("A", promql.effective_sample_size("rl_importance_ratio", RUN, window=WINDOW), "ESS / n"),
+        )
+        .min(0)
+        .max(1)
+    )
+    groups = (
+        series(
+            32,
+            "Prompt groups: outcome and zero variance",
+            "Share of the interval's prompt groups whose rollouts were solved by none, some or all of them "
+            "(rl_groups_total), and of groups whose rewards are all equal (rl_groups_zero_variance_total: no GRPO "
+            "signal, RLZeroVarianceGroupsHigh). Exact ratios of counter increases.",
+            "percentunit",
+            "fraction of groups",
+            prom(
+                "A",
+                promql.share("rl_groups_total", "rl_group_outcome", RUN, window=WINDOW),
+                "{{rl_group_outcome}} solved",
+            ),
+            prom("B", ZERO_VARIANCE_FRACTION, "zero variance"),
+        )
+        .min(0)
+        .max(1)
+    )
     signs = stacked(
         series(
             33,
@@ -109,7 +117,9 @@ def row() -> Row:
             "percentunit",
             "fraction of rollouts",
             prom("A", promql.share("rl_advantage_sign_total", "rl_sign", RUN, window=WINDOW), "{{rl_sign}}"),
-        ).min(0).max(1)
+        )
+        .min(0)
+        .max(1)
     )
     return Row(
         "Rollout health",

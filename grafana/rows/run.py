@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as model
 
-from otel_rl import promql
+from otel_rl.ops import promql
 from rows.panels import RUN, Row, prom, series, stacked, stat_panel, traffic_light
 
 
@@ -49,13 +49,17 @@ def row() -> Row:
         "(RLRunEndedUncleanly).",
         "none",
         prom("A", promql.run_state(RUN), "run state"),
-    ).mappings([
-        model.ValueMap(options={
-            "0": model.ValueMappingResult(text="running", color="blue", index=0),
-            "1": model.ValueMappingResult(text="finished cleanly", color="green", index=1),
-            "2": model.ValueMappingResult(text="stopped without a clean finish", color="red", index=2),
-        })
-    ])
+    ).mappings(
+        [
+            model.ValueMap(
+                options={
+                    "0": model.ValueMappingResult(text="running", color="blue", index=0),
+                    "1": model.ValueMappingResult(text="finished cleanly", color="green", index=1),
+                    "2": model.ValueMappingResult(text="stopped without a clean finish", color="red", index=2),
+                }
+            )
+        ]
+    )
     duration = stat_panel(
         23,
         "Run duration",

@@ -6,7 +6,7 @@ from grafana_foundation_sdk.builders import table
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
 
-from otel_rl import promql
+from otel_rl.ops import promql
 from rows.panels import RUN_VARIABLE, VICTORIALOGS, LogsQuery, Row
 
 SAMPLES_QUERY = (
@@ -31,20 +31,30 @@ def row() -> Row:
         .description("Kept samples from VictoriaLogs (top-k and bottom-k by reward per step), newest first.")
         .datasource(VICTORIALOGS)
         .with_target(LogsQuery("A", SAMPLES_QUERY))
-        .with_transformation(model.DataTransformerConfig(
-            id_val="extractFields", options={"source": "labels", "format": "json", "replace": False, "keepTime": False}
-        ))
+        .with_transformation(
+            model.DataTransformerConfig(
+                id_val="extractFields",
+                options={"source": "labels", "format": "json", "replace": False, "keepTime": False},
+            )
+        )
         .with_transformation(
             model.DataTransformerConfig(
                 id_val="organize",
                 options={
                     "excludeByName": {"Line": True, "id": True, "labels": True},
-                    "indexByName": {"Time": 0, "rl.step": 1, "rl.sample.selection": 2, "rl.reward": 3, "prompt": 4,
-                                    "response": 5, "target": 6},
+                    "indexByName": {
+                        "Time": 0,
+                        "rl.step": 1,
+                        "rl.sample.selection": 2,
+                        "rl.reward": 3,
+                        "prompt": 4,
+                        "response": 5,
+                        "target": 6,
+                    },
                     "renameByName": {"rl.step": "step", "rl.sample.selection": "selection", "rl.reward": "reward"},
                 },
             )
-        )  # fmt: skip
+        )
         .cell_height(common.TableCellHeight.AUTO)
         .filterable(True)
     )

@@ -3,7 +3,7 @@ how fresh the run's data is, and whether the collector merged it exactly (the me
 
 from __future__ import annotations
 
-from otel_rl import promql
+from otel_rl.ops import promql
 from rows.panels import RUN, WINDOW, Row, prom, series, stat_panel, traffic_light
 
 
@@ -66,13 +66,18 @@ def row() -> Row:
         "Share of the merge canary's counts outside its buckets (otel_rl_merge_canary, recorded by every rank at each "
         "step): 0 when the collector merged the ranks' histograms exactly; above 0 the run went through a collector "
         "without otel-rl's exact merge (e.g. a stock OpenTelemetry Collector) and its distributions and quantiles are "
-        "wrong (alert OtelRLInexactMerge). No value: histogram=\"explicit\" (exact on any collector) or no step yet.",
+        'wrong (alert OtelRLInexactMerge). No value: histogram="explicit" (exact on any collector) or no step yet.',
         "percentunit",
         prom("A", f"max({promql.merge_canary_misplaced(RUN)})", "canary counts misplaced"),
     ).thresholds(traffic_light(orange=1e-9, red=1e-6))
     return Row(
         "Telemetry health",
         13,
-        (rejected.span(7).height(8), sample_flow.span(7).height(8), failures.span(5).height(8),
-         freshness.span(3).height(8), merge_check.span(2).height(8)),
-    )  # fmt: skip
+        (
+            rejected.span(7).height(8),
+            sample_flow.span(7).height(8),
+            failures.span(5).height(8),
+            freshness.span(3).height(8),
+            merge_check.span(2).height(8),
+        ),
+    )

@@ -44,10 +44,13 @@ def write_overlay(
         shipped = yaml.safe_load(source.read_text(encoding="utf-8"))
         if source.name == THRESHOLDS_FILE:
             rules = [
-                {"record": "rl_alert_threshold_override", "expr": f"vector({value!r})",
-                 "labels": {"rl_run_id": run_id, "threshold": name}}
+                {
+                    "record": "rl_alert_threshold_override",
+                    "expr": f"vector({value!r})",
+                    "labels": {"rl_run_id": run_id, "threshold": name},
+                }
                 for run_id, name, value in overrides
-            ]  # fmt: skip
+            ]
             data: Any = {"groups": [{"name": "otel_rl_threshold_overrides", "rules": rules}] if rules else []}
         else:
             data = copy.deepcopy(shipped)

@@ -1,6 +1,6 @@
 """Alerts delivered for real: rank processes -> the collector -> Prometheus (or Thanos receivers, querier and Ruler)
 evaluating the shipped rules -> Alertmanager with the shipped configuration -> a webhook receiver (a real HTTP
-server, otel_rl.alerts.webhook). The only change to the shipped rules is the documented overlay (tests/alerts/
+server, otel_rl.ops.alerts.webhook). The only change to the shipped rules is the documented overlay (tests/alerts/
 overlay.py): the ``for:`` of the alerts waited for is 15 s; their expressions, 5-minute windows included, are the
 shipped ones, and so are Alertmanager's grouping, waits and inhibitions.
 
@@ -22,19 +22,18 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from otel_rl import promql
-from otel_rl.alerts.client import Alertmanager, RunAlert, run_alerts
-from otel_rl.alerts.webhook import Notification, WebhookReceiver
-from otel_rl.query import Prometheus
-from otel_rl.stack import versions
-from otel_rl.stack.env import otel_rl_home
-from otel_rl.stack.gotools import ensure_go_binary
+from otel_rl.ops import promql
+from otel_rl.ops.alerts.client import Alertmanager, RunAlert, run_alerts
+from otel_rl.ops.alerts.webhook import Notification, WebhookReceiver
+from otel_rl.ops.query import Prometheus
+from otel_rl.ops.stack import versions
+from otel_rl.ops.stack.env import otel_rl_home
+from otel_rl.ops.stack.gotools import ensure_go_binary
 from tests.alerts.overlay import write_overlay
 from tests.pipeline.harness import RankProcess, eventually, private_stack, start_ranks
 
@@ -119,8 +118,9 @@ def _drive(runs: list[Run], stop: threading.Event) -> None:
 
 
 def _ranks(stack: Any, run_id: str, count: int) -> list[RankProcess]:
-    return start_ranks(count, endpoint=stack.otlp_grpc_endpoint, run_id=run_id, histogram="exponential",
-                       export_interval_s=0.5)  # fmt: skip
+    return start_ranks(
+        count, endpoint=stack.otlp_grpc_endpoint, run_id=run_id, histogram="exponential", export_interval_s=0.5
+    )
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def world(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
     """Both stacks with every run going: the killed run's ranks are SIGKILLed after three steps; the silenced run is
     silenced (``otel-rl alerts --silence``) before its ranks start; the runaway, tolerant, silenced and cluster runs
     are stepped once a second by one thread until the module ends (then shut down cleanly)."""
-    from otel_rl.cli import main
+    from otel_rl.ops.cli import main
 
     state = tmp_path_factory.mktemp("alerts")
     uid = uuid.uuid4().hex[:6]
@@ -162,15 +162,20 @@ def world(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
         for rank in killed:
             rank.kill()
         killed_at = time.time()
-        silence_output = _cli(main, ["alerts", "--silence", names["silenced"], "--for", "2h",
-                                     "--alertmanager-url", stack.alertmanager_url])  # fmt: skip
+        silence_output = _cli(
+            main,
+            ["alerts", "--silence", names["silenced"], "--for", "2h", "--alertmanager-url", stack.alertmanager_url],
+        )
         cluster = cleanup.enter_context(
             private_stack(thanos, state / "cluster", tsdb_cluster=True, alert_webhook_url=cluster_webhook.url, **links)
         )
         runs = {
-            name: Run(names[name], _ranks(cluster if name == "cluster" else stack, names[name], 2 if name == "silenced" else 4))
+            name: Run(
+                names[name],
+                _ranks(cluster if name == "cluster" else stack, names[name], 2 if name == "silenced" else 4),
+            )
             for name in ("runaway", "tolerant", "silenced", "cluster")
-        }  # fmt: skip
+        }
         for run in runs.values():
             for rank in run.ranks:
                 cleanup.callback(rank.kill)
@@ -186,8 +191,16 @@ def world(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
         driver = threading.Thread(target=_drive, args=(list(runs.values()), stop), daemon=True)
         driver.start()
         try:
-            yield World(stack=stack, webhook=webhook, cluster=cluster, cluster_webhook=cluster_webhook, runs=runs,
-                        killed_run=names["killed"], killed_at=killed_at, silence_output=silence_output)  # fmt: skip
+            yield World(
+                stack=stack,
+                webhook=webhook,
+                cluster=cluster,
+                cluster_webhook=cluster_webhook,
+                runs=runs,
+                killed_run=names["killed"],
+                killed_at=killed_at,
+                silence_output=silence_output,
+            )
         finally:
             stop.set()
             driver.join(30)
@@ -210,7 +223,9 @@ def _cli(main: Any, argv: list[str]) -> str:
 def _notified(webhook: WebhookReceiver, run_id: str, alert: str, status: str, *, timeout_s: float) -> Notification:
     """The first notification of ``run_id``'s group in which ``alert`` has ``status``."""
     found = webhook.wait_for(
-        lambda n: n.body.get("groupLabels", {}).get("rl_run_id") == run_id and bool(n.alerts_named(alert, status=status)),
+        lambda n: (
+            n.body.get("groupLabels", {}).get("rl_run_id") == run_id and bool(n.alerts_named(alert, status=status))
+        ),
         timeout_s=timeout_s,
     )
     assert found is not None, f"no {status} {alert} of {run_id!r} within {timeout_s} s: {webhook.notifications()!r}"
@@ -234,7 +249,11 @@ def _check_staleness_notification(notification: Notification, run_id: str, *, th
     labels, annotations = alert["labels"], alert["annotations"]
     assert labels["rl_run_id"] == run_id and labels["signal"] == "staleness_p99" and labels["severity"] == "warning"
     assert labels["job"] == "otel-rl-test" and labels["rl_role"] == "trainer"
-    value = float(re.fullmatch(rf"RL run {re.escape(run_id)}: staleness p99 is ([\d.]+) versions", annotations["summary"]).group(1))  # type: ignore[union-attr]
+    value = float(
+        re.fullmatch(rf"RL run {re.escape(run_id)}: staleness p99 is ([\d.]+) versions", annotations["summary"]).group(
+            1
+        )
+    )  # type: ignore[union-attr]
     assert threshold < value <= PEAK_LAG + 1
     assert f"is {value:.1f} versions, above the run's threshold of {threshold:g} versions" in annotations["description"]
     assert annotations["runbook_url"] == f"{RUNBOOKS}#rlstalenesshigh"
@@ -251,7 +270,9 @@ def test_staleness_runaway_pages_then_resolves(world: World) -> None:
     seen: set[str] = set()
 
     def firing() -> bool:
-        states = {a.state for a in run_alerts(world.prometheus, world.alertmanager, run.run_id) if a.name == "RLStalenessHigh"}
+        states = {
+            a.state for a in run_alerts(world.prometheus, world.alertmanager, run.run_id) if a.name == "RLStalenessHigh"
+        }
         seen.update(states)
         return "firing" in states
 
@@ -259,16 +280,31 @@ def test_staleness_runaway_pages_then_resolves(world: World) -> None:
     assert "pending" in seen, seen
     notification = _notified(world.webhook, run.run_id, "RLStalenessHigh", "firing", timeout_s=90)
     value = _check_staleness_notification(notification, run.run_id, threshold=THRESHOLD)
-    from otel_rl.cli import main
+    from otel_rl.ops.cli import main
 
-    listed = _cli(main, ["alerts", "--run", run.run_id, "--prometheus-url", world.stack.prometheus_url,
-                         "--alertmanager-url", world.stack.alertmanager_url])  # fmt: skip
+    listed = _cli(
+        main,
+        [
+            "alerts",
+            "--run",
+            run.run_id,
+            "--prometheus-url",
+            world.stack.prometheus_url,
+            "--alertmanager-url",
+            world.stack.alertmanager_url,
+        ],
+    )
     row = next(line for line in listed.splitlines() if "RLStalenessHigh (staleness_p99)" in line)
     assert row.startswith(run.run_id) and " firing " in row and "staleness p99 is" in row, listed
     assert f"dashboard: {GRAFANA}/d/otel-rl-run/" in listed and f"runbook: {RUNBOOKS}#rlstalenesshigh" in listed
     assert run.crossed_at is not None
-    recorded = _first_above(world.prometheus, promql.selector("rl:staleness_p99:rate1m", rl_run_id=run.run_id),
-                            THRESHOLD, run.crossed_at - 30, notification.received_at)  # fmt: skip
+    recorded = _first_above(
+        world.prometheus,
+        promql.selector("rl:staleness_p99:rate1m", rl_run_id=run.run_id),
+        THRESHOLD,
+        run.crossed_at - 30,
+        notification.received_at,
+    )
     assert recorded is not None and run.crossed_at - 1 <= recorded <= notification.received_at
     run.recover.set()
     resolved = _notified(world.webhook, run.run_id, "RLStalenessHigh", "resolved", timeout_s=300)
@@ -293,9 +329,13 @@ def test_higher_per_run_threshold_keeps_its_run_silent(world: World) -> None:
     _notified(world.webhook, world.runs["runaway"].run_id, "RLStalenessHigh", "firing", timeout_s=300)
     threshold = promql.selector("rl_alert_threshold", rl_run_id=run.run_id, threshold="staleness_p99")
     assert world.prometheus.value(threshold) == TOLERANT_THRESHOLD
-    p99 = world.prometheus.value(f"max_over_time({promql.selector('rl:staleness_p99:rate1m', rl_run_id=run.run_id)}[5m])")
+    p99 = world.prometheus.value(
+        f"max_over_time({promql.selector('rl:staleness_p99:rate1m', rl_run_id=run.run_id)}[5m])"
+    )
     assert p99 is not None and THRESHOLD < p99 < TOLERANT_THRESHOLD
-    ever = world.prometheus.query(f"max_over_time({promql.selector('ALERTS', rl_run_id=run.run_id, alertname='RLStalenessHigh')}[30m])")
+    ever = world.prometheus.query(
+        f"max_over_time({promql.selector('ALERTS', rl_run_id=run.run_id, alertname='RLStalenessHigh')}[30m])"
+    )
     assert ever == [] and _staleness_alerts(world, run.run_id) == []
     assert not any(n.body.get("commonLabels", {}).get("rl_run_id") == run.run_id for n in world.webhook.notifications())
 
@@ -310,8 +350,11 @@ def test_silence_from_the_cli_holds_the_notification_back(world: World) -> None:
     assert silence["matchers"] == [{"name": "rl_run_id", "value": run.run_id, "isRegex": False, "isEqual": True}]
     assert silence["status"]["state"] == "active"
     assert 2 * 3600 - 600 < _seconds(silence["endsAt"]) - _seconds(silence["startsAt"]) <= 2 * 3600 + 1
-    held = eventually(lambda: [a for a in _staleness_alerts(world, run.run_id) if a.state == "silenced"],
-                      what="the silenced run's alert held by the silence", timeout_s=300)  # fmt: skip
+    held = eventually(
+        lambda: [a for a in _staleness_alerts(world, run.run_id) if a.state == "silenced"],
+        what="the silenced run's alert held by the silence",
+        timeout_s=300,
+    )
     assert held[0].held_by == (silence_id,)
     _notified(world.webhook, world.runs["runaway"].run_id, "RLStalenessHigh", "resolved", timeout_s=300)
     assert held[0].since is not None and time.time() - held[0].since > 60  # past group_wait (30 s)
@@ -319,7 +362,7 @@ def test_silence_from_the_cli_holds_the_notification_back(world: World) -> None:
 
 
 def _seconds(text: str) -> float:
-    from otel_rl.alerts.client import _unix
+    from otel_rl.ops.alerts.client import _unix
 
     seconds = _unix(text)
     assert seconds is not None, text
@@ -336,10 +379,13 @@ def test_routes_by_severity_and_missing_ranks_inhibit_the_run_signals(world: Wor
     common = {"job": "trainer", "rl_role": "trainer", "severity": "warning"}
     alerts = [
         {"labels": {"alertname": "RLRanksMissing", "rl_run_id": degraded, **common}},
-        *({"labels": {"alertname": name, "rl_run_id": run_id, "signal": "x", **common}}
-          for name in ("RLStalenessHigh", "RLRewardCollapse") for run_id in (degraded, other)),
+        *(
+            {"labels": {"alertname": name, "rl_run_id": run_id, "signal": "x", **common}}
+            for name in ("RLStalenessHigh", "RLRewardCollapse")
+            for run_id in (degraded, other)
+        ),
         {"labels": {"alertname": "AnyCriticalAlert", "rl_run_id": critical, **common, "severity": "critical"}},
-    ]  # fmt: skip
+    ]
     world.alertmanager.post_alerts(alerts)
     page = _notified(world.webhook, critical, "AnyCriticalAlert", "firing", timeout_s=60)
     assert page.body["receiver"] == "page"
@@ -369,9 +415,11 @@ def test_cluster_profile_pages_through_thanos_ruler(world: World) -> None:
     assert series["metric"]["otel_rl_grafana_url"] == GRAFANA  # the ruler's external label on what it recorded
     resolved = _notified(world.cluster_webhook, run.run_id, "RLStalenessHigh", "resolved", timeout_s=300)
     assert run.crossed_at is not None and run.recovered_at is not None
-    print(f"\ncluster: RLStalenessHigh through Thanos Ruler (for: {FOR}): value {value}; crossing -> notification "
-          f"{notification.received_at - run.crossed_at:.1f} s; lag back to 1 -> resolved "
-          f"{resolved.received_at - run.recovered_at:.1f} s")  # fmt: skip
+    print(
+        f"\ncluster: RLStalenessHigh through Thanos Ruler (for: {FOR}): value {value}; crossing -> notification "
+        f"{notification.received_at - run.crossed_at:.1f} s; lag back to 1 -> resolved "
+        f"{resolved.received_at - run.recovered_at:.1f} s"
+    )
 
 
 def test_killed_run_pages_once(world: World) -> None:
@@ -385,10 +433,18 @@ def test_killed_run_pages_once(world: World) -> None:
     assert alert["annotations"]["runbook_url"] == f"{RUNBOOKS}#rlrunendeduncleanly"
     absent = promql.selector("ALERTS", rl_run_id=run_id, alertname="RLTelemetryAbsent", alertstate="firing")
     assert world.prometheus.query(absent), "RLTelemetryAbsent must fire for the killed run"
-    held = eventually(lambda: [a for a in run_alerts(world.prometheus, world.alertmanager, run_id)
-                               if a.name == "RLTelemetryAbsent" and a.state == "inhibited"],
-                      what="RLTelemetryAbsent inhibited", timeout_s=60)  # fmt: skip
+    held = eventually(
+        lambda: [
+            a
+            for a in run_alerts(world.prometheus, world.alertmanager, run_id)
+            if a.name == "RLTelemetryAbsent" and a.state == "inhibited"
+        ],
+        what="RLTelemetryAbsent inhibited",
+        timeout_s=60,
+    )
     assert held[0].held_by == ("RLRunEndedUncleanly",)
     assert not any(n.alerts_named("RLTelemetryAbsent") for n in world.webhook.notifications())
-    print(f"\nkilled run: SIGKILL -> RLRunEndedUncleanly at the webhook {notification.received_at - world.killed_at:.1f} s "
-          "(5 minutes of absence, then for: 15 s and Alertmanager's group_wait)")  # fmt: skip
+    print(
+        f"\nkilled run: SIGKILL -> RLRunEndedUncleanly at the webhook {notification.received_at - world.killed_at:.1f} s "
+        "(5 minutes of absence, then for: 15 s and Alertmanager's group_wait)"
+    )

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import requests
 
-from otel_rl.alerts.client import Alertmanager
-from otel_rl.query import QueryError
+from otel_rl.ops.alerts.client import Alertmanager
+from otel_rl.ops.query import QueryError
 from tests.pipeline.harness import eventually, private_stack
 
 ALWAYS = """groups:
@@ -66,7 +66,7 @@ def test_alertmanager_refuses_plain_http_unauthenticated_and_other_passwords(sec
 def test_prometheus_delivers_over_tls_with_basic_auth_and_the_cli_reads_both(secure: Any) -> None:
     """A rule that fires at once reaches Alertmanager (Prometheus authenticates over TLS: no notification errors),
     and ``otel-rl alerts --secure`` lists it from both, with the stack's CA and each service's password."""
-    from otel_rl.cli import main
+    from otel_rl.ops.cli import main
 
     alertmanager = Alertmanager(secure.alertmanager_url, session=_session(secure, service="alertmanager"))
 
@@ -82,6 +82,10 @@ def test_prometheus_delivers_over_tls_with_basic_auth_and_the_cli_reads_both(sec
     assert status == 0 and "SecureDeliveryProbe" in out.getvalue() and " firing " in out.getvalue(), out.getvalue()
     # Prometheus's own counters, read from its /metrics (its self-scrape may not have run yet): sent, no errors.
     exposition = _session(secure, service="prometheus").get(f"{secure.prometheus_url}/metrics", timeout=5).text
-    counters = {name: sum(float(line.rsplit(" ", 1)[1]) for line in exposition.splitlines() if line.startswith(name))
-                for name in ("prometheus_notifications_sent_total", "prometheus_notifications_errors_total")}  # fmt: skip
-    assert counters["prometheus_notifications_sent_total"] >= 1 and counters["prometheus_notifications_errors_total"] == 0, counters
+    counters = {
+        name: sum(float(line.rsplit(" ", 1)[1]) for line in exposition.splitlines() if line.startswith(name))
+        for name in ("prometheus_notifications_sent_total", "prometheus_notifications_errors_total")
+    }
+    assert (
+        counters["prometheus_notifications_sent_total"] >= 1 and counters["prometheus_notifications_errors_total"] == 0
+    ), counters

@@ -29,15 +29,33 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_ingest_reports_positive_times_and_ratios(results: dict[str, Any]) -> None:
     """Every ingest operation and baseline has a positive finite median, x-floor and ratio."""
     ingest = results["ingest"]
-    expected = {"step_2d", "rewards_2d", "staleness_2d", "rewards_1d", "staleness_1d", "floor", "numpy_histogram",
-                "torch_histc", "tensorboard_add_histogram", "prometheus_observe_loop", "otel_sdk_record_loop",
-                "step_2d_explicit", "rewards_1d_explicit", "rollouts_2d", "read_bandwidth"}
+    expected = {
+        "step_2d",
+        "rewards_2d",
+        "staleness_2d",
+        "rewards_1d",
+        "staleness_1d",
+        "floor",
+        "numpy_histogram",
+        "torch_histc",
+        "tensorboard_add_histogram",
+        "prometheus_observe_loop",
+        "otel_sdk_record_loop",
+        "step_2d_explicit",
+        "rewards_1d_explicit",
+        "rollouts_2d",
+        "read_bandwidth",
+    }
     assert set(ingest["operations"]) == expected
     for operation in ingest["operations"].values():
         assert _positive_finite(operation["median_ns"]) and _positive_finite(operation["x_floor"])
     assert all(_positive_finite(value) for value in ingest["ratios"].values())
     assert set(ingest["targets_met"]) == {
-        "step_vs_floor", "otel_sdk_speedup", "tensorboard_speedup", "rewards_1d_vs_floor", "tensorboard_speedup_1d",
+        "step_vs_floor",
+        "otel_sdk_speedup",
+        "tensorboard_speedup",
+        "rewards_1d_vs_floor",
+        "tensorboard_speedup_1d",
         "rollouts_vs_floor",
     }
     assert ingest["operations"]["otel_sdk_record_loop"]["extrapolated_from_values"] > 0
@@ -65,7 +83,9 @@ def test_phase_spans_report_both_arms(results: dict[str, Any]) -> None:
     """The traced and untraced arms each report median and p99; the ratio and per-step cost are numbers."""
     phases = results["phases"]
     assert set(phases["arms"]) == {"traced", "untraced"}
-    assert all(_positive_finite(arm["median_ns"]) and _positive_finite(arm["p99_ns"]) for arm in phases["arms"].values())
+    assert all(
+        _positive_finite(arm["median_ns"]) and _positive_finite(arm["p99_ns"]) for arm in phases["arms"].values()
+    )
     assert _positive_finite(phases["traced_vs_untraced_median"]) and math.isfinite(phases["span_cost_per_step_us"])
 
 

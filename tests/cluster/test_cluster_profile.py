@@ -8,19 +8,22 @@ import json
 from pathlib import Path
 
 import pytest
-
 import yaml
 
-from otel_rl.stack.components import COMPONENTS, SPECS, active_components, collector_environment
-from otel_rl.stack.config import StackConfig, StackPorts
-from otel_rl.stack.install import Binaries
-from otel_rl.stack.services import Stack
+from otel_rl.ops.stack.components import COMPONENTS, SPECS, active_components, collector_environment
+from otel_rl.ops.stack.config import StackConfig, StackPorts
+from otel_rl.ops.stack.install import Binaries
+from otel_rl.ops.stack.services import Stack
 
 BINARIES = Binaries(
-    collector=Path("/bin/otelcol-rl"), victorialogs=Path("/bin/victoria-logs"), prometheus=Path("/bin/prometheus"),
-    promtool=Path("/bin/promtool"), alertmanager=Path("/bin/alertmanager"), amtool=Path("/bin/amtool"),
+    collector=Path("/bin/otelcol-rl"),
+    victorialogs=Path("/bin/victoria-logs"),
+    prometheus=Path("/bin/prometheus"),
+    promtool=Path("/bin/promtool"),
+    alertmanager=Path("/bin/alertmanager"),
+    amtool=Path("/bin/amtool"),
     jaeger=Path("/bin/jaeger"),
-)  # fmt: skip
+)
 
 
 THANOS = dataclasses.replace(BINARIES, thanos=Path("/bin/thanos"))
@@ -69,7 +72,10 @@ def test_tsdb_cluster_profile_replaces_prometheus_by_thanos(tmp_path: Path) -> N
     assert active_components(config) == ("alertmanager", "victorialogs", "jaeger", *TSDB_COMPONENTS, "collector")
     grpc = [f"127.0.0.1:{ports.thanos_receive_0_grpc}", f"127.0.0.1:{ports.thanos_receive_1_grpc}"]
     for index, (write, http) in enumerate(
-        [(ports.thanos_receive_0_write, ports.thanos_receive_0_http), (ports.thanos_receive_1_write, ports.thanos_receive_1_http)]
+        [
+            (ports.thanos_receive_0_write, ports.thanos_receive_0_http),
+            (ports.thanos_receive_1_write, ports.thanos_receive_1_http),
+        ]
     ):
         command = SPECS[f"thanos-receive-{index}"].command(config, THANOS, tmp_path)  # type: ignore[index]
         assert command.argv[:2] == ("/bin/thanos", "receive")
@@ -82,7 +88,9 @@ def test_tsdb_cluster_profile_replaces_prometheus_by_thanos(tmp_path: Path) -> N
         endpoints = [{"address": g, "capnproto_address": c} for g, c in zip(grpc, capnp, strict=True)]
         assert json.loads(command.inputs[0].read_text()) == [{"hashring": "default", "endpoints": endpoints}]
     query = SPECS["thanos-query"].command(config, THANOS, tmp_path)
-    assert f"--http-address=127.0.0.1:{ports.thanos_query}" in query.argv and "--no-query.partial-response" in query.argv
+    assert (
+        f"--http-address=127.0.0.1:{ports.thanos_query}" in query.argv and "--no-query.partial-response" in query.argv
+    )
     endpoints = yaml.safe_load(query.inputs[0].read_text())["endpoints"]
     ruler = {"address": f"127.0.0.1:{ports.thanos_rule_grpc}"}  # not strict: it starts after the querier
     assert endpoints == [*({"address": address, "strict": True} for address in grpc), ruler]
@@ -104,20 +112,26 @@ def test_tsdb_cluster_needs_the_thanos_binary(tmp_path: Path) -> None:
 def test_cli_status_with_cluster_lists_both_profiles(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`otel-rl stack status --cluster` on a stack that is not running reports the storage nodes, the Thanos
     components and no Prometheus, all unhealthy."""
-    from otel_rl.cli import main
+    from otel_rl.ops.cli import main
 
     ports = [f"--{name.replace('_', '-')}-port={port}" for name, port in StackPorts.free().as_dict().items()]
     assert main(["stack", "status", "--cluster", "--state-dir", str(tmp_path), *ports]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines[1:-1]] == [
-        "alertmanager", "vlstorage-0", "vlstorage-1", "victorialogs", "jaeger", *TSDB_COMPONENTS, "collector"
-    ]  # fmt: skip
+        "alertmanager",
+        "vlstorage-0",
+        "vlstorage-1",
+        "victorialogs",
+        "jaeger",
+        *TSDB_COMPONENTS,
+        "collector",
+    ]
 
 
 def test_thanos_binary_stamped_with_its_version_and_tags_is_reused(tmp_path: Path) -> None:
     """A Thanos binary whose stamp names the pinned version and build tags is returned without building."""
-    from otel_rl.stack import versions
-    from otel_rl.stack.gotools import ensure_go_binary
+    from otel_rl.ops.stack import versions
+    from otel_rl.ops.stack.gotools import ensure_go_binary
 
     (tmp_path / "bin").mkdir()
     binary = tmp_path / "bin" / "thanos"

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from otel_rl.query import Prometheus, QueryError, VictoriaLogs
-from otel_rl.stack import versions
-from otel_rl.stack.env import otel_rl_home
-from otel_rl.stack.gotools import ensure_go_binary
-from tests.pipeline.harness import RankProcess, eventually, private_stack
+from otel_rl.ops.query import Prometheus, QueryError, VictoriaLogs
+from otel_rl.ops.stack import versions
+from otel_rl.ops.stack.env import otel_rl_home
+from otel_rl.ops.stack.gotools import ensure_go_binary
 from tests.cluster.workload import record_steps
+from tests.pipeline.harness import RankProcess, eventually, private_stack
 from tests.pipeline.test_scale_out import Collector
 
 RANKS = 8
@@ -49,8 +49,9 @@ def tsdb_cluster(
         }
         logs = [state / f"{name}.log" for name in ("gateway-a", "gateway-b")]
         gateways = [
-            Collector(binaries.collector, ["collector.yaml", "gateway.yaml"],
-                      {**common, "OTEL_RL_GATEWAY_ID": log.stem}, log)  # fmt: skip
+            Collector(
+                binaries.collector, ["collector.yaml", "gateway.yaml"], {**common, "OTEL_RL_GATEWAY_ID": log.stem}, log
+            )
             for log in logs
         ]
         hostnames = "[" + ",".join(g.endpoint for g in gateways) + "]"
@@ -101,9 +102,16 @@ def test_two_runs_through_thanos_with_a_receiver_restart_are_exact(
     with ThreadPoolExecutor(2 * RANKS) as pool:
         ranks = list(
             pool.map(
-                lambda spec: RankProcess(endpoint=f"http://{agents[spec[1] % 2].endpoint}", run_id=spec[0], rank=spec[1],
-                                         world_size=RANKS, export_interval_s=0.2, top_k=2, bottom_k=2,
-                                         histogram="exponential"),  # fmt: skip
+                lambda spec: RankProcess(
+                    endpoint=f"http://{agents[spec[1] % 2].endpoint}",
+                    run_id=spec[0],
+                    rank=spec[1],
+                    world_size=RANKS,
+                    export_interval_s=0.2,
+                    top_k=2,
+                    bottom_k=2,
+                    histogram="exponential",
+                ),
                 [(run_id, rank) for run_id in run_ids for rank in range(RANKS)],
             )
         )
@@ -197,11 +205,17 @@ def test_tsdb_cluster_profile_components(tsdb_cluster: tuple[Any, list[Collector
     profile in stack.json (an attached Stack sees the same components), and its query URL is the querier's."""
     stack, _, _ = tsdb_cluster
     assert stack.component_names == (
-        "alertmanager", "victorialogs", "jaeger", "thanos-receive-0", "thanos-receive-1", "thanos-query",
-        "thanos-rule", "collector"
-    )  # fmt: skip
+        "alertmanager",
+        "victorialogs",
+        "jaeger",
+        "thanos-receive-0",
+        "thanos-receive-1",
+        "thanos-query",
+        "thanos-rule",
+        "collector",
+    )
     assert all(status.healthy for status in stack.status().values())
-    from otel_rl.stack.services import Stack
+    from otel_rl.ops.stack.services import Stack
 
     assert Stack.attach(Path(stack.state_dir)).component_names == stack.component_names
     assert stack.prometheus_url.endswith(f":{stack.config.ports.thanos_query}")

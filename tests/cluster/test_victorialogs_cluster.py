@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import requests
 
-from otel_rl.query import Prometheus, QueryError, VictoriaLogs
-from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack
+from otel_rl.ops.query import Prometheus, QueryError, VictoriaLogs
 from tests.cluster.workload import record_steps
+from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack
 from tests.pipeline.test_scale_out import Collector
 
 RANKS = 4
@@ -37,13 +37,19 @@ def cluster(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> It
             "OTEL_RL_QUEUE_DIR": str(state / "queues"),
         }
         gateways = [
-            Collector(stack_binaries.collector, ["collector.yaml", "gateway.yaml"],
-                      {**common, "OTEL_RL_GATEWAY_ID": name}, state / f"{name}.log")  # fmt: skip
+            Collector(
+                stack_binaries.collector,
+                ["collector.yaml", "gateway.yaml"],
+                {**common, "OTEL_RL_GATEWAY_ID": name},
+                state / f"{name}.log",
+            )
             for name in ("gateway-a", "gateway-b")
         ]
         hostnames = "[" + ",".join(g.endpoint for g in gateways) + "]"
         agents = [
-            Collector(stack_binaries.collector, ["agent.yaml"], {"OTEL_RL_GATEWAYS": hostnames}, state / f"agent-{i}.log")
+            Collector(
+                stack_binaries.collector, ["agent.yaml"], {"OTEL_RL_GATEWAYS": hostnames}, state / f"agent-{i}.log"
+            )
             for i in range(2)
         ]
         try:
@@ -73,7 +79,9 @@ def _node_count(stack: Any, node: str, run_ids: list[str]) -> int:
     return int(found[0]["n"]) if found else 0
 
 
-def test_two_runs_through_agents_gateways_and_a_storage_node_restart_are_exact(cluster: tuple[Any, list[Collector]]) -> None:
+def test_two_runs_through_agents_gateways_and_a_storage_node_restart_are_exact(
+    cluster: tuple[Any, list[Collector]],
+) -> None:
     """2 runs x 4 ranks over 2 agents and 2 gateways: while a storage node is down, inserts go to the other and
     queries through the front fail (no partial responses); after it returns it still has every row it had on disk,
     every sample is counted exactly once through the front, and every run's reward histogram in Prometheus is
@@ -83,8 +91,15 @@ def test_two_runs_through_agents_gateways_and_a_storage_node_restart_are_exact(c
     with ThreadPoolExecutor(2 * RANKS) as pool:
         ranks = list(
             pool.map(
-                lambda spec: RankProcess(endpoint=f"http://{agents[spec[1] % 2].endpoint}", run_id=spec[0], rank=spec[1],
-                                         world_size=RANKS, export_interval_s=0.2, top_k=2, bottom_k=2),  # fmt: skip
+                lambda spec: RankProcess(
+                    endpoint=f"http://{agents[spec[1] % 2].endpoint}",
+                    run_id=spec[0],
+                    rank=spec[1],
+                    world_size=RANKS,
+                    export_interval_s=0.2,
+                    top_k=2,
+                    bottom_k=2,
+                ),
                 [(run_id, rank) for run_id in run_ids for rank in range(RANKS)],
             )
         )
@@ -148,10 +163,16 @@ def test_cluster_profile_components(cluster: tuple[Any, list[Collector]]) -> Non
     stack.json so that a Stack attached to its state directory (the CLI) sees the same components."""
     stack, _ = cluster
     assert stack.component_names == (
-        "alertmanager", "vlstorage-0", "vlstorage-1", "victorialogs", "jaeger", "prometheus", "collector"
-    )  # fmt: skip
+        "alertmanager",
+        "vlstorage-0",
+        "vlstorage-1",
+        "victorialogs",
+        "jaeger",
+        "prometheus",
+        "collector",
+    )
     assert all(status.healthy for status in stack.status().values())
-    from otel_rl.stack.services import Stack
+    from otel_rl.ops.stack.services import Stack
 
     assert Stack.attach(Path(stack.state_dir)).component_names == stack.component_names
     assert requests.get(f"{stack.victorialogs_url}/health", timeout=5).status_code == 200

@@ -24,10 +24,18 @@ from tests.dashboards.health_rank import record_step
 def _rank(rank: int, endpoint: str, run_id: str, seconds: float) -> None:
     telemetry = otel_rl.setup(
         otel_rl.TelemetryConfig(
-            service_name="otel-rl-demo", run_id=run_id, rank=rank, world_size=2, role="trainer", exporter="otlp",
-            endpoint=endpoint, export_interval_s=0.5, shutdown_timeout_s=10, histogram="explicit",
+            service_name="otel-rl-demo",
+            run_id=run_id,
+            rank=rank,
+            world_size=2,
+            role="trainer",
+            exporter="otlp",
+            endpoint=endpoint,
+            export_interval_s=0.5,
+            shutdown_timeout_s=10,
+            histogram="explicit",
         )
-    )  # fmt: skip
+    )
     rng = random.Random(rank)
     generator = torch.Generator().manual_seed(rank)
     step, deadline = 0, math.inf
@@ -56,7 +64,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     args = parser.parse_args()
     ranks = [
-        multiprocessing.get_context("spawn").Process(target=_rank, args=(rank, args.endpoint, args.run_id, args.seconds))
+        multiprocessing.get_context("spawn").Process(
+            target=_rank, args=(rank, args.endpoint, args.run_id, args.seconds)
+        )
         for rank in range(2)
     ]
     for process in ranks:

@@ -21,7 +21,9 @@ def dashboard_targets() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     found = []
     for path in DASHBOARDS:
         data = json.loads(path.read_text(encoding="utf-8"))
-        panels = [p for item in data["panels"] for p in ([item, *item.get("panels", [])] if item["type"] == "row" else [item])]
+        panels = [
+            p for item in data["panels"] for p in ([item, *item.get("panels", [])] if item["type"] == "row" else [item])
+        ]
         for panel in panels:
             for target in panel.get("targets", ()):
                 found.append((path.name, panel, target))

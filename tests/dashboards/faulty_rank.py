@@ -20,10 +20,17 @@ def main() -> None:
     args = parser.parse_args()
     telemetry = otel_rl.setup(
         otel_rl.TelemetryConfig(
-            service_name="otel-rl-demo", run_id=args.run_id, rank=3, world_size=4, role="trainer",
-            exporter="otlp", endpoint=args.endpoint, export_interval_s=0.5, shutdown_timeout_s=10,
+            service_name="otel-rl-demo",
+            run_id=args.run_id,
+            rank=3,
+            world_size=4,
+            role="trainer",
+            exporter="otlp",
+            endpoint=args.endpoint,
+            export_interval_s=0.5,
+            shutdown_timeout_s=10,
         )
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + args.seconds
     step = 0
     while time.monotonic() < deadline:

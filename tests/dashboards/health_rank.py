@@ -69,10 +69,17 @@ def main() -> None:
     args = parser.parse_args()
     telemetry = otel_rl.setup(
         otel_rl.TelemetryConfig(
-            service_name="otel-rl-demo", run_id=args.run_id, rank=args.rank, world_size=args.world_size,
-            role="trainer", exporter="otlp", endpoint=args.endpoint, export_interval_s=0.5, shutdown_timeout_s=10,
+            service_name="otel-rl-demo",
+            run_id=args.run_id,
+            rank=args.rank,
+            world_size=args.world_size,
+            role="trainer",
+            exporter="otlp",
+            endpoint=args.endpoint,
+            export_interval_s=0.5,
+            shutdown_timeout_s=10,
         )
-    )  # fmt: skip
+    )
     rng = torch.Generator().manual_seed(args.rank)
     step, deadline = 0, math.inf
     while time.monotonic() < deadline:

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import requests
 
-from otel_rl.query import Prometheus, VictoriaLogs
-from otel_rl.report.dashboard import substitute
+from otel_rl.ops.query import Prometheus, VictoriaLogs
+from otel_rl.ops.report.dashboard import substitute
 from tests.dashboards.conftest import ROOT, dashboard_targets, metric_names, rules
 
 RUN_ID = "dashboards-live"
@@ -71,34 +71,97 @@ def live_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Liv
     out = tmp_path_factory.mktemp("dashboards-demo")
     demo = subprocess.Popen(
         [
-            sys.executable, "-m", "demo", "--steps", str(STEPS), "--ranks", str(RANKS), "--step-seconds", "0.1",
-            "--endpoint", shared_stack.otlp_grpc_endpoint, "--prometheus-url", shared_stack.prometheus_url,
-            "--victorialogs-url", shared_stack.victorialogs_url, "--run-id", RUN_ID, "--out", str(out),
-        ],  # fmt: skip
+            sys.executable,
+            "-m",
+            "demo",
+            "--steps",
+            str(STEPS),
+            "--ranks",
+            str(RANKS),
+            "--step-seconds",
+            "0.1",
+            "--endpoint",
+            shared_stack.otlp_grpc_endpoint,
+            "--prometheus-url",
+            shared_stack.prometheus_url,
+            "--victorialogs-url",
+            shared_stack.victorialogs_url,
+            "--run-id",
+            RUN_ID,
+            "--out",
+            str(out),
+        ],
         cwd=ROOT,
     )
     classic = subprocess.Popen(
-        [sys.executable, "-m", "tests.dashboards.classic_rank", "--endpoint", shared_stack.otlp_grpc_endpoint,
-         "--run-id", CLASSIC_RUN_ID, "--seconds", "8"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tests.dashboards.classic_rank",
+            "--endpoint",
+            shared_stack.otlp_grpc_endpoint,
+            "--run-id",
+            CLASSIC_RUN_ID,
+            "--seconds",
+            "8",
+        ],
         cwd=ROOT,
     )
     health = subprocess.Popen(
-        [sys.executable, "-m", "tests.dashboards.health_rank", "--endpoint", shared_stack.otlp_grpc_endpoint,
-         "--run-id", RUN_ID, "--rank", "2", "--world-size", str(RANKS), "--seconds", "12"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tests.dashboards.health_rank",
+            "--endpoint",
+            shared_stack.otlp_grpc_endpoint,
+            "--run-id",
+            RUN_ID,
+            "--rank",
+            "2",
+            "--world-size",
+            str(RANKS),
+            "--seconds",
+            "12",
+        ],
         cwd=ROOT,
     )
     crashed = subprocess.Popen(
-        [sys.executable, "-m", "tests.dashboards.health_rank", "--endpoint", shared_stack.otlp_grpc_endpoint,
-         "--run-id", CRASHED_RUN_ID, "--world-size", "2", "--seconds", "4", "--hang"],  # fmt: skip
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tests.dashboards.health_rank",
+            "--endpoint",
+            shared_stack.otlp_grpc_endpoint,
+            "--run-id",
+            CRASHED_RUN_ID,
+            "--world-size",
+            "2",
+            "--seconds",
+            "4",
+            "--hang",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     prometheus = Prometheus(shared_stack.prometheus_url)
     try:
         subprocess.run(
-            [sys.executable, "-m", "tests.dashboards.faulty_rank", "--endpoint", shared_stack.otlp_grpc_endpoint,
-             "--run-id", RUN_ID, "--seconds", "6"],  # fmt: skip
-            cwd=ROOT, check=True, timeout=120,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "tests.dashboards.faulty_rank",
+                "--endpoint",
+                shared_stack.otlp_grpc_endpoint,
+                "--run-id",
+                RUN_ID,
+                "--seconds",
+                "6",
+            ],
+            cwd=ROOT,
+            check=True,
+            timeout=120,
+        )
         assert classic.wait(timeout=120) == 0
         assert health.wait(timeout=120) == 0
         assert demo.wait(timeout=600) == 0
@@ -130,8 +193,16 @@ def live_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Liv
             break
         time.sleep(2)
     first, last = _span(prometheus, RUN_ID)
-    return LiveRun(shared_stack.prometheus_url, shared_stack.victorialogs_url, shared_stack.jaeger_url, first, last,
-                   _span(prometheus, CLASSIC_RUN_ID), _span(prometheus, CRASHED_RUN_ID), _phases_settled(prometheus))  # fmt: skip
+    return LiveRun(
+        shared_stack.prometheus_url,
+        shared_stack.victorialogs_url,
+        shared_stack.jaeger_url,
+        first,
+        last,
+        _span(prometheus, CLASSIC_RUN_ID),
+        _span(prometheus, CRASHED_RUN_ID),
+        _phases_settled(prometheus),
+    )
 
 
 def _phases_settled(prometheus: Prometheus) -> float:
@@ -158,11 +229,21 @@ def _substitute(expr: str, run_id: str = RUN_ID) -> str:
 
 INFERENCE = re.compile(r"\b(vllm|sglang):")
 """A query of the inference engines' own series (tests/inference/test_scrape.py: the demo runs no engine)."""
-PROMQL = [(name, panel["title"], target) for name, panel, target in dashboard_targets()
-          if target["datasource"]["type"] == "prometheus" and not INFERENCE.search(target["expr"])]  # fmt: skip
-LOGSQL = [(name, panel["title"], target) for name, panel, target in dashboard_targets()
-          if target["datasource"]["type"] == "victoriametrics-logs-datasource"]  # fmt: skip
-JAEGER = [(name, panel["title"], target) for name, panel, target in dashboard_targets() if target["datasource"]["type"] == "jaeger"]
+PROMQL = [
+    (name, panel["title"], target)
+    for name, panel, target in dashboard_targets()
+    if target["datasource"]["type"] == "prometheus" and not INFERENCE.search(target["expr"])
+]
+LOGSQL = [
+    (name, panel["title"], target)
+    for name, panel, target in dashboard_targets()
+    if target["datasource"]["type"] == "victoriametrics-logs-datasource"
+]
+JAEGER = [
+    (name, panel["title"], target)
+    for name, panel, target in dashboard_targets()
+    if target["datasource"]["type"] == "jaeger"
+]
 
 
 @pytest.mark.parametrize(("dashboard", "title", "target"), PROMQL, ids=[f"{t}/{q['refId']}" for _, t, q in PROMQL])
@@ -182,13 +263,19 @@ def test_dashboard_promql_returns_data(live_run: LiveRun, dashboard: str, title:
         assert result and all("histograms" in item for item in result), f"{dashboard} / {title}: not native"
 
 
-HISTOGRAM = re.compile(r"\brl_(reward|staleness|metric|advantage|response_length|entropy|importance_ratio|mismatch_kl)\{")
+HISTOGRAM = re.compile(
+    r"\brl_(reward|staleness|metric|advantage|response_length|entropy|importance_ratio|mismatch_kl)\{"
+)
 """A selector of a histogram (native; the classic ``_bucket``/``_count`` series carry a suffix)."""
 HISTOGRAM_PROMQL = [(name, title, target) for name, title, target in PROMQL if HISTOGRAM.search(target["expr"])]
 
 
-@pytest.mark.parametrize(("dashboard", "title", "target"), HISTOGRAM_PROMQL, ids=[f"{t}/{q['refId']}" for _, t, q in HISTOGRAM_PROMQL])
-def test_histogram_query_falls_back_to_classic_buckets(live_run: LiveRun, dashboard: str, title: str, target: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("dashboard", "title", "target"), HISTOGRAM_PROMQL, ids=[f"{t}/{q['refId']}" for _, t, q in HISTOGRAM_PROMQL]
+)
+def test_histogram_query_falls_back_to_classic_buckets(
+    live_run: LiveRun, dashboard: str, title: str, target: dict[str, Any]
+) -> None:
     """Each query reading a histogram also returns data for a run with classic histograms (histogram="explicit")."""
     query = _substitute(target["expr"], CLASSIC_RUN_ID)
     result = live_run.prometheus.range(query, *live_run.classic_span, step=STEP_S)
@@ -198,7 +285,9 @@ def test_histogram_query_falls_back_to_classic_buckets(live_run: LiveRun, dashbo
 
 
 @pytest.mark.parametrize(("dashboard", "title", "target"), LOGSQL, ids=[f"{t}/{q['refId']}" for _, t, q in LOGSQL])
-def test_dashboard_logsql_returns_readable_samples(live_run: LiveRun, dashboard: str, title: str, target: dict[str, Any]) -> None:
+def test_dashboard_logsql_returns_readable_samples(
+    live_run: LiveRun, dashboard: str, title: str, target: dict[str, Any]
+) -> None:
     """The samples query returns the run's top/bottom samples with their prompt, response and target texts."""
     rows = VictoriaLogs(live_run.victorialogs_url).query(_substitute(target["expr"]))
     assert rows, f"{dashboard} / {title}: no samples"
@@ -212,20 +301,29 @@ def test_dashboard_logsql_returns_readable_samples(live_run: LiveRun, dashboard:
 
 
 @pytest.mark.parametrize(("dashboard", "title", "target"), JAEGER, ids=[f"{t}/{q['refId']}" for _, t, q in JAEGER])
-def test_dashboard_jaeger_search_finds_the_runs_steps(live_run: LiveRun, dashboard: str, title: str, target: dict[str, Any]) -> None:
+def test_dashboard_jaeger_search_finds_the_runs_steps(
+    live_run: LiveRun, dashboard: str, title: str, target: dict[str, Any]
+) -> None:
     """The steps search (as the report runs it: the run's service from its series' job) returns the demo run's steps,
     slowest first, and the slowest step's trace holds every rank's generate phase."""
-    from otel_rl.query import Jaeger
-    from otel_rl.report.dashboard import default_dashboard_path, load_panels
-    from otel_rl.report.fetch import Window, fetch_panel, run_service
+    from otel_rl.ops.query import Jaeger
+    from otel_rl.ops.report.dashboard import default_dashboard_path, load_panels
+    from otel_rl.ops.report.fetch import Window, fetch_panel, run_service
 
     (panel,) = [p for p in load_panels(default_dashboard_path()) if p.title == title]
     assert [t.language for t in panel.targets] == ["jaeger"]
     service = run_service(live_run.prometheus, RUN_ID, at=live_run.last)
     assert service == "otel-rl-demo"
     window = Window.for_range(live_run.first - 5, live_run.last + 5, scrape_interval_s=1.0)
-    data = fetch_panel(panel, run_id=RUN_ID, window=window, prometheus=live_run.prometheus,
-                       logs=VictoriaLogs(live_run.victorialogs_url), jaeger=Jaeger(live_run.jaeger_url), service=service)  # fmt: skip
+    data = fetch_panel(
+        panel,
+        run_id=RUN_ID,
+        window=window,
+        prometheus=live_run.prometheus,
+        logs=VictoriaLogs(live_run.victorialogs_url),
+        jaeger=Jaeger(live_run.jaeger_url),
+        service=service,
+    )
     assert data.steps and all(step.step is not None and step.duration_s > 0 for step in data.steps)
     assert [step.duration_s for step in data.steps] == sorted((step.duration_s for step in data.steps), reverse=True)
     ranks = {span.attributes["rl.rank"] for span in data.timeline if span.name == "generate"}
@@ -252,11 +350,22 @@ def test_recording_rule_recorded_the_run(live_run: LiveRun, name: str, run_id: s
     assert any(v == v for v in values), f"{name}: nothing recorded for {run_id}"
     if name == "rl_alert_threshold":
         assert {item["metric"]["threshold"]: float(item["value"][1]) for item in result} == {
-            "staleness_p99": 8, "staleness_max": 32, "reward_drop_stddevs": 1, "zero_variance_rise": 0.3,
-            "histogram_values_missing": 0, "step_stall_seconds": 1800, "importance_ratio_p99": 2,
-            "importance_ratio_p1": 0.5, "mismatch_kl_k3": 0.01, "ess_fraction": 0.5, "entropy_min": 0.05,
-            "zero_variance_fraction": 0.8, "merge_canary_misplaced": 1e-6, "phase_stuck_p99_multiple": 5,
-            "phase_stuck_floor_seconds": 600}  # fmt: skip
+            "staleness_p99": 8,
+            "staleness_max": 32,
+            "reward_drop_stddevs": 1,
+            "zero_variance_rise": 0.3,
+            "histogram_values_missing": 0,
+            "step_stall_seconds": 1800,
+            "importance_ratio_p99": 2,
+            "importance_ratio_p1": 0.5,
+            "mismatch_kl_k3": 0.01,
+            "ess_fraction": 0.5,
+            "entropy_min": 0.05,
+            "zero_variance_fraction": 0.8,
+            "merge_canary_misplaced": 1e-6,
+            "phase_stuck_p99_multiple": 5,
+            "phase_stuck_floor_seconds": 600,
+        }
 
 
 @pytest.mark.parametrize("run_id", [RUN_ID, CLASSIC_RUN_ID])
@@ -267,17 +376,32 @@ def test_histogram_self_check_counts_every_value(live_run: LiveRun, run_id: str)
     selector = f'{{rl_run_id="{run_id}"}}[10m]'
     missing = live_run.prometheus.query(f"last_over_time(otel_rl:histogram_values_missing:increase10m{selector})")
     recorded = live_run.prometheus.query(f"max_over_time(otel_rl:histogram_values_recorded:increase10m{selector})")
-    histograms = ("rl.reward", "rl.staleness", "rl.metric", "rl.advantage", "rl.response.length", "rl.entropy",
-                  "rl.importance_ratio", "rl.mismatch.kl", "rl.trajectory.versions")  # fmt: skip
-    assert {item["metric"]["otel_rl_metric"]: float(item["value"][1]) for item in missing} == dict.fromkeys(histograms, 0)
+    histograms = (
+        "rl.reward",
+        "rl.staleness",
+        "rl.metric",
+        "rl.advantage",
+        "rl.response.length",
+        "rl.entropy",
+        "rl.importance_ratio",
+        "rl.mismatch.kl",
+        "rl.trajectory.versions",
+    )
+    assert {item["metric"]["otel_rl_metric"]: float(item["value"][1]) for item in missing} == dict.fromkeys(
+        histograms, 0
+    )
     assert all(float(item["value"][1]) > 0 for item in recorded) and len(recorded) == len(histograms)
 
 
 def _provoked(expr: str, shift_ms: int) -> str:
     """The alert expression with every threshold made to pass (labels kept: -1e9 after ``>``, +1e9 after ``<``)
     and "an hour ago" moved into the run."""
-    expr = re.sub(r'(<[^=]*?)rl_alert_threshold\{threshold="(\w+)"\}', r'\1(rl_alert_threshold{threshold="\2"} * 0 + 1e9)', expr)
-    expr = re.sub(r'(>[^=]*?)rl_alert_threshold\{threshold="(\w+)"\}', r'\1(rl_alert_threshold{threshold="\2"} * 0 - 1e9)', expr)
+    expr = re.sub(
+        r'(<[^=]*?)rl_alert_threshold\{threshold="(\w+)"\}', r'\1(rl_alert_threshold{threshold="\2"} * 0 + 1e9)', expr
+    )
+    expr = re.sub(
+        r'(>[^=]*?)rl_alert_threshold\{threshold="(\w+)"\}', r'\1(rl_alert_threshold{threshold="\2"} * 0 - 1e9)', expr
+    )
     expr = re.sub(r"(>[^=]*?)rl:phase_stuck_threshold_seconds", r"\1(rl:phase_stuck_threshold_seconds - 1e9)", expr)
     return expr.replace("offset 1h", f"offset {shift_ms}ms")
 
@@ -330,7 +454,11 @@ def test_alert_expression_matches_the_run(live_run: LiveRun, rule: dict[str, Any
 
 def _panel_query(title: str, ref_id: str = "A", run_id: str = RUN_ID) -> str:
     """The dashboard's query ``ref_id`` of the panel ``title``, with the variables substituted."""
-    return next(_substitute(t["expr"], run_id) for _, p, t in dashboard_targets() if p["title"] == title and t["refId"] == ref_id)
+    return next(
+        _substitute(t["expr"], run_id)
+        for _, p, t in dashboard_targets()
+        if p["title"] == title and t["refId"] == ref_id
+    )
 
 
 def _range_values(live_run: LiveRun, query: str) -> dict[str, list[float]]:
@@ -347,15 +475,22 @@ def test_health_panels_hold_their_invariants_on_the_real_run(live_run: LiveRun) 
     demo run, and running, then stopped without a clean finish, for the crashed one."""
     phases = live_run.prometheus.range(_panel_query("Ranks per phase"), live_run.first, live_run.last, step=STEP_S)
     assert {"generate", "train"} <= {item["metric"]["rl_phase_name"] for item in phases}
-    in_phases = [v for series in _range_values(live_run, f"sum({_panel_query('Ranks per phase')})").values() for v in series]
+    in_phases = [
+        v for series in _range_values(live_run, f"sum({_panel_query('Ranks per phase')})").values() for v in series
+    ]
     assert in_phases and all(v == int(v) and 0 <= v <= RANKS + 2 for v in in_phases), sorted(set(in_phases))
     for title in ("Prompt groups: outcome and zero variance", "Advantage sign shares"):
         shares = [v for series in _range_values(live_run, f"sum({_panel_query(title)})").values() for v in series]
         assert shares and all(abs(v - 1) < 1e-9 for v in shares), (title, sorted(set(shares)))
-    ess = [v for series in _range_values(live_run, _panel_query("Effective sample size fraction")).values() for v in series]
+    ess = [
+        v for series in _range_values(live_run, _panel_query("Effective sample size fraction")).values() for v in series
+    ]
     assert ess and all(0 < v <= 1 for v in ess), sorted(set(ess))
     kl = live_run.prometheus.range(
-        _panel_query("Mismatch KL(π_inference ‖ π_train): mean per estimator"), live_run.first, live_run.last, step=STEP_S
+        _panel_query("Mismatch KL(π_inference ‖ π_train): mean per estimator"),
+        live_run.first,
+        live_run.last,
+        step=STEP_S,
     )
     k3 = [float(v) for item in kl if item["metric"]["rl_kl_estimator"] == "k3" for _, v in item["values"] if v != "NaN"]
     assert k3 and all(v >= 0 for v in k3), sorted(set(k3))
@@ -368,7 +503,12 @@ def test_health_panels_hold_their_invariants_on_the_real_run(live_run: LiveRun) 
 def test_every_metric_name_in_dashboards_and_rules_exists_for_the_run(live_run: LiveRun) -> None:
     """Golden names: each raw series a dashboard or rule selects exists in Prometheus for the demo run (native
     histograms) or, for the classic fallbacks (``_bucket``, ``_count``, exemplar carriers), for the classic run."""
-    names = {n for _, _, target in dashboard_targets() if target["datasource"]["type"] == "prometheus" for n in metric_names(target["expr"])}
+    names = {
+        n
+        for _, _, target in dashboard_targets()
+        if target["datasource"]["type"] == "prometheus"
+        for n in metric_names(target["expr"])
+    }
     names |= {n for rule in rules() for n in metric_names(rule["expr"])}
     raw = {n for n in names if ":" not in n and not n.startswith("rl_alert_threshold")}
     native = {item["__name__"] for item in live_run.prometheus.series(f'{{rl_run_id="{RUN_ID}"}}')}
@@ -380,11 +520,17 @@ def test_every_metric_name_in_dashboards_and_rules_exists_for_the_run(live_run: 
 def test_report_renders_every_panel_with_data(live_run: LiveRun, tmp_path: Path) -> None:
     """otel-rl report draws every panel of the dashboard from its own queries, each with data, plus the samples."""
     pytest.importorskip("matplotlib")
-    from otel_rl.report.dashboard import default_dashboard_path, load_panels
-    from otel_rl.report.render import build_report, panels_without_data, render_html, render_png
+    from otel_rl.ops.report.dashboard import default_dashboard_path, load_panels
+    from otel_rl.ops.report.render import build_report, panels_without_data, render_html, render_png
 
-    report = build_report(prometheus_url=live_run.prometheus_url, victorialogs_url=live_run.victorialogs_url,
-                          jaeger_url=live_run.jaeger_url, run_id=RUN_ID, scrape_interval_s=1.0, now=live_run.last + 5)  # fmt: skip
+    report = build_report(
+        prometheus_url=live_run.prometheus_url,
+        victorialogs_url=live_run.victorialogs_url,
+        jaeger_url=live_run.jaeger_url,
+        run_id=RUN_ID,
+        scrape_interval_s=1.0,
+        now=live_run.last + 5,
+    )
     assert [p.panel.title for p in report.panels] == [p.title for p in load_panels(default_dashboard_path())]
     inference = [p.panel.title for p in report.panels if p.panel.title.startswith("Inference:")]  # no engine here
     assert [p.title for p in panels_without_data(report)] == inference
@@ -400,9 +546,25 @@ def test_report_renders_every_panel_with_data(live_run: LiveRun, tmp_path: Path)
 def test_report_command_writes_a_png(live_run: LiveRun, tmp_path: Path) -> None:
     """``otel-rl report ... --out x.png`` (the registered CLI subcommand) exits 0 and writes the picture."""
     pytest.importorskip("matplotlib")
-    from otel_rl.cli import main
+    from otel_rl.ops.cli import main
 
     out = tmp_path / "cli.png"
-    assert main(["report", "--prometheus-url", live_run.prometheus_url, "--victorialogs-url", live_run.victorialogs_url,
-                 "--run-id", RUN_ID, "--out", str(out), "--scrape-interval", "1"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "report",
+                "--prometheus-url",
+                live_run.prometheus_url,
+                "--victorialogs-url",
+                live_run.victorialogs_url,
+                "--run-id",
+                RUN_ID,
+                "--out",
+                str(out),
+                "--scrape-interval",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert out.read_bytes().startswith(b"\x89PNG")

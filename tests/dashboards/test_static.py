@@ -61,7 +61,9 @@ def test_dashboard_layout_ids_and_queries_are_well_formed(path: Path) -> None:
         assert refs and len(refs) == len(set(refs)), panel["title"]
         for target in panel["targets"]:
             if target["datasource"]["type"] == "jaeger":
-                assert target["queryType"] == "search" and target["service"] == "$service" and target["operation"], panel
+                assert target["queryType"] == "search" and target["service"] == "$service" and target["operation"], (
+                    panel
+                )
             else:
                 assert target["expr"].strip(), panel["title"]
     assert [v["name"] for v in data["templating"]["list"]] == ["run", "service"]
@@ -112,7 +114,29 @@ _SYNTHETIC = [
     ("rl_mismatch_kl", 'rl_kl_estimator="k3"', 0.125, 100),
     ("rl_trajectory_versions", "", 2.0, 8),
 ]
-PHASE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+PHASE_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    120,
+    300,
+    600,
+    1200,
+    1800,
+    3600,
+)
 """The bounds of rl_phase_duration_seconds (collector_config/collector.yaml, connector spanmetrics)."""
 
 
@@ -152,8 +176,11 @@ _SYNTHETIC_OTHER = [
     ('otel_rl_samples_dropped_total{otel_rl_reason="queue_full"}', "0+15x40"),
     ('otel_rl_export_failures_total{otel_rl_signal="metrics"}', "0+1x40"),
     ('otel_rl_export_unencodable_total{otel_rl_signal="logs"}', "0+2x40"),
-    ("otel_rl_merge_canary", "{{schema:5 count:0 sum:0}}+{{schema:5 count:4 sum:4 offset:-99 buckets:[%s]}}x40" % " ".join(
-        "1" if i + 1 in (-99, -39, 73, 101) else "0" for i in range(-100, 101))),  # fmt: skip
+    (
+        "otel_rl_merge_canary",
+        "{{schema:5 count:0 sum:0}}+{{schema:5 count:4 sum:4 offset:-99 buckets:[%s]}}x40"
+        % " ".join("1" if i + 1 in (-99, -39, 73, 101) else "0" for i in range(-100, 101)),
+    ),
     # Where the time goes: record_tokens, the FLOPs gauges, set_async_state; the recorded open-phase series.
     ("rl_tokens_generated_total", "0+150x40"),
     ("rl_tokens_trained_total", "0+75x40"),
@@ -176,17 +203,23 @@ _SYNTHETIC_OTHER = [
     ('sglang:num_running_reqs{instance="sg:30000"}', "7x40"),
     ('sglang:token_usage{instance="sg:30000"}', "0.25x40"),
     ('sglang:generation_tokens_total{instance="sg:30000"}', "0+150x40"),
-    *[(f'{name}_bucket{{instance="{instance}",le="{le}"}}', values)
-      for name, instance, bounds in (
-          ("vllm:time_to_first_token_seconds", "gpu:8000", ("0.25", "0.5")),
-          ("sglang:time_to_first_token_seconds", "sg:30000", ("0.25", "0.5")),
-          ("vllm:inter_token_latency_seconds", "gpu:8000", ("0.01", "0.025")),
-          ("sglang:time_per_output_token_seconds", "sg:30000", ("0.01", "0.025")))
-      for le, values in ((bounds[0], "0x40"), (bounds[1], "0+10x40"), ("+Inf", "0+10x40"))],  # fmt: skip
+    *[
+        (f'{name}_bucket{{instance="{instance}",le="{le}"}}', values)
+        for name, instance, bounds in (
+            ("vllm:time_to_first_token_seconds", "gpu:8000", ("0.25", "0.5")),
+            ("sglang:time_to_first_token_seconds", "sg:30000", ("0.25", "0.5")),
+            ("vllm:inter_token_latency_seconds", "gpu:8000", ("0.01", "0.025")),
+            ("sglang:time_per_output_token_seconds", "sg:30000", ("0.01", "0.025")),
+        )
+        for le, values in ((bounds[0], "0x40"), (bounds[1], "0+10x40"), ("+Inf", "0+10x40"))
+    ],
     # Phase spans per 15 s (the collector's spanmetrics, classic buckets): 4 generate spans of 1.5 s, 2 train of 3 s,
     # 2 sync of 0.75 s, 2 wait_data of 1.5 s, over the run's 2 ranks.
-    *[series for phase, seconds, spans in (("generate", 1.5, 4), ("train", 3.0, 2), ("sync", 0.75, 2), ("wait_data", 1.5, 2))
-      for series in _phase_spans(phase, seconds, spans)],  # fmt: skip
+    *[
+        series
+        for phase, seconds, spans in (("generate", 1.5, 4), ("train", 3.0, 2), ("sync", 0.75, 2), ("wait_data", 1.5, 2))
+        for series in _phase_spans(phase, seconds, spans)
+    ],
 ]
 
 
@@ -234,15 +267,22 @@ def _synthetic_series(run: str) -> list[dict[str, str]]:
             empty = f"{{{{schema:{_layout(metric, 'exponential').scale} count:0 sum:0}}}}"
             series.append({"series": f"{metric}{{{labels}}}", "values": f"{empty}+{_native(metric, value, count)}x40"})
         else:
-            series += [{"series": f'{metric}_bucket{{{labels},le="{le}"}}', "values": f"0+{n:g}x40"}
-                       for le, n in _classic(metric, value, count).items()]  # fmt: skip
+            series += [
+                {"series": f'{metric}_bucket{{{labels},le="{le}"}}', "values": f"0+{n:g}x40"}
+                for le, n in _classic(metric, value, count).items()
+            ]
             series.append({"series": f"{metric}_count{{{labels}}}", "values": f"0+{count}x40"})
         distribution = _distribution(metric)
-        sums = {distribution.positive: max(value, 0), distribution.negative: max(-value, 0), distribution.squares: value**2}
+        sums = {
+            distribution.positive: max(value, 0),
+            distribution.negative: max(-value, 0),
+            distribution.squares: value**2,
+        }
         series += [
             {"series": f"{part.name.replace('.', '_')}_total{{{labels}}}", "values": f"0+{total * count:g}x40"}
-            for part, total in sums.items() if part is not None
-        ]  # fmt: skip
+            for part, total in sums.items()
+            if part is not None
+        ]
         series += [
             {"series": f"{metric}_max{{{labels}}}", "values": f"{value:g}x40"},
             {"series": f"{metric}_min{{{labels}}}", "values": f"{value:g}x40"},
@@ -286,12 +326,22 @@ _EXPECTED: dict[tuple[str, str], float | dict[str, float]] = {
     ("Importance ratio π_train / π_inference (per token)", "A"): 2.0,
     ("Importance ratio π_train / π_inference (per token)", "B"): 2.0,
     ("Importance ratio π_train / π_inference (per token)", "C"): 2.0,
-    ("Mismatch KL(π_inference ‖ π_train): mean per estimator", "A"): {'{rl_kl_estimator="k1"}': 0.25, '{rl_kl_estimator="k3"}': 0.125},
+    ("Mismatch KL(π_inference ‖ π_train): mean per estimator", "A"): {
+        '{rl_kl_estimator="k1"}': 0.25,
+        '{rl_kl_estimator="k3"}': 0.125,
+    },
     ("Effective sample size fraction", "A"): 1.0,
     ("Prompt groups: outcome and zero variance", "A"): {
-        '{rl_group_outcome="none"}': 0.25, '{rl_group_outcome="some"}': 0.5, '{rl_group_outcome="all"}': 0.25},
+        '{rl_group_outcome="none"}': 0.25,
+        '{rl_group_outcome="some"}': 0.5,
+        '{rl_group_outcome="all"}': 0.25,
+    },
     ("Prompt groups: outcome and zero variance", "B"): 0.5,
-    ("Advantage sign shares", "A"): {'{rl_sign="positive"}': 0.375, '{rl_sign="negative"}': 0.5, '{rl_sign="zero"}': 0.125},
+    ("Advantage sign shares", "A"): {
+        '{rl_sign="positive"}': 0.375,
+        '{rl_sign="negative"}': 0.5,
+        '{rl_sign="zero"}': 0.125,
+    },
     ("Staleness (policy versions behind, per token)", "A"): 3.0,
     ("Staleness (policy versions behind, per token)", "B"): 3.0,
     ("Staleness (policy versions behind, per token)", "C"): 3.0,
@@ -300,8 +350,14 @@ _EXPECTED: dict[tuple[str, str], float | dict[str, float]] = {
     ("Mean reward by dataset", "A"): {'{rl_dataset="math"}': 1, '{rl_dataset="code"}': 1},
     ("Staleness by dataset: p50 and p99", "A"): {'{rl_dataset="math"}': 3, '{rl_dataset="code"}': 3},
     ("Staleness by dataset: p50 and p99", "B"): {'{rl_dataset="math"}': 3, '{rl_dataset="code"}': 3},
-    ("Staleness by phase: p50 and p99", "A"): {'{rl_staleness_phase="in_flight"}': 3, '{rl_staleness_phase="in_queue"}': 3},
-    ("Staleness by phase: p50 and p99", "B"): {'{rl_staleness_phase="in_flight"}': 3, '{rl_staleness_phase="in_queue"}': 3},
+    ("Staleness by phase: p50 and p99", "A"): {
+        '{rl_staleness_phase="in_flight"}': 3,
+        '{rl_staleness_phase="in_queue"}': 3,
+    },
+    ("Staleness by phase: p50 and p99", "B"): {
+        '{rl_staleness_phase="in_flight"}': 3,
+        '{rl_staleness_phase="in_queue"}': 3,
+    },
     ("Unversioned tokens (per second)", "A"): {'{rl_dataset="math"}': 1},
     ("Samples dropped as too stale", "A"): {'{rl_dataset="code"}': 8},
     ("Rejected values (bad input)", "A"): {'{otel_rl_metric="rl.reward",otel_rl_reason="nonfinite"}': 12},
@@ -313,12 +369,24 @@ _EXPECTED: dict[tuple[str, str], float | dict[str, float]] = {
     ("Merge check", "A"): 0.0,
     # Performance: a share of the ranks' time is the rank-seconds per second over the 2 ranks; quantiles interpolate
     # inside the bucket holding every span (generate's 1.5 s in (1, 2.5]: p50 1.75, p99 2.485).
-    ("Time split by phase", "A"): {'{rl_phase_name="generate"}': 0.2, '{rl_phase_name="train"}': 0.2,
-                                   '{rl_phase_name="sync"}': 0.05, '{rl_phase_name="wait_data"}': 0.1},
-    ("Phase durations: p50 and p99", "A"): {'{rl_phase_name="generate"}': 1.75, '{rl_phase_name="train"}': 3.75,
-                                            '{rl_phase_name="sync"}': 0.75, '{rl_phase_name="wait_data"}': 1.75},
-    ("Phase durations: p50 and p99", "B"): {'{rl_phase_name="generate"}': 2.485, '{rl_phase_name="train"}': 4.975,
-                                            '{rl_phase_name="sync"}': 0.995, '{rl_phase_name="wait_data"}': 2.485},
+    ("Time split by phase", "A"): {
+        '{rl_phase_name="generate"}': 0.2,
+        '{rl_phase_name="train"}': 0.2,
+        '{rl_phase_name="sync"}': 0.05,
+        '{rl_phase_name="wait_data"}': 0.1,
+    },
+    ("Phase durations: p50 and p99", "A"): {
+        '{rl_phase_name="generate"}': 1.75,
+        '{rl_phase_name="train"}': 3.75,
+        '{rl_phase_name="sync"}': 0.75,
+        '{rl_phase_name="wait_data"}': 1.75,
+    },
+    ("Phase durations: p50 and p99", "B"): {
+        '{rl_phase_name="generate"}': 2.485,
+        '{rl_phase_name="train"}': 4.975,
+        '{rl_phase_name="sync"}': 0.995,
+        '{rl_phase_name="wait_data"}': 2.485,
+    },
     ("Tokens per second: generated and trained", "A"): 10.0,
     ("Tokens per second: generated and trained", "B"): 5.0,
     ("Samples trained per second", "A"): 1.0,
@@ -357,8 +425,11 @@ _EXPECTED_HEATMAPS = {
 def test_every_panel_query_gives_the_exact_value_on_a_native_and_a_classic_run(promtool: Path, tmp_path: Path) -> None:
     """Every Prometheus panel query runs in promtool and gives the exact value on a native-histogram run and on a
     classic one (quantiles clamped to the exact extremes, ratios from the counters, heatmaps per bucket)."""
-    targets = {(panel["title"], target["refId"]): target["expr"] for _, panel, target in dashboard_targets()
-               if target["datasource"]["type"] == "prometheus"}  # fmt: skip
+    targets = {
+        (panel["title"], target["refId"]): target["expr"]
+        for _, panel, target in dashboard_targets()
+        if target["datasource"]["type"] == "prometheus"
+    }
     assert set(targets) == set(_EXPECTED) | set(_EXPECTED_HEATMAPS), "give every panel query an expectation"
     cases = []
     for run in ("native", "classic"):
@@ -367,8 +438,11 @@ def test_every_panel_query_gives_the_exact_value_on_a_native_and_a_classic_run(p
             if key in _EXPECTED_HEATMAPS:
                 metric, value, count = _EXPECTED_HEATMAPS[key]
                 native = _native(metric, value, count, extra=" counter_reset_hint:gauge")
-                expected = ([{"labels": "{}", "histogram": native}] if run == "native" else
-                            [{"labels": f'{{le="{le}"}}', "value": v} for le, v in _classic(metric, value, count).items()])  # fmt: skip
+                expected = (
+                    [{"labels": "{}", "histogram": native}]
+                    if run == "native"
+                    else [{"labels": f'{{le="{le}"}}', "value": v} for le, v in _classic(metric, value, count).items()]
+                )
             else:
                 value = _EXPECTED[key]
                 samples = value if isinstance(value, dict) else {"{}": value}
@@ -376,11 +450,16 @@ def test_every_panel_query_gives_the_exact_value_on_a_native_and_a_classic_run(p
             cases.append({"expr": query, "eval_time": "5m", "exp_samples": expected})
     series = _synthetic_series("native") + _synthetic_series("classic")
     # fuzzy_compare: equal within one ulp (a rate divides the increase by the extrapolated window: 0.9999999999999999)
-    test = {"evaluation_interval": "15s", "fuzzy_compare": True,
-            "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": cases}]}  # fmt: skip
+    test = {
+        "evaluation_interval": "15s",
+        "fuzzy_compare": True,
+        "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": cases}],
+    }
     path = tmp_path / "dashboard_queries.yml"
     path.write_text(yaml.safe_dump(test, width=100_000, allow_unicode=True), encoding="utf-8")
-    result = subprocess.run([promtool, "test", "rules", path.name], cwd=tmp_path, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [promtool, "test", "rules", path.name], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr
 
 
@@ -394,20 +473,31 @@ def _provisioned_datasources() -> list[dict[str, Any]]:
 def test_dashboards_use_only_provisioned_datasource_uids() -> None:
     """Every datasource uid (and type) a dashboard panel or query uses is provisioned under grafana/provisioning."""
     provisioned = {ds["uid"]: ds["type"] for ds in _provisioned_datasources()}
-    assert provisioned == {"otel-rl-prometheus": "prometheus", "otel-rl-victorialogs": "victoriametrics-logs-datasource",
-                           "otel-rl-jaeger": "jaeger"}  # fmt: skip
+    assert provisioned == {
+        "otel-rl-prometheus": "prometheus",
+        "otel-rl-victorialogs": "victoriametrics-logs-datasource",
+        "otel-rl-jaeger": "jaeger",
+    }
     used = set()
     for path in DASHBOARDS:
         data = json.loads(path.read_text(encoding="utf-8"))
-        used |= {(m.group(1), m.group(2)) for m in re.finditer(
-            r'"datasource": \{\s*"type": "([^"]+)",\s*"uid": "([^"]+)"', json.dumps(data, indent=2, sort_keys=True))}  # fmt: skip
+        used |= {
+            (m.group(1), m.group(2))
+            for m in re.finditer(
+                r'"datasource": \{\s*"type": "([^"]+)",\s*"uid": "([^"]+)"', json.dumps(data, indent=2, sort_keys=True)
+            )
+        }
     assert used and all(provisioned.get(uid) == kind for kind, uid in used), used
 
 
 def test_compose_prometheus_config_is_valid(promtool: Path) -> None:
     """promtool check config accepts prometheus/prometheus.compose.yml."""
-    result = subprocess.run([promtool, "check", "config", ROOT / "prometheus" / "prometheus.compose.yml"],
-                            capture_output=True, text=True, check=False)  # fmt: skip
+    result = subprocess.run(
+        [promtool, "check", "config", ROOT / "prometheus" / "prometheus.compose.yml"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -420,7 +510,9 @@ def test_rule_files_pass_promtool_check(promtool: Path) -> None:
 @pytest.mark.parametrize("path", RULE_TESTS, ids=lambda p: p.name)
 def test_rule_unit_tests_pass(promtool: Path, path: Path) -> None:
     """promtool test rules: each alert fires when it should and stays silent when it should not."""
-    result = subprocess.run([promtool, "test", "rules", path.name], cwd=path.parent, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [promtool, "test", "rules", path.name], cwd=path.parent, capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -428,9 +520,22 @@ def test_every_alert_has_a_unit_test_that_fires_and_one_that_stays_silent() -> N
     """Each alert name appears in some promtool test with expected alerts, and in one expecting none."""
     alerts = {rule["alert"] for rule in rules() if "alert" in rule}
     assert alerts == {
-        "RLStalenessHigh", "RLTelemetryAbsent", "RLNonFiniteRewards", "RLRewardCollapse", "OtelRLHistogramPointsDropped",
-        "RLTrainerStalled", "RLImportanceRatioHigh", "RLMismatchKLHigh", "RLEffectiveSampleSizeLow", "RLEntropyCollapse",
-        "RLZeroVarianceGroupsHigh", "RLRanksMissing", "RLRunEndedUncleanly", "RLPhaseStuck", "OtelRLUnencodableTelemetry"}  # fmt: skip
+        "RLStalenessHigh",
+        "RLTelemetryAbsent",
+        "RLNonFiniteRewards",
+        "RLRewardCollapse",
+        "OtelRLHistogramPointsDropped",
+        "RLTrainerStalled",
+        "RLImportanceRatioHigh",
+        "RLMismatchKLHigh",
+        "RLEffectiveSampleSizeLow",
+        "RLEntropyCollapse",
+        "RLZeroVarianceGroupsHigh",
+        "RLRanksMissing",
+        "RLRunEndedUncleanly",
+        "RLPhaseStuck",
+        "OtelRLUnencodableTelemetry",
+    }
     fires: set[str] = set()
     silent: set[str] = set()
     for path in RULE_TESTS:
@@ -443,7 +548,9 @@ def test_every_alert_has_a_unit_test_that_fires_and_one_that_stays_silent() -> N
 def test_every_alert_has_a_runbook_and_uses_thresholds_that_have_defaults() -> None:
     """Each alert rule has the annotations summary, description, runbook_url and dashboard_url and a severity; every
     rl_alert_threshold{threshold=...} an alert reads has a default in the rl_alert_threshold rule."""
-    defaults = set(re.findall(r'"threshold", "(\w+)"', next(r["expr"] for r in rules() if r.get("record") == "rl_alert_threshold")))
+    defaults = set(
+        re.findall(r'"threshold", "(\w+)"', next(r["expr"] for r in rules() if r.get("record") == "rl_alert_threshold"))
+    )
     for rule in rules():
         if "alert" not in rule:
             continue
@@ -465,7 +572,7 @@ def test_every_rule_selector_reads_the_aggregated_side() -> None:
 
 def test_report_shows_the_run_state_in_words() -> None:
     """The report's stat panels carry the dashboard's value mappings: the run state reads as Grafana shows it."""
-    from otel_rl.report.dashboard import default_dashboard_path, load_panels
+    from otel_rl.ops.report.dashboard import default_dashboard_path, load_panels
 
     (state,) = [panel for panel in load_panels(default_dashboard_path()) if panel.title == "Run state"]
     assert state.value_texts == {0.0: "running", 1.0: "finished cleanly", 2.0: "stopped without a clean finish"}

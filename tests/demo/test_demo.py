@@ -20,16 +20,35 @@ def nearest_rank(q: float, values: list[float]) -> float:
 
 
 @pytest.fixture(scope="module")
-def demo_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def demo_run(
+    shared_stack: Any, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     out = tmp_path_factory.mktemp("demo")
     run_id = "demo-test"
     subprocess.run(
         [
-            sys.executable, "-m", "demo", "--steps", str(STEPS), "--ranks", str(RANKS), "--step-seconds", "0.1",
-            "--endpoint", shared_stack.otlp_grpc_endpoint, "--prometheus-url", shared_stack.prometheus_url,
-            "--victorialogs-url", shared_stack.victorialogs_url, "--jaeger-url", shared_stack.jaeger_url,
-            "--run-id", run_id, "--out", str(out),
-        ],  # fmt: skip
+            sys.executable,
+            "-m",
+            "demo",
+            "--steps",
+            str(STEPS),
+            "--ranks",
+            str(RANKS),
+            "--step-seconds",
+            "0.1",
+            "--endpoint",
+            shared_stack.otlp_grpc_endpoint,
+            "--prometheus-url",
+            shared_stack.prometheus_url,
+            "--victorialogs-url",
+            shared_stack.victorialogs_url,
+            "--jaeger-url",
+            shared_stack.jaeger_url,
+            "--run-id",
+            run_id,
+            "--out",
+            str(out),
+        ],
         check=True,
         timeout=600,
         cwd=Path(__file__).parents[2],
@@ -93,7 +112,9 @@ def test_summary_health_matches_what_ranks_recorded(demo_run: tuple[dict[str, An
     assert ratio["p99"] != ratio["p50"] and 0 < ratio["ess_fraction"] <= 1
     assert health["mismatch_kl"]["k3"] >= 0 and health["entropy_mean"] > 0
     assert health["ranks"] == {"up": RANKS, "expected": RANKS, "finished": 1}
-    assert set(health["reward_by_dataset"]) == {"carry", "no_carry"} and None not in health["reward_by_dataset"].values()
+    assert (
+        set(health["reward_by_dataset"]) == {"carry", "no_carry"} and None not in health["reward_by_dataset"].values()
+    )
 
 
 def test_summary_samples_are_the_global_extremes(demo_run: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
@@ -114,7 +135,9 @@ def test_the_policy_learns(demo_run: tuple[dict[str, Any], list[dict[str, Any]]]
     assert sum(last) / len(last) > sum(first) / len(first) + 0.2
 
 
-def test_summary_time_split_and_slowest_step_match_the_ranks(demo_run: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
+def test_summary_time_split_and_slowest_step_match_the_ranks(
+    demo_run: tuple[dict[str, Any], list[dict[str, Any]]],
+) -> None:
     """The time split counts every phase span of every rank and step (spanmetrics through the collector), its shares
     of the ranks' time are fractions that the top-level phases fill at most once; the slowest phase is the one with
     the longest mean span; tokens are the ranks' totals and MFU their rate times the stated FLOPs; the slowest step

@@ -32,9 +32,16 @@ def test_runaway_grows_staleness_until_told_and_every_rank_stops_together(tmp_pa
         return len(asked) >= STOP_AFTER
 
     settings = JobSettings(
-        run_id="runaway-test", steps=STEPS, ranks=RANKS, exporter="none", endpoint=None, record_dir=str(tmp_path),
-        master_port=_free_port(), step_seconds=0.2, runaway=True,
-    )  # fmt: skip
+        run_id="runaway-test",
+        steps=STEPS,
+        ranks=RANKS,
+        exporter="none",
+        endpoint=None,
+        record_dir=str(tmp_path),
+        master_port=_free_port(),
+        step_seconds=0.2,
+        runaway=True,
+    )
     run_job(settings, runaway_until=stop)
     records = {rank: [json.loads(line) for line in (tmp_path / f"rank-{rank}.jsonl").open()] for rank in range(RANKS)}
     steps = {rank: [r["step"] for r in rows] for rank, rows in records.items()}

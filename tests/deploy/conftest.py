@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from otel_rl.stack.gotools import go_executable
+from otel_rl.ops.stack.gotools import go_executable
 
 CHECK_MODULE = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "check"
 
@@ -20,7 +20,10 @@ def manifests(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[s
     out = tmp_path_factory.mktemp("rendered")
     result = subprocess.run(
         [str(go_executable()), "run", "./cmd/render", "-out", str(out)],
-        cwd=CHECK_MODULE, capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
+        cwd=CHECK_MODULE,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert result.returncode == 0, result.stderr
     return {path.stem: [doc for doc in yaml.safe_load_all(path.read_text()) if doc] for path in out.glob("*.yaml")}

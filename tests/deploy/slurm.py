@@ -20,13 +20,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from otel_rl.stack.config import find_free_ports
-from otel_rl.stack.gotools import InstallError, install_lock, run_tool
+from otel_rl.ops.stack.config import find_free_ports
+from otel_rl.ops.stack.gotools import InstallError, install_lock, run_tool
 
 PACKAGES = (
-    "slurmctld", "slurmd", "slurm-client", "slurm-wlm-basic-plugins", "munge", "libmunge2", "libhwloc15",
+    "slurmctld",
+    "slurmd",
+    "slurm-client",
+    "slurm-wlm-basic-plugins",
+    "munge",
+    "libmunge2",
+    "libhwloc15",
     "liblua5.1-0",
-)  # fmt: skip
+)
 """Debian bookworm's SLURM 22.05 and munge, with the libraries a fresh machine of this kind lacks (the others,
 liblz4, libnuma, libjson-c, libyaml, libdbus, libgcrypt, libpam, are in its image)."""
 
@@ -92,17 +98,33 @@ class LocalSlurm:
         munge.mkdir(parents=True, mode=0o700)
         sbin = self.root / "usr" / "sbin"
         run_tool([sbin / "mungekey", "--create", f"--keyfile={munge / 'munge.key'}"], env=self.env)
-        self._start("munged", [
-            sbin / "munged", "--foreground", "--force", f"--socket={munge / 'socket'}",
-            f"--key-file={munge / 'munge.key'}", f"--pid-file={munge / 'munged.pid'}",
-            f"--seed-file={munge / 'seed'}", f"--log-file={munge / 'munged.log'}",
-        ])  # fmt: skip
+        self._start(
+            "munged",
+            [
+                sbin / "munged",
+                "--foreground",
+                "--force",
+                f"--socket={munge / 'socket'}",
+                f"--key-file={munge / 'munge.key'}",
+                f"--pid-file={munge / 'munged.pid'}",
+                f"--seed-file={munge / 'seed'}",
+                f"--log-file={munge / 'munged.log'}",
+            ],
+        )
         ctld_port, slurmd_port = find_free_ports(2)
         (self.state / "slurm.conf").write_text(self._config(ctld_port, slurmd_port))
         self._start("slurmctld", [sbin / "slurmctld-wlm", "-D", "-i", "-f", self.state / "slurm.conf"])
-        self._start("slurmd", [
-            sbin / "slurmd-wlm", "-D", "-f", self.state / "slurm.conf", "-d", sbin / "slurmstepd-wlm",
-        ])  # fmt: skip
+        self._start(
+            "slurmd",
+            [
+                sbin / "slurmd-wlm",
+                "-D",
+                "-f",
+                self.state / "slurm.conf",
+                "-d",
+                sbin / "slurmstepd-wlm",
+            ],
+        )
         deadline = time.monotonic() + timeout_s
         while self.command("sinfo", "--noheader", "--format=%t").stdout.strip() != "idle":
             if time.monotonic() > deadline or any(p.poll() is not None for p in self._processes):
@@ -120,14 +142,14 @@ SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={state / 'munge' / 'socket'}
+AuthInfo=socket={state / "munge" / "socket"}
 PluginDir={plugins}
-StateSaveLocation={state / 'slurmctld'}
-SlurmdSpoolDir={state / 'slurmd'}
-SlurmctldPidFile={state / 'slurmctld.pid'}
-SlurmdPidFile={state / 'slurmd.pid'}
-SlurmctldLogFile={state / 'slurmctld.log'}
-SlurmdLogFile={state / 'slurmd.log'}
+StateSaveLocation={state / "slurmctld"}
+SlurmdSpoolDir={state / "slurmd"}
+SlurmctldPidFile={state / "slurmctld.pid"}
+SlurmdPidFile={state / "slurmd.pid"}
+SlurmctldLogFile={state / "slurmctld.log"}
+SlurmdLogFile={state / "slurmd.log"}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SwitchType=switch/none
@@ -150,9 +172,12 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         """Run a SLURM client command (``sbatch``, ``sinfo``, ...) against this cluster, with :attr:`env` and
         ``env`` on top (sbatch hands the environment on to the job)."""
         return subprocess.run(
-            [str(arg) for arg in argv], env={**self.env, **(env or {})}, capture_output=True, text=True,
+            [str(arg) for arg in argv],
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
             timeout=timeout_s,
-        )  # fmt: skip
+        )
 
     def stop(self) -> None:
         """Stop slurmd, slurmctld and munged (SIGTERM, then SIGKILL), newest first."""

@@ -14,8 +14,13 @@ import torch
 import otel_rl
 
 SEEN = (
-    "SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURMD_NODENAME", "OTEL_RL_RUN_ID", "OTEL_EXPORTER_OTLP_ENDPOINT",
-)  # fmt: skip
+    "SLURM_JOB_ID",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURMD_NODENAME",
+    "OTEL_RL_RUN_ID",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+)
 
 
 def rewards(rank: int) -> list[float]:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from otel_rl.cli import main
-from otel_rl.stack.agent import AgentPorts, agent_command, gateways_flow_list, rank_environment, wait_healthy
-from otel_rl.stack.config import find_free_ports
-from otel_rl.stack.services import StackError
+from otel_rl.ops.cli import main
+from otel_rl.ops.stack.agent import AgentPorts, agent_command, gateways_flow_list, rank_environment, wait_healthy
+from otel_rl.ops.stack.config import find_free_ports
+from otel_rl.ops.stack.services import StackError
 
 ROOT = Path(__file__).resolve().parents[2]
 PORTS = AgentPorts(grpc=14317, http=14318, health=14133, metrics=18888)
@@ -18,7 +18,9 @@ PORTS = AgentPorts(grpc=14317, http=14318, health=14133, metrics=18888)
 
 def test_static_gateways_use_agent_yaml_on_the_loopback() -> None:
     """A gateway list becomes OTEL_RL_GATEWAYS (a YAML flow list); the agent listens on 127.0.0.1 only."""
-    argv, env = agent_command(Path("/bin/otelcol-rl"), ports=PORTS, gateways="gw-0:4317,gw-1:4317", root=ROOT, environ={})
+    argv, env = agent_command(
+        Path("/bin/otelcol-rl"), ports=PORTS, gateways="gw-0:4317,gw-1:4317", root=ROOT, environ={}
+    )
     assert argv == ["/bin/otelcol-rl", f"--config={ROOT / 'collector_config' / 'agent.yaml'}"]
     assert env["OTEL_RL_GATEWAYS"] == "[gw-0:4317, gw-1:4317]"
     assert env["OTEL_RL_OTLP_GRPC_ENDPOINT"] == "127.0.0.1:14317"
@@ -60,9 +62,10 @@ def test_a_rank_exports_to_its_node_agent_with_the_job_id() -> None:
     assert env["OTEL_RL_RUN_ID"] == "4242"
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://127.0.0.1:14317"
     assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc"
-    assert rank_environment(ports=PORTS, environ={"SLURM_JOB_ID": "4242", "OTEL_RL_RUN_ID": "grpo-7b"})[
-        "OTEL_RL_RUN_ID"
-    ] == "grpo-7b"
+    assert (
+        rank_environment(ports=PORTS, environ={"SLURM_JOB_ID": "4242", "OTEL_RL_RUN_ID": "grpo-7b"})["OTEL_RL_RUN_ID"]
+        == "grpo-7b"
+    )
     with pytest.raises(ValueError, match=r"OTEL_RL_RUN_ID or SLURM_JOB_ID must be set"):
         rank_environment(ports=PORTS, environ={})
 

@@ -44,7 +44,9 @@ class CollectorPod:
     configs: dict[str, str]
     env: dict[str, str]
 
-    def validate(self, collector: Path, folder: Path, *, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    def validate(
+        self, collector: Path, folder: Path, *, drop: tuple[str, ...] = ()
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``<collector> validate`` on the files written to ``folder``, with the container's environment less
         ``drop`` (nothing of this process's environment but PATH)."""
         folder.mkdir(parents=True, exist_ok=True)
@@ -123,11 +125,12 @@ def test_prometheus_rules_are_the_rule_files_and_pass_promtool(
     """One PrometheusRule per rule file with groups, its groups exactly the file's; promtool accepts each."""
     rules = objects(manifests[case], "PrometheusRule")
     sources = {
-        path.name: yaml.safe_load(path.read_text())
-        for path in sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
+        path.name: yaml.safe_load(path.read_text()) for path in sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
     }
     with_groups = {name for name, content in sources.items() if content["groups"]}
-    by_source = {rule["metadata"]["annotations"]["otel-rl/source"].removeprefix("prometheus/rules/"): rule for rule in rules}
+    by_source = {
+        rule["metadata"]["annotations"]["otel-rl/source"].removeprefix("prometheus/rules/"): rule for rule in rules
+    }
     assert set(by_source) == with_groups
     for name, rule in by_source.items():
         assert rule["spec"]["groups"] == sources[name]["groups"], name
@@ -158,9 +161,11 @@ def test_dashboards_and_datasources_for_the_grafana_sidecar(manifests: dict[str,
     assert datasources["metadata"]["labels"]["grafana_datasource"] == "1"
     rendered = yaml.safe_load(datasources["data"]["otel-rl-datasources.yaml"])["datasources"]
     values = yaml.safe_load((ROOT / "deploy" / "helm" / "otel-rl" / "values.yaml").read_text())["dashboards"]
-    urls = {"otel-rl-prometheus": values["datasources"]["prometheusUrl"],
-            "otel-rl-victorialogs": values["datasources"]["victoriaLogsUrl"],
-            "otel-rl-jaeger": values["datasources"]["jaegerUrl"]}  # fmt: skip
+    urls = {
+        "otel-rl-prometheus": values["datasources"]["prometheusUrl"],
+        "otel-rl-victorialogs": values["datasources"]["victoriaLogsUrl"],
+        "otel-rl-jaeger": values["datasources"]["jaegerUrl"],
+    }
     assert {item["uid"]: item["url"] for item in rendered} == urls
     assert not any(item["isDefault"] for item in rendered if "isDefault" in item)
 

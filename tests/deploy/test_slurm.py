@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from otel_rl.query import Prometheus
-from otel_rl.stack.config import find_free_ports
-from otel_rl.stack.env import otel_rl_home
+from otel_rl.ops.query import Prometheus
+from otel_rl.ops.stack.config import find_free_ports
+from otel_rl.ops.stack.env import otel_rl_home
 from tests.deploy import slurm_rank
 from tests.deploy.slurm import LocalSlurm, local_slurm
 from tests.pipeline.harness import ROOT, eventually
@@ -66,10 +66,20 @@ def test_the_sbatch_recipe_runs_an_agent_per_node_and_the_ranks_through_it(
     }
     output = tmp_path / "job.out"
     submitted = cluster.command(
-        "sbatch", "--parsable", "--wait", f"--output={output}", "--nodes=1", f"--ntasks-per-node={RANKS}",
-        f"--chdir={ROOT}", RECIPE, sys.executable, "-m", "tests.deploy.slurm_rank", tmp_path,
+        "sbatch",
+        "--parsable",
+        "--wait",
+        f"--output={output}",
+        "--nodes=1",
+        f"--ntasks-per-node={RANKS}",
+        f"--chdir={ROOT}",
+        RECIPE,
+        sys.executable,
+        "-m",
+        "tests.deploy.slurm_rank",
+        tmp_path,
         env=env,
-    )  # fmt: skip
+    )
     job_log = output.read_text() if output.exists() else ""
     assert submitted.returncode == 0, f"{submitted.stdout}{submitted.stderr}\n{job_log}"
     job_id = submitted.stdout.strip().split(";")[0]
@@ -86,8 +96,9 @@ def test_the_sbatch_recipe_runs_an_agent_per_node_and_the_ranks_through_it(
     recorded = [value for rank in range(RANKS) for value in slurm_rank.rewards(rank)]
     prometheus = Prometheus(shared_stack.prometheus_url)
     selector = f'{{rl_run_id="{job_id}",rl_reward_fn="total"}}'
-    eventually(lambda: prometheus.value(f"histogram_count(rl_reward{selector})") == len(recorded), what="the job merged")
+    eventually(
+        lambda: prometheus.value(f"histogram_count(rl_reward{selector})") == len(recorded), what="the job merged"
+    )
     assert prometheus.value(f"histogram_sum(rl_reward{selector})") == sum(recorded)
     gateways = {series["metric"].get("otel_rl_gateway") for series in prometheus.query(f"rl_reward{selector}")}
     assert gateways == {GATEWAY_ID}
-

@@ -16,15 +16,14 @@ import json
 import threading
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from otel_rl import promql
-from otel_rl.query import Prometheus
-from otel_rl.report.dashboard import default_dashboard_path, load_panels, substitute
+from otel_rl.ops import promql
+from otel_rl.ops.query import Prometheus
+from otel_rl.ops.report.dashboard import default_dashboard_path, load_panels, substitute
 from tests.pipeline.harness import ROOT, eventually, private_stack
 
 RECORDINGS = ROOT / "tests" / "fixtures" / "inference"
@@ -34,7 +33,7 @@ ENGINES = {"vllm": "vllm-qwen3-0.6b.metrics", "sglang": "sglang-llama-3.1-8b.met
 class _Recording(http.server.BaseHTTPRequestHandler):
     """Answers GET /metrics with one recorded exposition (the server's ``body``)."""
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+    def do_GET(self) -> None:
         body: bytes = self.server.body  # type: ignore[attr-defined]
         self.send_response(200 if self.path == "/metrics" else 404)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -65,14 +64,20 @@ def run_id() -> str:
 
 
 @pytest.fixture(scope="module")
-def stack(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory, servers: dict[str, str], run_id: str) -> Iterator[Any]:
+def stack(
+    stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory, servers: dict[str, str], run_id: str
+) -> Iterator[Any]:
     """A stack whose collector adds the inference overlay; its targets file names both servers with the run."""
     folder = tmp_path_factory.mktemp("inference")
     targets = folder / "targets.json"
-    targets.write_text(json.dumps([{"targets": list(servers.values()), "labels": {"rl_run_id": run_id, "rl_role": "inference"}}]))
+    targets.write_text(
+        json.dumps([{"targets": list(servers.values()), "labels": {"rl_run_id": run_id, "rl_role": "inference"}}])
+    )
     configs = (ROOT / "collector_config" / "collector.yaml", ROOT / "collector_config" / "inference.yaml")
     environment = {"OTEL_RL_INFERENCE_TARGETS": str(targets), "OTEL_RL_INFERENCE_SCRAPE_INTERVAL": "1s"}
-    with private_stack(stack_binaries, folder / "stack", collector_configs=configs, collector_environment=environment) as running:
+    with private_stack(
+        stack_binaries, folder / "stack", collector_configs=configs, collector_environment=environment
+    ) as running:
         yield running
 
 
@@ -107,15 +112,21 @@ def _le(bound: str) -> str:
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
-def test_every_recorded_sample_arrives_with_the_runs_identity(stack: Any, servers: dict[str, str], run_id: str, engine: str) -> None:
+def test_every_recorded_sample_arrives_with_the_runs_identity(
+    stack: Any, servers: dict[str, str], run_id: str, engine: str
+) -> None:
     """Every sample of the engine's recorded exposition is in Prometheus with its own value and labels, under the
     engine's own names (vllm:..., sglang:...), carrying the run id, the role and the server's instance; nothing
     else of the server (the Python process metrics the filter leaves out) arrives, besides the receiver's ``up``
     (1: scraped) and ``scrape_*`` series."""
     prometheus = Prometheus(stack.prometheus_url)
-    recorded = {(name, labels): value for (name, labels), value in _recorded(engine).items() if not name.endswith("_created")}
-    held = eventually(lambda: (h := _held(prometheus, run_id, servers[engine])) and len(h) >= len(recorded) and h,
-                      what=f"the {engine} recording in Prometheus")  # fmt: skip
+    recorded = {
+        (name, labels): value for (name, labels), value in _recorded(engine).items() if not name.endswith("_created")
+    }
+    held = eventually(
+        lambda: (h := _held(prometheus, run_id, servers[engine])) and len(h) >= len(recorded) and h,
+        what=f"the {engine} recording in Prometheus",
+    )
     assert held == recorded
     (up,) = prometheus.query(promql.selector("up", rl_run_id=run_id, instance=servers[engine]))
     assert {k: up["metric"][k] for k in ("job", "rl_role")} == {"job": "inference", "rl_role": "inference"}
@@ -143,8 +154,10 @@ def test_the_dashboards_inference_panels_read_the_recordings(stack: Any, servers
     # latency quantiles NaN). Over its whole life the TTFT median is that of the recorded buckets: vLLM's 34.5th of
     # 69 requests lies between its 31st (le 7.5) and 36th (le 10): 7.5 + 2.5 x 3.5/5 = 9.25 s; SGLang's 5504th of
     # 11008 lies above its last finite bound, 30 s, which Prometheus then answers.
-    eventually(lambda: value("Inference: generated tokens per second", "A") == {vllm: 0.0, sglang: 0.0},
-               what="a rate over two scrapes")  # fmt: skip
+    eventually(
+        lambda: value("Inference: generated tokens per second", "A") == {vllm: 0.0, sglang: 0.0},
+        what="a rate over two scrapes",
+    )
     names = ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds")
     ttft = " or ".join(
         f"histogram_quantile(0.5, sum by (instance, le) ({name}_bucket{{{promql.matchers(rl_run_id=run_id)}}}))"

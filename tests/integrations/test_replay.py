@@ -53,7 +53,11 @@ def test_a_verl_step_keeps_every_key_exact(rollout_correction: bool) -> None:
     exporter = EncodingMetricExporter()
     telemetry = _telemetry(exporter)
     step = trainer_inputs.verl_grpo_step(7, rollout_correction=rollout_correction, validation=True)
-    expected_keys = trainer_inputs.VERL_GRPO_STEP_KEYS_ROLLOUT_CORRECTION if rollout_correction else trainer_inputs.VERL_GRPO_STEP_KEYS
+    expected_keys = (
+        trainer_inputs.VERL_GRPO_STEP_KEYS_ROLLOUT_CORRECTION
+        if rollout_correction
+        else trainer_inputs.VERL_GRPO_STEP_KEYS
+    )
     assert len(step) == expected_keys + trainer_inputs.VERL_VALIDATION_KEYS + 1  # and timing_s/testing
     MetricsDictLogger(telemetry).log(step, step=7)
     assert telemetry.flush(5)
@@ -117,8 +121,9 @@ def test_torchforge_calls_record_every_key_and_sample() -> None:
     exporter = EncodingMetricExporter()
     logs = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
     telemetry = otel_rl.setup(
-        otel_rl.TelemetryConfig(run_id="forge", exporter="none", export_interval_s=60, top_k=8, bottom_k=8,
-                                distinct_prompts=False),  # fmt: skip
+        otel_rl.TelemetryConfig(
+            run_id="forge", exporter="none", export_interval_s=60, top_k=8, bottom_k=8, distinct_prompts=False
+        ),
         metric_exporter=exporter,
         log_exporter=logs,
     )
@@ -139,15 +144,26 @@ def test_torchforge_calls_record_every_key_and_sample() -> None:
     points = _metric_points(exporter)
     assert set(points) == set(values)
     for key, recorded in values.items():
-        assert (points[key]["count"], points[key]["max"], points[key]["min"]) == (len(recorded), max(recorded), min(recorded)), key
+        assert (points[key]["count"], points[key]["max"], points[key]["min"]) == (
+            len(recorded),
+            max(recorded),
+            min(recorded),
+        ), key
     records = [record.log_record for record in logs.get_finished_logs()]
     assert len(records) == sum(reduction == "SAMPLE" for _, _, reduction in calls)
     for record in records:
         attributes = dict(record.attributes or {})
         assert attributes[_names.SAMPLE_TABLE] == trainer_inputs.TORCHFORGE_SAMPLE_TABLE
-        breakdown = {key.removeprefix(_names.SAMPLE_REWARD_PREFIX) for key in attributes if key.startswith(_names.SAMPLE_REWARD_PREFIX)}
+        breakdown = {
+            key.removeprefix(_names.SAMPLE_REWARD_PREFIX)
+            for key in attributes
+            if key.startswith(_names.SAMPLE_REWARD_PREFIX)
+        }
         assert breakdown == set(trainer_inputs.TORCHFORGE_REWARD_FUNCS)
-        assert attributes[_names.SAMPLE_EXTRA_PREFIX + "pad_id"] == 0 or _names.SAMPLE_EXTRA_PREFIX + "pad_id" in attributes
+        assert (
+            attributes[_names.SAMPLE_EXTRA_PREFIX + "pad_id"] == 0
+            or _names.SAMPLE_EXTRA_PREFIX + "pad_id" in attributes
+        )
 
 
 def test_verl_timings_become_phase_spans_and_tokens_a_counter() -> None:
@@ -159,14 +175,23 @@ def test_verl_timings_become_phase_spans_and_tokens_a_counter() -> None:
     exporter = EncodingMetricExporter()
     telemetry = otel_rl.Telemetry(
         otel_rl.TelemetryConfig(run_id="replay", exporter="none", export_interval_s=60),
-        metric_exporter=exporter, log_exporter=InMemoryLogRecordExporter(), span_exporter=spans,  # type: ignore[no-untyped-call]
-    )  # fmt: skip
+        metric_exporter=exporter,
+        log_exporter=InMemoryLogRecordExporter(),
+        span_exporter=spans,  # type: ignore[no-untyped-call]
+    )
     step = trainer_inputs.verl_grpo_step(4, rollout_correction=False)
     MetricsDictLogger(telemetry).log(step, step=4)
     assert telemetry.flush(5) and telemetry.shutdown(5)
     phases = {s.name: s for s in spans.get_finished_spans() if s.attributes and "rl.phase.name" in s.attributes}
-    sections = {"generate": "gen", "score": "reward", "old_log_prob": "old_log_prob", "ref": "ref",
-                "advantage": "adv", "train": "update_actor", "sync": "update_weights"}  # fmt: skip
+    sections = {
+        "generate": "gen",
+        "score": "reward",
+        "old_log_prob": "old_log_prob",
+        "ref": "ref",
+        "advantage": "adv",
+        "train": "update_actor",
+        "sync": "update_weights",
+    }
     assert set(phases) == set(sections)
     for phase, section in sections.items():
         span = phases[phase]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 import otel_rl
-from otel_rl.query import Prometheus
+from otel_rl.ops.query import Prometheus
 from otel_rl.tracking import MetricsDictLogger
 from tests.pipeline.harness import eventually
 
@@ -22,15 +22,22 @@ def _verl_step(step: int, rng: np.random.Generator) -> dict[str, Any]:
     scores = rng.choice([0.0, 1.0], 16)
     lengths = rng.integers(5, 200, 16)
     return {
-        "critic/score/mean": float(scores.mean()), "critic/score/max": float(scores.max()),
-        "critic/score/min": float(scores.min()), "critic/rewards/mean": float(scores.mean()) - 0.01,
-        "critic/advantages/mean": 0.0, "response_length/mean": float(lengths.mean()),
-        "response_length/max": float(lengths.max()), "response_length/clip_ratio": 0.0,
-        "actor/pg_loss": float(rng.normal()), "actor/entropy": float(rng.uniform(0.5, 1.0)),
-        "timing_s/gen": float(rng.uniform(1, 2)), "fully_async/count/current_param_version": float(10 + step),
-        "rewards/correctness": scores.tolist(), "response_length": lengths,
+        "critic/score/mean": float(scores.mean()),
+        "critic/score/max": float(scores.max()),
+        "critic/score/min": float(scores.min()),
+        "critic/rewards/mean": float(scores.mean()) - 0.01,
+        "critic/advantages/mean": 0.0,
+        "response_length/mean": float(lengths.mean()),
+        "response_length/max": float(lengths.max()),
+        "response_length/clip_ratio": 0.0,
+        "actor/pg_loss": float(rng.normal()),
+        "actor/entropy": float(rng.uniform(0.5, 1.0)),
+        "timing_s/gen": float(rng.uniform(1, 2)),
+        "fully_async/count/current_param_version": float(10 + step),
+        "rewards/correctness": scores.tolist(),
+        "response_length": lengths,
         "val/generations": {"table": ["a", "b"]},
-    }  # fmt: skip
+    }
 
 
 def test_verl_metrics_dicts_become_series(shared_stack: Any) -> None:
@@ -65,9 +72,14 @@ def test_verl_metrics_dicts_become_series(shared_stack: Any) -> None:
     eventually(lambda: metric("rl_metric_count", "reward/mean") == STEPS, what="the canonical reward mean")
     means = [d["critic/score/mean"] for d in logged]
     assert metric("rl_metric_positive_total", "reward/mean") == sum(means)
-    for key, source in (("reward/max", "critic/score/max"), ("reward_penalized/mean", "critic/rewards/mean"),
-                        ("advantage/mean", "critic/advantages/mean"), ("response_length/clip_ratio",
-                        "response_length/clip_ratio"), ("actor/pg_loss", "actor/pg_loss"), ("timing_s/gen", "timing_s/gen")):  # fmt: skip
+    for key, source in (
+        ("reward/max", "critic/score/max"),
+        ("reward_penalized/mean", "critic/rewards/mean"),
+        ("advantage/mean", "critic/advantages/mean"),
+        ("response_length/clip_ratio", "response_length/clip_ratio"),
+        ("actor/pg_loss", "actor/pg_loss"),
+        ("timing_s/gen", "timing_s/gen"),
+    ):
         assert metric("rl_metric_count", key) == STEPS, key
     lengths = np.concatenate([d["response_length"] for d in logged])
     assert metric("rl_metric_count", "response_length") == lengths.size

@@ -13,15 +13,20 @@ from typing import Any
 import pytest
 import torch
 from datasets import Dataset
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
 from trl import GRPOConfig, GRPOTrainer
 
-from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
-from transformers import TrainerControl, TrainerState, TrainingArguments
-
 from otel_rl import Telemetry, TelemetryConfig
-from otel_rl.query import Prometheus, VictoriaLogs
+from otel_rl.ops.query import Prometheus, VictoriaLogs
 from otel_rl.trl import OtelRLCallback
 from tests.conftest import RecordingMetricExporter
 from tests.pipeline.harness import eventually
@@ -64,9 +69,17 @@ def tiny_model() -> LlamaForCausalLM:
     """A randomly initialised two-layer Llama of width 32 over the tiny vocabulary."""
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, eos_token_id=1, bos_token_id=2,
-    )  # fmt: skip
+        vocab_size=len(WORDS),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+    )
     return LlamaForCausalLM(config)
 
 
@@ -106,21 +119,42 @@ def train(stack: Any, output_dir: Path, *, steps: int, accumulation: int, iterat
     dataset = Dataset.from_dict({"prompt": [f"{'add' if i % 2 else 'skip'} w{i} w{i + 1}" for i in range(16)]})
     telemetry = Telemetry(
         TelemetryConfig(
-            run_id=run_id, endpoint=stack.otlp_grpc_endpoint, service_name="otel-rl-test", export_interval_s=0.5,
-            export_timeout_s=2.0, top_k=accumulation * ROWS_PER_GENERATION, bottom_k=0,
+            run_id=run_id,
+            endpoint=stack.otlp_grpc_endpoint,
+            service_name="otel-rl-test",
+            export_interval_s=0.5,
+            export_timeout_s=2.0,
+            top_k=accumulation * ROWS_PER_GENERATION,
+            bottom_k=0,
         )
-    )  # fmt: skip
+    )
     callback = OtelRLCallback(telemetry=telemetry)
     args = GRPOConfig(
-        output_dir=str(output_dir), max_steps=steps, per_device_train_batch_size=ROWS_PER_GENERATION,
-        num_generations=NUM_GENERATIONS, gradient_accumulation_steps=accumulation, steps_per_generation=1,
-        num_iterations=iterations, max_completion_length=8, reward_weights=list(WEIGHTS), report_to=[],
-        logging_steps=1, log_completions=True, use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0,
-    )  # fmt: skip
+        output_dir=str(output_dir),
+        max_steps=steps,
+        per_device_train_batch_size=ROWS_PER_GENERATION,
+        num_generations=NUM_GENERATIONS,
+        gradient_accumulation_steps=accumulation,
+        steps_per_generation=1,
+        num_iterations=iterations,
+        max_completion_length=8,
+        reward_weights=list(WEIGHTS),
+        report_to=[],
+        logging_steps=1,
+        log_completions=True,
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
     trainer = GRPOTrainer(
-        model=tiny_model(), processing_class=tiny_tokenizer(), reward_funcs=[length, keyword], args=args,
-        train_dataset=dataset, callbacks=[callback],
-    )  # fmt: skip
+        model=tiny_model(),
+        processing_class=tiny_tokenizer(),
+        reward_funcs=[length, keyword],
+        args=args,
+        train_dataset=dataset,
+        callbacks=[callback],
+    )
     trainer.train()
     assert telemetry.shutdown(10.0)
     return TrlRun(run_id, rollouts, callback)
@@ -193,13 +227,17 @@ def test_every_rollout_is_a_sample_with_its_texts_rewards_and_advantage(shared_s
     got = sorted(
         (
             key(
-                record["rl.step"], record["prompt"], record.get("_msg", ""), record["rl.reward.length"],
-                record.get("rl.reward.keyword"), record["rl.reward"],
+                record["rl.step"],
+                record["prompt"],
+                record.get("_msg", ""),
+                record["rl.reward.length"],
+                record.get("rl.reward.keyword"),
+                record["rl.reward"],
             ),
             float(record["rl.advantage"]),
         )
         for record in records
-    )  # fmt: skip
+    )
     assert [row for row, _ in got] == [row for row, _ in expected]
     for (_, advantage), (_, reference) in zip(got, expected):
         assert advantage == pytest.approx(reference, rel=1e-4, abs=1e-4)
@@ -244,8 +282,11 @@ def local_telemetry(exporter: RecordingMetricExporter) -> Telemetry:
 def test_attach_rejects_a_trainer_without_grpo_rollout_logs(metric_exporter: RecordingMetricExporter) -> None:
     """attach() names the missing attributes and the trainer's type."""
     callback = OtelRLCallback(telemetry=local_telemetry(metric_exporter))
-    with pytest.raises(TypeError, match=r"\"trainer\" must keep GRPOTrainer's per-rollout logs \(attributes "
-                       r"\['_logs', '_metrics', 'reward_func_names', 'reward_weights'\] are missing\), got 'object'"):
+    with pytest.raises(
+        TypeError,
+        match=r"\"trainer\" must keep GRPOTrainer's per-rollout logs \(attributes "
+        r"\['_logs', '_metrics', 'reward_func_names', 'reward_weights'\] are missing\), got 'object'",
+    ):
         callback.attach(object())  # type: ignore[arg-type]
     callback.telemetry.shutdown()
 

@@ -24,12 +24,10 @@ WAIT_S = 90.0
 @contextmanager
 def private_stack(binaries: Any, state_dir: Path, **settings: Any) -> Iterator[Any]:
     """A stack of the caller's own (these tests stop, pause and kill its components)."""
-    from otel_rl.stack.services import Stack, StackConfig, StackPorts
+    from otel_rl.ops.stack.services import Stack, StackConfig, StackPorts
 
     environment = {"OTEL_RL_AGGREGATION_INTERVAL": "1s", **settings.pop("collector_environment", {})}
-    config = StackConfig(
-        ports=StackPorts.free(), state_dir=state_dir, collector_environment=environment, **settings
-    )
+    config = StackConfig(ports=StackPorts.free(), state_dir=state_dir, collector_environment=environment, **settings)
     with Stack(config, binaries=binaries) as running:
         yield running
 
@@ -52,16 +50,28 @@ class RankProcess:
         to ``"explicit"`` here, the form these tests read bucket by bucket); ``stderr`` is a file
         (or ``subprocess.PIPE``) for the rank's log output; ``env`` replaces the process environment."""
         config = {
-            "run_id": run_id, "rank": rank, "world_size": world_size, "local_rank": rank, "endpoint": endpoint,
-            "service_name": "otel-rl-test", "export_interval_s": 0.5, "export_timeout_s": 2.0,
-            "histogram": "explicit", **settings,
-        }  # fmt: skip
+            "run_id": run_id,
+            "rank": rank,
+            "world_size": world_size,
+            "local_rank": rank,
+            "endpoint": endpoint,
+            "service_name": "otel-rl-test",
+            "export_interval_s": 0.5,
+            "export_timeout_s": 2.0,
+            "histogram": "explicit",
+            **settings,
+        }
         self.rank = rank
         self.run_id = run_id
         self._process = subprocess.Popen(
             [sys.executable, "-m", "tests.pipeline.rank_worker", json.dumps(config)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, stderr=stderr, env=env,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            stderr=stderr,
+            env=env,
+        )
         assert self._readline() == "ready"
 
     @property

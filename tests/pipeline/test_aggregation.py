@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from otel_rl.query import Prometheus
-from tests.pipeline.harness import REWARD_BOUNDS, STALENESS_BOUNDS, RankProcess, expected_buckets, eventually
+from otel_rl.ops.query import Prometheus
+from tests.pipeline.harness import REWARD_BOUNDS, STALENESS_BOUNDS, RankProcess, eventually, expected_buckets
 
 RANKS = 4
 STEPS = 3
@@ -124,7 +124,9 @@ def test_mean_of_all_negative_rewards_over_a_window(shared_stack: Any) -> None:
             rank.kill()
 
 
-def _negative_phase_checks(run_id: str, ranks: list[RankProcess], rng: np.random.Generator, prometheus: Prometheus) -> None:
+def _negative_phase_checks(
+    run_id: str, ranks: list[RankProcess], rng: np.random.Generator, prometheus: Prometheus
+) -> None:
     selector = f'{{rl_run_id="{run_id}",rl_reward_fn="total"}}'
     first = [rng.uniform(-1, 3, 20).round(3).tolist() for _ in ranks]
     for rank, values in zip(ranks, first):
@@ -159,19 +161,46 @@ def _negative_phase_checks(run_id: str, ranks: list[RankProcess], rng: np.random
 
 
 GOLDEN_SERIES = {
-    "rl_reward_bucket", "rl_reward_count", "rl_reward_sum", "rl_reward_positive_total", "rl_reward_negative_total",
-    "rl_reward_squares_total", "rl_reward_max", "rl_reward_min",
-    "rl_staleness_bucket", "rl_staleness_count", "rl_staleness_sum", "rl_staleness_max", "rl_staleness_min",
-    "rl_policy_version", "rl_step",
-    "rl_reward_exemplars_bucket", "rl_reward_exemplars_count", "rl_reward_exemplars_sum",
-    "rl_staleness_exemplars_bucket", "rl_staleness_exemplars_count", "rl_staleness_exemplars_sum",
-    "rl_metric_bucket", "rl_metric_count", "rl_metric_sum", "rl_metric_positive_total", "rl_metric_negative_total",
-    "rl_metric_squares_total", "rl_metric_max", "rl_metric_min",
-    "otel_rl_samples_exported_total", "otel_rl_samples_dropped_total", "otel_rl_export_failures_total",
+    "rl_reward_bucket",
+    "rl_reward_count",
+    "rl_reward_sum",
+    "rl_reward_positive_total",
+    "rl_reward_negative_total",
+    "rl_reward_squares_total",
+    "rl_reward_max",
+    "rl_reward_min",
+    "rl_staleness_bucket",
+    "rl_staleness_count",
+    "rl_staleness_sum",
+    "rl_staleness_max",
+    "rl_staleness_min",
+    "rl_policy_version",
+    "rl_step",
+    "rl_reward_exemplars_bucket",
+    "rl_reward_exemplars_count",
+    "rl_reward_exemplars_sum",
+    "rl_staleness_exemplars_bucket",
+    "rl_staleness_exemplars_count",
+    "rl_staleness_exemplars_sum",
+    "rl_metric_bucket",
+    "rl_metric_count",
+    "rl_metric_sum",
+    "rl_metric_positive_total",
+    "rl_metric_negative_total",
+    "rl_metric_squares_total",
+    "rl_metric_max",
+    "rl_metric_min",
+    "otel_rl_samples_exported_total",
+    "otel_rl_samples_dropped_total",
+    "otel_rl_export_failures_total",
     "otel_rl_export_unencodable_total",
     "otel_rl_values_recorded_total",
-    "rl_run_start_time_seconds", "rl_run_finished", "rl_ranks_up", "rl_ranks_expected", "rl_staleness_unversioned_total",
-}  # fmt: skip
+    "rl_run_start_time_seconds",
+    "rl_run_finished",
+    "rl_ranks_up",
+    "rl_ranks_expected",
+    "rl_staleness_unversioned_total",
+}
 """The exact Prometheus series names the OpenTelemetry names of docs/contract.md become."""
 
 
@@ -182,4 +211,6 @@ def test_golden_prometheus_names(shared_stack: Any, exact_run: tuple[str, dict[s
     names = {series["__name__"] for series in Prometheus(shared_stack.prometheus_url).series(raw_series)}
     assert names == GOLDEN_SERIES
     contract = (Path(__file__).parents[2] / "docs" / "contract.md").read_text()
-    assert [name for name in sorted(GOLDEN_SERIES | {"otel_rl_values_rejected_total"}) if f"`{name}`" not in contract] == []
+    assert [
+        name for name in sorted(GOLDEN_SERIES | {"otel_rl_values_rejected_total"}) if f"`{name}`" not in contract
+    ] == []

@@ -29,9 +29,9 @@ import pytest
 import yaml
 
 from otel_rl import _names
-from otel_rl.query import Prometheus
-from otel_rl.stack import collector_build, layout
-from otel_rl.stack.gotools import InstallError, go_executable
+from otel_rl.ops.query import Prometheus
+from otel_rl.ops.stack import collector_build, layout
+from otel_rl.ops.stack.gotools import InstallError, go_executable
 from tests.pipeline.harness import ROOT, eventually
 
 RANKS = 4
@@ -109,9 +109,13 @@ def point_spec(values: Sequence[Fraction], scale: int) -> dict[str, Any]:
     """The cumulative OTLP point of ``values``: each side spans its lowest..highest non-empty bucket."""
     histogram = Histogram.of(values, scale)
     spec: dict[str, Any] = {
-        "count": histogram.count, "sum": float(histogram.total), "zero_count": histogram.zero_count,
-        "scale": scale, "min": float(min(values, default=0)), "max": float(max(values, default=0)),
-    }  # fmt: skip
+        "count": histogram.count,
+        "sum": float(histogram.total),
+        "zero_count": histogram.zero_count,
+        "scale": scale,
+        "min": float(min(values, default=0)),
+        "max": float(max(values, default=0)),
+    }
     for sign, side in ((1, "positive"), (-1, "negative")):
         indices = sorted(i for s, i in histogram.buckets if s == sign)
         offset = indices[0] if indices else 0
@@ -219,11 +223,19 @@ def exponential_run(shared_stack: Any) -> Iterator[tuple[str, list[list[dict[str
     exports = rank_exports(seed=5)
     ranks = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.pipeline.test_exponential_merge", json.dumps(
-                {"endpoint": shared_stack.otlp_grpc_endpoint, "run_id": run_id, "rank": rank, "points": points}
-            )],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "tests.pipeline.test_exponential_merge",
+                json.dumps(
+                    {"endpoint": shared_stack.otlp_grpc_endpoint, "run_id": run_id, "rank": rank, "points": points}
+                ),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
         for rank, points in enumerate(exports)
     ]
     try:
@@ -278,8 +290,9 @@ def test_the_points_exercise_what_upstream_merges_wrongly() -> None:
     for points in reward:
         spans = [
             (point["positive"]["offset"], point["positive"]["offset"] + len(point["positive"]["bucket_counts"]))
-            for point in points if point["count"]
-        ]  # fmt: skip
+            for point in points
+            if point["count"]
+        ]
         assert spans[-1][0] < spans[0][0] and spans[-1][1] > spans[0][1]
     assert reward[-1][0]["count"] == 0 and reward[-1][0]["positive"]["bucket_counts"] == []
 
@@ -309,7 +322,10 @@ def test_patched_modules_pass_their_go_tests(tmp_path: Path) -> None:
     go = go_executable()
     effective = yaml.safe_load(collector_build._patched_manifest(manifest, go=go, scratch=tmp_path).read_text())  # noqa: SLF001
     # The copies are named relative to the builder's output folder, scratch/dist (collector_build._patched_manifest).
-    copies = {module: (tmp_path / "dist" / path).resolve() for module, path in (e.split(" => ") for e in effective["replaces"])}
+    copies = {
+        module: (tmp_path / "dist" / path).resolve()
+        for module, path in (e.split(" => ") for e in effective["replaces"])
+    }
     for patch in collector_build.collector_patches(manifest):
         changed = re.findall(r"^\+\+\+ b/(\S+)", patch.path.read_text(encoding="utf-8"), flags=re.MULTILINE)
         packages = sorted({f"./{Path(path).parent}" for path in changed})
@@ -340,16 +356,29 @@ def _rank_main(spec: dict[str, Any]) -> None:
     series) with the real OTLP gRPC exporter, and answer the export result's name."""
     from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
     from opentelemetry.sdk.metrics.export import (
-        AggregationTemporality, Buckets, ExponentialHistogram, ExponentialHistogramDataPoint, Metric, MetricsData,
-        ResourceMetrics, ScopeMetrics,
-    )  # fmt: skip
+        AggregationTemporality,
+        Buckets,
+        ExponentialHistogram,
+        ExponentialHistogramDataPoint,
+        Metric,
+        MetricsData,
+        ResourceMetrics,
+        ScopeMetrics,
+    )
     from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    resource = Resource.create({
-        SERVICE_NAME: SERVICE_NAME, SERVICE_INSTANCE_ID: str(uuid.uuid4()), _names.RUN_ID: spec["run_id"],
-        _names.RANK: spec["rank"], _names.WORLD_SIZE: RANKS, _names.LOCAL_RANK: spec["rank"], _names.ROLE: "trainer",
-    })  # fmt: skip
+    resource = Resource.create(
+        {
+            SERVICE_NAME: SERVICE_NAME,
+            SERVICE_INSTANCE_ID: str(uuid.uuid4()),
+            _names.RUN_ID: spec["run_id"],
+            _names.RANK: spec["rank"],
+            _names.WORLD_SIZE: RANKS,
+            _names.LOCAL_RANK: spec["rank"],
+            _names.ROLE: "trainer",
+        }
+    )
     scope = InstrumentationScope(_names.SCOPE_NAME, _names.SCOPE_VERSION)
     exporter = OTLPMetricExporter(endpoint=spec["endpoint"], insecure=True, timeout=10)
     start = time.time_ns()
@@ -357,17 +386,29 @@ def _rank_main(spec: dict[str, Any]) -> None:
         now = time.time_ns()
         metrics = [
             Metric(
-                name=series.metric.name, description="", unit=series.metric.unit,
+                name=series.metric.name,
+                description="",
+                unit=series.metric.unit,
                 data=ExponentialHistogram(
-                    data_points=[ExponentialHistogramDataPoint(
-                        attributes=series.attributes, start_time_unix_nano=start, time_unix_nano=now,
-                        count=p["count"], sum=p["sum"], scale=p["scale"], zero_count=p["zero_count"],
-                        positive=Buckets(**p["positive"]), negative=Buckets(**p["negative"]),
-                        flags=0, min=p["min"], max=p["max"],
-                    )],
+                    data_points=[
+                        ExponentialHistogramDataPoint(
+                            attributes=series.attributes,
+                            start_time_unix_nano=start,
+                            time_unix_nano=now,
+                            count=p["count"],
+                            sum=p["sum"],
+                            scale=p["scale"],
+                            zero_count=p["zero_count"],
+                            positive=Buckets(**p["positive"]),
+                            negative=Buckets(**p["negative"]),
+                            flags=0,
+                            min=p["min"],
+                            max=p["max"],
+                        )
+                    ],
                     aggregation_temporality=AggregationTemporality.CUMULATIVE,
                 ),
-            )  # fmt: skip
+            )
             for series, p in ((series, points[series.metric.name]) for series in SERIES)
         ]
         data = MetricsData([ResourceMetrics(resource, [ScopeMetrics(scope, metrics, "")], "")])

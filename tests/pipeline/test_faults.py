@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from otel_rl.query import Prometheus
-from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, expected_buckets, eventually, private_stack
+from otel_rl.ops.query import Prometheus
+from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,9 @@ def fault_stack(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -
 
 
 def _ranks(stack: Any, run_id: str, count: int) -> list[RankProcess]:
-    return [RankProcess(endpoint=stack.otlp_grpc_endpoint, run_id=run_id, rank=r, world_size=count) for r in range(count)]
+    return [
+        RankProcess(endpoint=stack.otlp_grpc_endpoint, run_id=run_id, rank=r, world_size=count) for r in range(count)
+    ]
 
 
 def test_killed_and_restarted_rank_keeps_counters_monotone_and_exact(fault_stack: Any) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from otel_rl.query import Prometheus
+from otel_rl.ops.query import Prometheus
 from tests.pipeline.harness import RankProcess, eventually, native_buckets, start_ranks
 from tests.reference import exponential_sides
 
@@ -362,9 +362,10 @@ def test_staleness_by_dataset_and_phase(shared_stack: Any, health_run: HealthRun
     prometheus = Prometheus(shared_stack.prometheus_url)
     run_id = health_run.run_id
     ref = health_run.reference
-    labels = [(s["metric"].get("rl_dataset", ""), s["metric"].get("rl_staleness_phase", "")) for s in prometheus.query(
-        f'histogram_count(rl_staleness{{rl_run_id="{run_id}"}})'
-    )]  # fmt: skip
+    labels = [
+        (s["metric"].get("rl_dataset", ""), s["metric"].get("rl_staleness_phase", ""))
+        for s in prometheus.query(f'histogram_count(rl_staleness{{rl_run_id="{run_id}"}})')
+    ]
     assert sorted(labels) == sorted(ref.staleness)
     for (dataset, phase), values in ref.staleness.items():
         matchers = f'rl_run_id="{run_id}",rl_dataset="{dataset}",rl_staleness_phase="{phase}"'
@@ -397,17 +398,37 @@ def test_the_data_exercises_the_edge_cases(health_run: HealthRun) -> None:
 
 
 GOLDEN_HEALTH_SERIES = {
-    *(f"rl_{name}{suffix}" for name in ("reward", "advantage", "response_length", "entropy", "importance_ratio",
-      "mismatch_kl") for suffix in ("", "_positive_total", "_negative_total", "_squares_total", "_max", "_min")),
-    "rl_reward_exemplars", "rl_staleness", "rl_staleness_max", "rl_staleness_min", "rl_staleness_exemplars",
-    "rl_policy_version", "rl_step", "rl_staleness_unversioned_total", "rl_staleness_dropped_total",
-    "rl_groups_total", "rl_groups_zero_variance_total", "rl_advantage_sign_total",
-    "rl_run_start_time_seconds", "rl_run_finished", "rl_ranks_up", "rl_ranks_expected", "rl_phase",
+    *(
+        f"rl_{name}{suffix}"
+        for name in ("reward", "advantage", "response_length", "entropy", "importance_ratio", "mismatch_kl")
+        for suffix in ("", "_positive_total", "_negative_total", "_squares_total", "_max", "_min")
+    ),
+    "rl_reward_exemplars",
+    "rl_staleness",
+    "rl_staleness_max",
+    "rl_staleness_min",
+    "rl_staleness_exemplars",
+    "rl_policy_version",
+    "rl_step",
+    "rl_staleness_unversioned_total",
+    "rl_staleness_dropped_total",
+    "rl_groups_total",
+    "rl_groups_zero_variance_total",
+    "rl_advantage_sign_total",
+    "rl_run_start_time_seconds",
+    "rl_run_finished",
+    "rl_ranks_up",
+    "rl_ranks_expected",
+    "rl_phase",
     "rl_phase_started_seconds",
-    "otel_rl_samples_exported_total", "otel_rl_samples_dropped_total", "otel_rl_export_failures_total",
+    "otel_rl_samples_exported_total",
+    "otel_rl_samples_dropped_total",
+    "otel_rl_export_failures_total",
     "otel_rl_export_unencodable_total",
-    "otel_rl_values_recorded_total", "otel_rl_values_rejected_total", "otel_rl_merge_canary",
-}  # fmt: skip
+    "otel_rl_values_recorded_total",
+    "otel_rl_values_rejected_total",
+    "otel_rl_merge_canary",
+}
 """The Prometheus series of this run (exponential form, every health signal)."""
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from otel_rl.promql import clamp_to_extremes
-from otel_rl.query import Prometheus
+from otel_rl.ops.promql import clamp_to_extremes
+from otel_rl.ops.query import Prometheus
 from tests.pipeline.harness import RankProcess, eventually
 
 RANKS = 4
@@ -53,7 +53,9 @@ def quantile_run(shared_stack: Any) -> Iterator[tuple[str, dict[str, np.ndarray]
                 recorded[name] += values.tolist()
             current = 1_000_000
             # Half small lags (each integer its own bucket below ~46 at scale 5), half spread up to 5000; ragged rows.
-            lags = np.where(rng.random((50, 100)) < 0.5, rng.integers(0, 20, (50, 100)), rng.integers(0, 5001, (50, 100)))
+            lags = np.where(
+                rng.random((50, 100)) < 0.5, rng.integers(0, 20, (50, 100)), rng.integers(0, 5001, (50, 100))
+            )
             mask = np.arange(100)[None, :] < rng.integers(1, 101, 50)[:, None]
             rank.staleness((current - lags).tolist(), current, mask=mask.tolist())
             recorded["staleness"] += lags[mask].astype(float).tolist()
@@ -61,8 +63,9 @@ def quantile_run(shared_stack: Any) -> Iterator[tuple[str, dict[str, np.ndarray]
         prometheus = Prometheus(shared_stack.prometheus_url)
         for name, values in recorded.items():
             eventually(
-                lambda name=name, values=values: prometheus.value(f"histogram_count({_series(run_id, name)})")
-                == len(values),
+                lambda name=name, values=values: (
+                    prometheus.value(f"histogram_count({_series(run_id, name)})") == len(values)
+                ),
                 what=f"the merged {name} histogram",
             )
         yield run_id, {name: np.array(values) for name, values in recorded.items()}
@@ -102,22 +105,39 @@ def test_quantiles_are_within_the_bucket_resolution(
     for q in QUANTILES:
         expected = float(np.quantile(values, q, method="inverted_cdf"))
         estimate = f"histogram_quantile({q}, sum by (rl_run_id) ({series}))"
-        bounds = f"min by (rl_run_id) (min_over_time({minimum}[10m]))", f"max by (rl_run_id) (max_over_time({maximum}[10m]))"
+        bounds = (
+            f"min by (rl_run_id) (min_over_time({minimum}[10m]))",
+            f"max by (rl_run_id) (max_over_time({maximum}[10m]))",
+        )
         shown = prometheus.value(clamp_to_extremes(estimate, *bounds, on="rl_run_id"))
         assert shown is not None and low <= shown <= high, (q, shown)
         assert shown == pytest.approx(expected, rel=RELATIVE, abs=1e-9), (name, q, expected, shown)
 
 
-
 GOLDEN_NATIVE_SERIES = {
-    "rl_reward", "rl_reward_positive_total", "rl_reward_negative_total", "rl_reward_squares_total",
-    "rl_reward_max", "rl_reward_min", "rl_reward_exemplars",
-    "rl_staleness", "rl_staleness_max", "rl_staleness_min", "rl_staleness_exemplars", "rl_policy_version",
-    "otel_rl_samples_exported_total", "otel_rl_samples_dropped_total", "otel_rl_export_failures_total",
+    "rl_reward",
+    "rl_reward_positive_total",
+    "rl_reward_negative_total",
+    "rl_reward_squares_total",
+    "rl_reward_max",
+    "rl_reward_min",
+    "rl_reward_exemplars",
+    "rl_staleness",
+    "rl_staleness_max",
+    "rl_staleness_min",
+    "rl_staleness_exemplars",
+    "rl_policy_version",
+    "otel_rl_samples_exported_total",
+    "otel_rl_samples_dropped_total",
+    "otel_rl_export_failures_total",
     "otel_rl_export_unencodable_total",
     "otel_rl_values_recorded_total",
-    "rl_run_start_time_seconds", "rl_run_finished", "rl_ranks_up", "rl_ranks_expected", "rl_staleness_unversioned_total",
-}  # fmt: skip
+    "rl_run_start_time_seconds",
+    "rl_run_finished",
+    "rl_ranks_up",
+    "rl_ranks_expected",
+    "rl_staleness_unversioned_total",
+}
 """The Prometheus series of a run in the exponential form (test_aggregation.py pins the explicit form's)."""
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from otel_rl.query import Prometheus, VictoriaLogs
+from otel_rl.ops.query import Prometheus, VictoriaLogs
 from tests.pipeline.harness import RankProcess, eventually
 
 RANKS = 4
@@ -29,9 +29,14 @@ def test_samples_from_every_rank_give_the_global_extremes(shared_stack: Any) -> 
                 episode = f"r{rank.rank}-e{index}"
                 rewards[episode] = reward
                 rank.sample(
-                    reward=reward, episode_id=episode, policy_version=7, prompt=f"prompt {episode}",
-                    response=f"response {episode} ✓", reward_breakdown={"correctness": reward}, staleness=1,
-                )  # fmt: skip
+                    reward=reward,
+                    episode_id=episode,
+                    policy_version=7,
+                    prompt=f"prompt {episode}",
+                    response=f"response {episode} ✓",
+                    reward_breakdown={"correctness": reward},
+                    staleness=1,
+                )
             rank.step(6)
             assert rank.flush()
         query = f'{{rl.run.id="{run_id}"}} rl.step:=5'
@@ -56,7 +61,9 @@ def test_samples_from_every_rank_give_the_global_extremes(shared_stack: Any) -> 
             rank.kill()
 
 
-@pytest.mark.parametrize(("histogram", "series"), [("exponential", "rl_reward_exemplars"), ("explicit", "rl_reward_exemplars_bucket")])
+@pytest.mark.parametrize(
+    ("histogram", "series"), [("exponential", "rl_reward_exemplars"), ("explicit", "rl_reward_exemplars_bucket")]
+)
 def test_an_exemplar_leads_to_the_sample_record(shared_stack: Any, histogram: str, series: str) -> None:
     """A reward exemplar read from Prometheus's exemplar API (of the native histogram, or of the classic buckets)
     names an episode and a step trace that the log store returns as that sample's record, with the same reward."""

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import requests
 
-from otel_rl.query import Prometheus
-from otel_rl.stack.config import find_free_ports
-from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, expected_buckets, eventually
+from otel_rl.ops.query import Prometheus
+from otel_rl.ops.stack.config import find_free_ports
+from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets
 
 CONFIGS = Path(__file__).parents[2] / "collector_config"
 
@@ -54,7 +54,9 @@ class Collector:
 
 
 @pytest.fixture(scope="module")
-def topology(shared_stack: Any, stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Collector]]:
+def topology(
+    shared_stack: Any, stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[Collector]]:
     """Two gateways writing to the shared Prometheus and VictoriaLogs, and two agents in front of them."""
     logs = tmp_path_factory.mktemp("scale-out")
     common = {
@@ -63,8 +65,12 @@ def topology(shared_stack: Any, stack_binaries: Any, tmp_path_factory: pytest.Te
         "OTEL_RL_AGGREGATION_INTERVAL": "1s",
     }
     gateways = [
-        Collector(stack_binaries.collector, ["collector.yaml", "gateway.yaml"], {**common, "OTEL_RL_GATEWAY_ID": name},
-                  logs / f"{name}.log")  # fmt: skip
+        Collector(
+            stack_binaries.collector,
+            ["collector.yaml", "gateway.yaml"],
+            {**common, "OTEL_RL_GATEWAY_ID": name},
+            logs / f"{name}.log",
+        )
         for name in ("gateway-a", "gateway-b")
     ]
     hostnames = "[" + ",".join(g.endpoint for g in gateways) + "]"

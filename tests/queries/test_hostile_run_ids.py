@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from demo.readback import Sources, samples, window_stats
-from otel_rl import promql
-from otel_rl.query import Prometheus, VictoriaLogs
+from otel_rl.ops import promql
+from otel_rl.ops.query import Prometheus, VictoriaLogs
 from tests.pipeline.harness import RankProcess, eventually
 
 VICTIM = "hostile-victim"
@@ -74,11 +74,12 @@ def _record(index: int, run_id: str, endpoint: str) -> Run:
             rank.rewards([run.reward] * run.per_step)
             for k in (0, 1):
                 rank.sample(
-                    reward=run.reward - k, episode_id=f"hostile-{index}-{step}-{k}",
+                    reward=run.reward - k,
+                    episode_id=f"hostile-{index}-{step}-{k}",
                     prompt=f"{run.marker} Compute $\\frac{{1}}{{2}} + \\frac{{1}}{{3}}$ and put it in \\boxed{{}}",
-                    response=f"$\\boxed{{42}}$ costs $5, so $\\sqrt{{x}} {{ \\left( $$ }}",
+                    response="$\\boxed{42}$ costs $5, so $\\sqrt{x} { \\left( $$ }",
                     target="$\\frac{5}{6}$",
-                )  # fmt: skip
+                )
             time.sleep(0.4)
         rank.step(STEPS)
         assert rank.flush()
@@ -98,11 +99,12 @@ def hostile_runs(shared_stack: Any) -> dict[str, Run]:
     prometheus, logs = Prometheus(shared_stack.prometheus_url), VictoriaLogs(shared_stack.victorialogs_url)
     eventually(
         lambda: all(
-            prometheus.by_label("sum by (rl_run_id) (histogram_count(rl_reward))", "rl_run_id").get(run.run_id) == run.count
+            prometheus.by_label("sum by (rl_run_id) (histogram_count(rl_reward))", "rl_run_id").get(run.run_id)
+            == run.count
             for run in runs
         ),
         what="every run's rewards in Prometheus",
-    )  # fmt: skip
+    )
     eventually(
         lambda: all(
             {r["rl.episode.id"] for r in logs.query('rl.episode.id:"hostile-"*') if r.get("rl.run.id") == run.run_id}
@@ -110,7 +112,7 @@ def hostile_runs(shared_stack: Any) -> dict[str, Run]:
             for run in runs
         ),
         what="every run's samples in VictoriaLogs",
-    )  # fmt: skip
+    )
     return by_id
 
 
@@ -126,7 +128,7 @@ def test_a_naive_query_string_would_pull_the_victims_data(shared_stack: Any, hos
 
 @pytest.mark.parametrize("run_id", RUN_IDS, ids=repr)
 def test_promql_selects_exactly_the_run(shared_stack: Any, hostile_runs: dict[str, Run], run_id: str) -> None:
-    """A selector built by otel_rl.promql returns the run's own series only; its count and mean are the run's."""
+    """A selector built by otel_rl.ops.promql returns the run's own series only; its count and mean are the run's."""
     run, prometheus = hostile_runs[run_id], Prometheus(shared_stack.prometheus_url)
     series = prometheus.query(promql.selector("rl_reward_positive_total", rl_run_id=run_id))
     assert series and {item["metric"]["rl_run_id"] for item in series} == {run_id}
@@ -137,7 +139,7 @@ def test_promql_selects_exactly_the_run(shared_stack: Any, hostile_runs: dict[st
 
 @pytest.mark.parametrize("run_id", RUN_IDS, ids=repr)
 def test_logsql_selects_exactly_the_run(shared_stack: Any, hostile_runs: dict[str, Run], run_id: str) -> None:
-    """The exact filter and the stream filter built by otel_rl.promql return the run's own samples, all of them."""
+    """The exact filter and the stream filter built by otel_rl.ops.promql return the run's own samples, all of them."""
     run, logs = hostile_runs[run_id], VictoriaLogs(shared_stack.victorialogs_url)
     for query in (promql.logsql_exact("rl.run.id", run_id), promql.logsql_stream("rl.run.id", run_id)):
         records = logs.query(query)
@@ -168,11 +170,16 @@ def test_report_shows_the_run_with_its_samples_drawn_literally(
     their LaTeX-heavy texts are drawn into the PNG as text (matplotlib would parse ``$...$`` as mathtext and fail
     on ``\\boxed``); the HTML page carries them verbatim."""
     pytest.importorskip("matplotlib")
-    from otel_rl.report.render import build_report, write_report
+    from otel_rl.ops.report.render import build_report, write_report
 
     run = hostile_runs[run_id]
-    report = build_report(prometheus_url=shared_stack.prometheus_url, victorialogs_url=shared_stack.victorialogs_url,
-                          run_id=run_id, scrape_interval_s=1.0, lookback_s=3600)  # fmt: skip
+    report = build_report(
+        prometheus_url=shared_stack.prometheus_url,
+        victorialogs_url=shared_stack.victorialogs_url,
+        run_id=run_id,
+        scrape_interval_s=1.0,
+        lookback_s=3600,
+    )
     (reward,) = [p for p in report.panels if p.panel.title == "Reward (total): mean and percentiles"]
     # The percentiles are clamped to the exact min and max of their window: the run's value, had no other run's
     # rewards (each of another value) come in. (The mean's window rates extrapolate at the run's edges.)

@@ -10,7 +10,7 @@ from typing import Any
 
 import requests
 
-from tests.pipeline.harness import RankProcess, private_stack
+from tests.pipeline.harness import RankProcess
 
 CONFIG_DIR = Path(__file__).parents[2] / "collector_config"
 

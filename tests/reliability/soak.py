@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from otel_rl.query import Prometheus, VictoriaLogs
-from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, cumulative_buckets, eventually, rss_kib
-from tests.reliability.helpers import collector_metrics, flush_ok, private_stack, slope_per_minute
+from otel_rl.ops.query import Prometheus, VictoriaLogs
+from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, cumulative_buckets, eventually, private_stack, rss_kib
+from tests.reliability.helpers import collector_metrics, flush_ok, slope_per_minute
 
 FAULTS = ("collector_pause", "victorialogs_stop", "rank_restart")
 
@@ -89,7 +89,9 @@ def run_soak(
         settings: dict[str, Any] = {"export_interval_s": 0.2, "export_timeout_s": 1.0, "top_k": 2, "bottom_k": 2}
 
         def start(rank: int) -> RankProcess:
-            return RankProcess(endpoint=stack.otlp_grpc_endpoint, run_id=run_id, rank=rank, world_size=ranks, **settings)
+            return RankProcess(
+                endpoint=stack.otlp_grpc_endpoint, run_id=run_id, rank=rank, world_size=ranks, **settings
+            )
 
         procs = [start(r) for r in range(ranks)]
         reward_buckets = [0] * (len(REWARD_BOUNDS) + 1)
@@ -207,9 +209,9 @@ def _final_checks(stack: Any, run_id: str, report: SoakReport, reward_buckets: l
         report.failures.append(
             f"staleness count {report.staleness_count_prometheus} != recorded {report.staleness_count_recorded}"
         )
-    if report.reward_sum_prometheus is None or abs(report.reward_sum_prometheus - report.reward_sum_recorded) > 1e-9 * max(
-        1.0, abs(report.reward_sum_recorded)
-    ):
+    if report.reward_sum_prometheus is None or abs(
+        report.reward_sum_prometheus - report.reward_sum_recorded
+    ) > 1e-9 * max(1.0, abs(report.reward_sum_recorded)):
         report.failures.append(f"reward sum {report.reward_sum_prometheus} != recorded {report.reward_sum_recorded}")
     # A log export that times out while the collector is stalled may still have been delivered: the rank sends
     # the batch again (at least once), so VictoriaLogs can hold duplicates. Every distinct sample must be there.
@@ -242,14 +244,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--outage-s", type=float, default=3.0)
     parser.add_argument("--report", type=Path, default=None, help="write the report as JSON here")
     args = parser.parse_args(argv)
-    from otel_rl.stack import install
+    from otel_rl.ops.stack import install
 
     binaries = install.install_all()
     with tempfile.TemporaryDirectory(prefix="otel-rl-soak-") as state:
         report = run_soak(
-            binaries, Path(state), ranks=args.ranks, steps=args.steps, step_s=args.step_s, rollouts=args.rollouts,
-            tokens=args.tokens, fault_every=args.fault_every, outage_s=args.outage_s,
-        )  # fmt: skip
+            binaries,
+            Path(state),
+            ranks=args.ranks,
+            steps=args.steps,
+            step_s=args.step_s,
+            rollouts=args.rollouts,
+            tokens=args.tokens,
+            fault_every=args.fault_every,
+            outage_s=args.outage_s,
+        )
     text = json.dumps(asdict(report), indent=2)
     print(text)
     if args.report is not None:

@@ -23,7 +23,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AGGREGATION_TEMPORALITY_CUMULATIVE, Metric, ResourceMetrics
 
-from otel_rl.query import Prometheus
+from otel_rl.ops.query import Prometheus
 from tests.pipeline.harness import eventually, private_stack, rss_kib, start_ranks
 
 CAP = 2048
@@ -41,11 +41,16 @@ def _attribute(key: str, value: str | int) -> KeyValue:
 
 def _resource(run_id: str, instance: str, rank: int) -> ResourceMetrics:
     resource = ResourceMetrics()
-    resource.resource.attributes.extend([
-        _attribute("service.name", "hostile"), _attribute("service.instance.id", instance),
-        _attribute("rl.run.id", run_id), _attribute("rl.rank", rank), _attribute("rl.world_size", 1),
-        _attribute("rl.role", "trainer"),
-    ])  # fmt: skip
+    resource.resource.attributes.extend(
+        [
+            _attribute("service.name", "hostile"),
+            _attribute("service.instance.id", instance),
+            _attribute("rl.run.id", run_id),
+            _attribute("rl.rank", rank),
+            _attribute("rl.world_size", 1),
+            _attribute("rl.role", "trainer"),
+        ]
+    )
     return resource
 
 
@@ -66,8 +71,9 @@ def _sum(resource: ResourceMetrics, name: str, values: range, start_ns: int, exp
 
 def _post(url: str, request: ExportMetricsServiceRequest) -> int:
     body = request.SerializeToString()
-    response = requests.post(f"{url}/v1/metrics", data=body, headers={"Content-Type": "application/x-protobuf"},
-                             timeout=60)  # fmt: skip
+    response = requests.post(
+        f"{url}/v1/metrics", data=body, headers={"Content-Type": "application/x-protobuf"}, timeout=60
+    )
     return response.status_code
 
 
@@ -104,8 +110,9 @@ def test_hostile_cardinality_is_capped_while_an_honest_run_stays_exact(bounded_s
     stack = bounded_stack
     prometheus = Prometheus(stack.prometheus_url)
     honest_run = f"honest-{uuid.uuid4().hex[:8]}"
-    ranks = start_ranks(RANKS, endpoint=stack.otlp_grpc_endpoint, run_id=honest_run, histogram="exponential",
-                        export_interval_s=0.3)  # fmt: skip
+    ranks = start_ranks(
+        RANKS, endpoint=stack.otlp_grpc_endpoint, run_id=honest_run, histogram="exponential", export_interval_s=0.3
+    )
     sampler = RssSampler(stack.pid("collector"))
     sampler.start()
     started = time.monotonic()
@@ -135,10 +142,17 @@ def test_hostile_cardinality_is_capped_while_an_honest_run_stays_exact(bounded_s
         for rank in ranks:
             rank.flush()
         want = RANKS * STEPS * 3
-        eventually(lambda: prometheus.value(f'histogram_count(rl_reward{{rl_run_id="{honest_run}",rl_reward_fn="total"}})')
-                   == want, what=f"the honest run's {want} rewards", timeout_s=60)  # fmt: skip
+        eventually(
+            lambda: (
+                prometheus.value(f'histogram_count(rl_reward{{rl_run_id="{honest_run}",rl_reward_fn="total"}})') == want
+            ),
+            what=f"the honest run's {want} rewards",
+            timeout_s=60,
+        )
         positive = sum(0.5 * r + 1.0 for r in range(RANKS)) * STEPS
-        assert prometheus.value(f'rl_reward_positive_total{{rl_run_id="{honest_run}",rl_reward_fn="total"}}') == positive
+        assert (
+            prometheus.value(f'rl_reward_positive_total{{rl_run_id="{honest_run}",rl_reward_fn="total"}}') == positive
+        )
         flood_s = time.monotonic() - started
     finally:
         sampler.stop()
@@ -160,11 +174,15 @@ def test_hostile_cardinality_is_capped_while_an_honest_run_stays_exact(bounded_s
     text = requests.get(f"http://{stack.config.host}:{stack.config.ports.collector_metrics}/metrics", timeout=10).text
     refused = [line for line in text.splitlines() if line.startswith("otelcol_receiver_refused_metric_points")]
     assert refused and all(line.endswith(" 0") for line in refused), refused  # memory_limiter refused nothing
-    eventually(lambda: prometheus.query('ALERTS{alertname="OtelRLCollectorCapHit",alertstate="firing"}'),
-               what="OtelRLCollectorCapHit firing", timeout_s=90)  # fmt: skip
+    eventually(
+        lambda: prometheus.query('ALERTS{alertname="OtelRLCollectorCapHit",alertstate="firing"}'),
+        what="OtelRLCollectorCapHit firing",
+        timeout_s=90,
+    )
     peak_mib = sampler.peak_kib / 1024
-    print(f"flood {flood_s:.1f} s, collector RSS peak {peak_mib:.0f} MiB ({sampler.samples} samples), "
-          f"dropped {dropped}")  # fmt: skip
+    print(
+        f"flood {flood_s:.1f} s, collector RSS peak {peak_mib:.0f} MiB ({sampler.samples} samples), dropped {dropped}"
+    )
     assert 0 < peak_mib < MEMORY_LIMIT_MIB
 
 

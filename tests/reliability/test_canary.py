@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from otel_rl import _names, promql
-from otel_rl.query import Prometheus
-from otel_rl.stack import collector_build, layout
-from otel_rl.stack.env import otel_rl_home
+from otel_rl import _names
+from otel_rl.ops import promql
+from otel_rl.ops.query import Prometheus
+from otel_rl.ops.stack import collector_build, layout
+from otel_rl.ops.stack.env import otel_rl_home
 from tests.pipeline.harness import ROOT, eventually, private_stack, start_ranks
 
 RANKS = 4
@@ -42,8 +43,9 @@ def stock_stack(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -
 def _run_canary(stack: Any) -> tuple[str, Prometheus]:
     """4 ranks (exponential histograms) step 5 times; returns the run id once the canary's whole count arrived."""
     run_id = f"canary-{uuid.uuid4().hex[:8]}"
-    ranks = start_ranks(RANKS, endpoint=stack.otlp_grpc_endpoint, run_id=run_id, histogram="exponential",
-                        export_interval_s=0.3)  # fmt: skip
+    ranks = start_ranks(
+        RANKS, endpoint=stack.otlp_grpc_endpoint, run_id=run_id, histogram="exponential", export_interval_s=0.3
+    )
     prometheus = Prometheus(stack.prometheus_url)
     try:
         for step in range(1, STEPS + 1):
@@ -73,8 +75,9 @@ def test_a_stock_merge_is_caught_by_the_canary_and_the_alert_fires(stock_stack: 
     run_id, prometheus = _run_canary(stock_stack)
     ratio = eventually(
         lambda: prometheus.value(f'otel_rl:merge_canary_misplaced:ratio{{rl_run_id="{run_id}"}}'),
-        what="the recording rule's first value", timeout_s=60,
-    )  # fmt: skip
+        what="the recording rule's first value",
+        timeout_s=60,
+    )
     assert ratio > 0.01, ratio
     eventually(lambda: _alert_firing(prometheus, run_id), what="OtelRLInexactMerge firing", timeout_s=60)
 
@@ -85,14 +88,16 @@ def test_the_otel_rl_collector_keeps_the_canary_exact_and_the_alert_silent(share
     run_id, prometheus = _run_canary(shared_stack)
     (series,) = prometheus.query(f'otel_rl_merge_canary{{rl_run_id="{run_id}"}}')
     width = 1 << _names.MERGE_CANARY_SCALE
-    counts = {round(math.log2(float(low)) * width): float(count)
-              for _, low, _, count in series["histogram"][1]["buckets"]}  # fmt: skip
+    counts = {
+        round(math.log2(float(low)) * width): float(count) for _, low, _, count in series["histogram"][1]["buckets"]
+    }
     every = sorted(index for pair in _names.MERGE_CANARY_BUCKETS for index in pair)
-    assert counts == {index: RANKS // 2 * STEPS for index in every}
+    assert counts == dict.fromkeys(every, RANKS // 2 * STEPS)
     ratio = eventually(
         lambda: prometheus.query(f'otel_rl:merge_canary_misplaced:ratio{{rl_run_id="{run_id}"}}'),
-        what="the recording rule's first value", timeout_s=60,
-    )  # fmt: skip
+        what="the recording rule's first value",
+        timeout_s=60,
+    )
     assert float(ratio[0]["value"][1]) == pytest.approx(0, abs=1e-12)
     assert not _alert_firing(prometheus, run_id)
 
@@ -104,7 +109,11 @@ def test_the_rule_is_the_promql_builders_expression_and_its_test_data_the_contra
     (rule,) = [rule for rule in rules if rule.get("record") == "otel_rl:merge_canary_misplaced:ratio"]
     assert rule["expr"].strip() == promql.merge_canary_misplaced('rl_rank=""')
     test = yaml.safe_load((RULES / "tests" / "collector.yml").read_text(encoding="utf-8"))
-    (exact,) = [s["values"] for s in test["tests"][0]["input_series"] if s["series"].startswith('otel_rl_merge_canary{') and 'rl_run_id="exact"' in s["series"]]
+    (exact,) = [
+        s["values"]
+        for s in test["tests"][0]["input_series"]
+        if s["series"].startswith("otel_rl_merge_canary{") and 'rl_run_id="exact"' in s["series"]
+    ]
     offset, buckets = re.search(r"\+\{\{schema:5 .*offset:(-?\d+) buckets:\[([\d ]+)\]", exact).groups()  # type: ignore[union-attr]
     filled = {int(offset) + position for position, count in enumerate(buckets.split()) if int(count)}
     assert filled == {index + 1 for pair in _names.MERGE_CANARY_BUCKETS for index in pair}
@@ -117,8 +126,10 @@ def test_no_canary_with_explicit_histograms(metric_exporter: Any) -> None:
 
     for form, rank, expected in (("explicit", 0, None), ("exponential", 0, (-100, 72)), ("exponential", 3, (-40, 100))):
         metric_exporter.exports.clear()
-        telemetry = Telemetry(TelemetryConfig(run_id="c", rank=rank, world_size=4, histogram=form,
-                                              export_interval_s=60), metric_exporter=metric_exporter)  # fmt: skip
+        telemetry = Telemetry(
+            TelemetryConfig(run_id="c", rank=rank, world_size=4, histogram=form, export_interval_s=60),
+            metric_exporter=metric_exporter,
+        )
         telemetry.step(1)
         telemetry.step(2)
         telemetry.flush(5)
@@ -144,8 +155,15 @@ def test_every_collector_alert_has_a_firing_and_a_silent_unit_test() -> None:
     rules = yaml.safe_load((RULES / "otel_rl_collector.yml").read_text(encoding="utf-8"))["groups"][0]["rules"]
     alerts = {rule["alert"] for rule in rules if "alert" in rule}
     assert alerts == {"OtelRLInexactMerge", "OtelRLCollectorCapHit"}
-    assert all(set(r["annotations"]) == {"summary", "description", "runbook_url", "dashboard_url"} for r in rules if "alert" in r)
-    cases = [case for test in yaml.safe_load((RULES / "tests" / "collector.yml").read_text(encoding="utf-8"))["tests"]
-             for case in test.get("alert_rule_test", ())]  # fmt: skip
+    assert all(
+        set(r["annotations"]) == {"summary", "description", "runbook_url", "dashboard_url"}
+        for r in rules
+        if "alert" in r
+    )
+    cases = [
+        case
+        for test in yaml.safe_load((RULES / "tests" / "collector.yml").read_text(encoding="utf-8"))["tests"]
+        for case in test.get("alert_rule_test", ())
+    ]
     assert {c["alertname"] for c in cases if c["exp_alerts"]} == alerts
     assert {c["alertname"] for c in cases if not c["exp_alerts"]} == alerts

@@ -20,7 +20,7 @@ def test_headers_must_be_a_mapping_of_strings_and_errors_hide_values() -> None:
     but not showing the value."""
     with pytest.raises(TypeError, match='"headers" must be a mapping of str to str, got a builtin_function'):
         otel_rl.TelemetryConfig(run_id="r", exporter="none", headers=print)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match='"headers" values must be strings, got a int for \'x-secret\'') as info:
+    with pytest.raises(ValueError, match="\"headers\" values must be strings, got a int for 'x-secret'") as info:
         otel_rl.TelemetryConfig(run_id="r", exporter="none", headers={"x-secret": 912873})  # type: ignore[dict-item]
     assert "912873" not in str(info.value)
 
@@ -71,8 +71,9 @@ class _SizeRecorder(LogRecordExporter):
 def test_log_exports_are_split_by_size() -> None:
     """40 samples of 3 x 300 KB texts (36 MB) go out in requests of at most ~4 MiB, all of them."""
     exporter = _SizeRecorder()
-    config = otel_rl.TelemetryConfig(run_id="r", top_k=40, bottom_k=0, sample_text_budget_bytes=300_000,
-                                     export_interval_s=60.0)  # fmt: skip
+    config = otel_rl.TelemetryConfig(
+        run_id="r", top_k=40, bottom_k=0, sample_text_budget_bytes=300_000, export_interval_s=60.0
+    )
     telemetry = otel_rl.Telemetry(config, log_exporter=exporter)
     try:
         telemetry.step(0)
@@ -90,7 +91,7 @@ def test_log_exports_are_split_by_size() -> None:
 
 def test_victorialogs_flags_must_be_flags() -> None:
     """StackConfig.victorialogs_flags is a tuple of "-flag=value" strings."""
-    from otel_rl.stack.config import StackConfig
+    from otel_rl.ops.stack.config import StackConfig
 
     with pytest.raises(ValueError, match='"victorialogs_flags" must be a tuple of "-flag=value" strings'):
         StackConfig(victorialogs_flags=["memory.allowedPercent=25"])  # type: ignore[arg-type]

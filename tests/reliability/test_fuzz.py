@@ -38,7 +38,9 @@ from otel_rl.torchforge import Reduce, record_episode_sample, record_metric
 from otel_rl.tracking import MetricsDictLogger
 
 FUZZ = settings(
-    max_examples=int(os.environ.get("OTEL_RL_FUZZ_EXAMPLES", "100")), deadline=None, suppress_health_check=list(HealthCheck)
+    max_examples=int(os.environ.get("OTEL_RL_FUZZ_EXAMPLES", "100")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
 )
 
 # -- what callers pass ---------------------------------------------------------------------------------------------
@@ -72,8 +74,12 @@ class _HasItem:
         return self.value
 
 
-texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=12) | st.sampled_from(["\x00\x1b[2J", "\ud800", "é" * 50])
-huge_ints = st.integers(min_value=-(2**80), max_value=2**80) | st.sampled_from([2**63, 2**63 - 1, -(2**63) - 1, 10**400])
+texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
+    ["\x00\x1b[2J", "\ud800", "é" * 50]
+)
+huge_ints = st.integers(min_value=-(2**80), max_value=2**80) | st.sampled_from(
+    [2**63, 2**63 - 1, -(2**63) - 1, 10**400]
+)
 floats = st.floats(allow_nan=True, allow_infinity=True)
 scalars = st.one_of(
     st.none(),
@@ -84,14 +90,27 @@ scalars = st.one_of(
     st.binary(max_size=8),
     st.complex_numbers(allow_nan=True),
     st.builds(Fraction, st.integers(-9, 9), st.integers(1, 9)),
-    st.sampled_from([np.float64(0.1), np.float32(-2.5), np.int64(-3), np.uint64(2**64 - 1), np.bool_(True), np.float16(1.5)]),
+    st.sampled_from(
+        [np.float64(0.1), np.float32(-2.5), np.int64(-3), np.uint64(2**64 - 1), np.bool_(True), np.float16(1.5)]
+    ),
     st.builds(_HasItem, floats),
     st.builds(_Hostile),
     st.just(object()),
 )
 
-_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
-           torch.int64, torch.uint8, torch.bool, torch.complex64]  # fmt: skip
+_DTYPES = [
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+]
 _DTYPES += [getattr(torch, name) for name in ("uint16", "uint32", "uint64", "float8_e4m3fn") if hasattr(torch, name)]
 
 
@@ -127,10 +146,19 @@ def _as_numpy(tensor: torch.Tensor) -> Any:
 arrays = tensors().map(_as_numpy)
 containers = st.recursive(
     scalars | tensors(),
-    lambda children: st.lists(children, max_size=4) | st.tuples(children, children) | st.dictionaries(texts, children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=4) | st.tuples(children, children) | st.dictionaries(texts, children, max_size=3)
+    ),
     max_leaves=8,
 )
-inputs = st.one_of(scalars, tensors(), arrays, st.lists(scalars, max_size=8), st.lists(st.lists(floats, max_size=3), max_size=3), containers)
+inputs = st.one_of(
+    scalars,
+    tensors(),
+    arrays,
+    st.lists(scalars, max_size=8),
+    st.lists(st.lists(floats, max_size=3), max_size=3),
+    containers,
+)
 names = st.one_of(texts, st.text(max_size=300), st.none(), huge_ints, st.builds(_Hostile), st.just("x" * 10_000))
 
 
@@ -140,8 +168,16 @@ names = st.one_of(texts, st.text(max_size=300), st.none(), huge_ints, st.builds(
 @pytest.fixture
 def telemetry(tmp_path: Path) -> Iterator[otel_rl.Telemetry]:
     instance = otel_rl.Telemetry(
-        otel_rl.TelemetryConfig(run_id="fuzz", exporter="file", output_file=str(tmp_path / "out.jsonl"),
-                                export_interval_s=60, top_k=2, bottom_k=2, random_k=1, sample_text_budget_bytes=256)  # fmt: skip
+        otel_rl.TelemetryConfig(
+            run_id="fuzz",
+            exporter="file",
+            output_file=str(tmp_path / "out.jsonl"),
+            export_interval_s=60,
+            top_k=2,
+            bottom_k=2,
+            random_k=1,
+            sample_text_budget_bytes=256,
+        )
     )
     yield instance
     assert instance.shutdown(10)
@@ -246,8 +282,14 @@ def test_record_metric_counts_every_value_offered(telemetry: otel_rl.Telemetry, 
 
 
 @FUZZ
-@given(values=st.one_of(scalars, tensors().filter(lambda t: t.dim() <= 1), st.lists(scalars, max_size=8)), fn=names, dataset=names)
-def test_record_rewards_counts_every_value_offered(telemetry: otel_rl.Telemetry, values: Any, fn: Any, dataset: Any) -> None:
+@given(
+    values=st.one_of(scalars, tensors().filter(lambda t: t.dim() <= 1), st.lists(scalars, max_size=8)),
+    fn=names,
+    dataset=names,
+)
+def test_record_rewards_counts_every_value_offered(
+    telemetry: otel_rl.Telemetry, values: Any, fn: Any, dataset: Any
+) -> None:
     """record_rewards with one reward per rollout: recorded + rejected == offered, whatever the names."""
     before = sum(_tally(telemetry, "rl.reward"))
     telemetry.record_rewards(values, fn=fn, dataset=dataset)
@@ -261,7 +303,9 @@ def test_masked_tensors_count_what_the_mask_selects(telemetry: otel_rl.Telemetry
     """With a mask of the values' shape, the values offered are the selected ones."""
     shape = data.draw(st.lists(st.integers(0, 5), min_size=1, max_size=1))
     values = torch.randn(shape) * data.draw(st.sampled_from([1.0, math.inf]))
-    mask = torch.from_numpy(np.array(data.draw(st.lists(st.booleans(), min_size=shape[0], max_size=shape[0])), dtype=bool))
+    mask = torch.from_numpy(
+        np.array(data.draw(st.lists(st.booleans(), min_size=shape[0], max_size=shape[0])), dtype=bool)
+    )
     before = sum(_tally(telemetry, "rl.metric"))
     telemetry.record_metric("masked", values, mask=mask)
     assert sum(_tally(telemetry, "rl.metric")) - before == int(mask.sum())
@@ -286,17 +330,34 @@ def test_record_staleness_accounts_for_every_token(telemetry: otel_rl.Telemetry,
 
 
 @FUZZ
-@given(calls=st.lists(st.tuples(st.sampled_from(
-    ["rollouts", "drops", "phase", "version", "step", "flush", "sample"]), inputs, inputs, names), min_size=1, max_size=5))
-def test_no_entry_point_raises_and_exports_keep_going(telemetry: otel_rl.Telemetry, calls: list[tuple[str, Any, Any, Any]]) -> None:
+@given(
+    calls=st.lists(
+        st.tuples(
+            st.sampled_from(["rollouts", "drops", "phase", "version", "step", "flush", "sample"]), inputs, inputs, names
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_no_entry_point_raises_and_exports_keep_going(
+    telemetry: otel_rl.Telemetry, calls: list[tuple[str, Any, Any, Any]]
+) -> None:
     """Any sequence of the other Telemetry methods with any arguments returns normally, and the next export
     succeeds and encodes."""
     quiet = _quiet()
     try:
         for call, first, second, name in calls:
             if call == "rollouts":
-                telemetry.record_rollouts(mask=second, advantages=first, response_lengths=first, entropy=second,
-                                          logprobs=first, inference_logprobs=second, rewards=first, group_ids=second)  # fmt: skip
+                telemetry.record_rollouts(
+                    mask=second,
+                    advantages=first,
+                    response_lengths=first,
+                    entropy=second,
+                    logprobs=first,
+                    inference_logprobs=second,
+                    rewards=first,
+                    group_ids=second,
+                )
             elif call == "drops":
                 telemetry.record_staleness_drops(first, dataset=name)
             elif call == "phase":
@@ -318,18 +379,31 @@ def test_no_entry_point_raises_and_exports_keep_going(telemetry: otel_rl.Telemet
 sample_fields = st.fixed_dictionaries(
     {"reward": st.one_of(floats, huge_ints, scalars, tensors())},
     optional={
-        "episode_id": scalars, "policy_version": scalars, "prompt": st.one_of(texts, st.binary(max_size=20), scalars),
-        "response": st.one_of(texts, st.just("z" * 100_000), scalars), "target": scalars,
-        "reward_breakdown": st.one_of(st.dictionaries(names.filter(lambda n: isinstance(n, str)), scalars, max_size=4), scalars, inputs),
-        "advantage": scalars, "staleness": scalars, "request_len": scalars, "response_len": scalars, "dataset": names,
-        "extra": st.one_of(st.dictionaries(texts, containers, max_size=4), scalars, inputs), "unknown": scalars,
+        "episode_id": scalars,
+        "policy_version": scalars,
+        "prompt": st.one_of(texts, st.binary(max_size=20), scalars),
+        "response": st.one_of(texts, st.just("z" * 100_000), scalars),
+        "target": scalars,
+        "reward_breakdown": st.one_of(
+            st.dictionaries(names.filter(lambda n: isinstance(n, str)), scalars, max_size=4), scalars, inputs
+        ),
+        "advantage": scalars,
+        "staleness": scalars,
+        "request_len": scalars,
+        "response_len": scalars,
+        "dataset": names,
+        "extra": st.one_of(st.dictionaries(texts, containers, max_size=4), scalars, inputs),
+        "unknown": scalars,
     },
-)  # fmt: skip
+)
 
 
 @FUZZ
-@given(batch=st.lists(st.one_of(sample_fields, sample_fields.map(lambda f: _episode(f)), inputs), min_size=1, max_size=6),
-       step=st.integers(0, 2**40), table=names)  # fmt: skip
+@given(
+    batch=st.lists(st.one_of(sample_fields, sample_fields.map(lambda f: _episode(f)), inputs), min_size=1, max_size=6),
+    step=st.integers(0, 2**40),
+    table=names,
+)
 def test_every_exported_sample_keeps_its_identity(
     telemetry: otel_rl.Telemetry, batch: list[Any], step: int, table: Any
 ) -> None:
@@ -361,7 +435,13 @@ def _episode(fields: dict[str, Any]) -> Any:
 
 
 @FUZZ
-@given(calls=st.lists(st.tuples(st.one_of(texts, names), containers, st.sampled_from([*Reduce, "mean", None, 3])), min_size=1, max_size=6))
+@given(
+    calls=st.lists(
+        st.tuples(st.one_of(texts, names), containers, st.sampled_from([*Reduce, "mean", None, 3])),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_the_torchforge_shim_never_raises(telemetry: otel_rl.Telemetry, calls: list[tuple[Any, Any, Any]]) -> None:
     """torchforge's functions with any key, value and reduction (samples included) return normally."""
     otel_rl._global._current = telemetry
@@ -378,8 +458,12 @@ def test_the_torchforge_shim_never_raises(telemetry: otel_rl.Telemetry, calls: l
 
 
 @FUZZ
-@given(data=st.one_of(st.dictionaries(st.one_of(texts, huge_ints, st.builds(_Hostile)), containers, max_size=8), containers),
-       step=st.one_of(st.none(), huge_ints, scalars))  # fmt: skip
+@given(
+    data=st.one_of(
+        st.dictionaries(st.one_of(texts, huge_ints, st.builds(_Hostile)), containers, max_size=8), containers
+    ),
+    step=st.one_of(st.none(), huge_ints, scalars),
+)
 def test_metrics_dicts_never_raise(telemetry: otel_rl.Telemetry, data: Any, step: Any) -> None:
     """MetricsDictLogger.log with any dict (hostile keys, any values) and any step returns normally."""
     quiet = _quiet()
@@ -394,8 +478,10 @@ def test_metrics_dicts_never_raise(telemetry: otel_rl.Telemetry, data: Any, step
 
 
 @FUZZ
-@given(logs=st.one_of(st.dictionaries(st.one_of(texts, st.builds(_Hostile)), scalars, max_size=8), scalars),
-       global_step=st.one_of(huge_ints, scalars))  # fmt: skip
+@given(
+    logs=st.one_of(st.dictionaries(st.one_of(texts, st.builds(_Hostile)), scalars, max_size=8), scalars),
+    global_step=st.one_of(huge_ints, scalars),
+)
 def test_trl_callback_hooks_never_raise(telemetry: otel_rl.Telemetry, logs: Any, global_step: Any) -> None:
     """The TRL callback's hooks with any logs and a state whose step is anything return normally."""
     from transformers import TrainerControl, TrainerState, TrainingArguments
@@ -423,7 +509,9 @@ def test_module_functions_never_raise_after_setup(tmp_path: Path, timeout: Any) 
     """otel_rl.setup, get_telemetry and reset with any timeout: reset returns, and unless it was given less than the
     default five seconds to export in (then the export may be cut), the final export marks the run finished."""
     output = tmp_path / f"module-{uuid.uuid4().hex}.jsonl"
-    telemetry = otel_rl.setup(otel_rl.TelemetryConfig(run_id="module", exporter="file", output_file=str(output), export_interval_s=60))
+    telemetry = otel_rl.setup(
+        otel_rl.TelemetryConfig(run_id="module", exporter="file", output_file=str(output), export_interval_s=60)
+    )
     assert otel_rl.get_telemetry() is telemetry
     telemetry.record_rewards([1.0])
     quiet = _quiet()
@@ -455,7 +543,11 @@ def test_huge_inputs_and_hundreds_of_reward_fns(telemetry: otel_rl.Telemetry) ->
         telemetry.record_rewards([1.0, -1.0], fn=f"fn_{index}")
     assert telemetry.flush(10)
     latest = _exports(telemetry)[-1]
-    counts = {dict(attrs).get(_names.REWARD_FN): count for (name, attrs), count in latest.items() if name == _names.REWARDS.histogram.name}
+    counts = {
+        dict(attrs).get(_names.REWARD_FN): count
+        for (name, attrs), count in latest.items()
+        if name == _names.REWARDS.histogram.name
+    }
     cap = telemetry.config.resolved.max_reward_fns
     assert counts["total"] == 4_000_000
     assert len(counts) == cap + 1  # 32 names ("total" is one of them), then _overflow
@@ -469,8 +561,14 @@ _SETTINGS = [f.name for f in dataclasses.fields(otel_rl.TelemetryConfig) if f.in
 @given(
     overrides=st.dictionaries(
         st.sampled_from([*_SETTINGS, "unknown_setting"]),
-        st.one_of(scalars, st.lists(scalars, max_size=3), st.tuples(st.floats(), st.floats()), st.just(()),
-                  st.dictionaries(texts, scalars, max_size=2), st.just(print)),  # fmt: skip
+        st.one_of(
+            scalars,
+            st.lists(scalars, max_size=3),
+            st.tuples(st.floats(), st.floats()),
+            st.just(()),
+            st.dictionaries(texts, scalars, max_size=2),
+            st.just(print),
+        ),
         min_size=1,
         max_size=3,
     )

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from otel_rl.query import Prometheus
+from otel_rl.ops.query import Prometheus
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, expected_buckets
 from tests.pipeline.test_scale_out import Collector
 
@@ -64,9 +64,11 @@ class Gateway(Collector):
         self.address = address
         self.gateway_id = gateway_id
         super().__init__(
-            binary, ["collector.yaml", "gateway.yaml"],
-            {**env, "OTEL_RL_OTLP_GRPC_ENDPOINT": f"{address}:{port}", "OTEL_RL_GATEWAY_ID": gateway_id}, log,
-        )  # fmt: skip
+            binary,
+            ["collector.yaml", "gateway.yaml"],
+            {**env, "OTEL_RL_OTLP_GRPC_ENDPOINT": f"{address}:{port}", "OTEL_RL_GATEWAY_ID": gateway_id},
+            log,
+        )
 
     def ready(self) -> bool:
         """What a readiness probe sees: the health_check extension answers 200."""
@@ -182,8 +184,16 @@ def failover_topology(
     try:
         for address in ADDRESSES:
             name = f"gw-{address.rsplit('.', 1)[1]}"
-            gateways.append(Gateway(stack_binaries.collector, address=address, port=port, gateway_id=name, env=common,
-                                    log=tmp_path / f"{name}.log"))  # fmt: skip
+            gateways.append(
+                Gateway(
+                    stack_binaries.collector,
+                    address=address,
+                    port=port,
+                    gateway_id=name,
+                    env=common,
+                    log=tmp_path / f"{name}.log",
+                )
+            )
         dns = HealthDNS(tmp_path / "hosts", gateways)
         wrapper = _namespace_wrapper(Path(stack_binaries.collector), dns.path, tmp_path)
         resolver = {
@@ -214,11 +224,18 @@ def test_killed_gateway_fails_over_and_the_run_totals_stay_exact(
     promql = _failover_promql(selector, histogram)
     recorded: list[float] = []
     with ThreadPoolExecutor(RANKS) as pool:
-        ranks = list(pool.map(
-            lambda rank: RankProcess(endpoint=f"http://{agents[rank % 2].endpoint}", run_id=run_id, rank=rank,
-                                     world_size=RANKS, histogram=histogram),
-            range(RANKS),
-        ))  # fmt: skip
+        ranks = list(
+            pool.map(
+                lambda rank: RankProcess(
+                    endpoint=f"http://{agents[rank % 2].endpoint}",
+                    run_id=run_id,
+                    rank=rank,
+                    world_size=RANKS,
+                    histogram=histogram,
+                ),
+                range(RANKS),
+            )
+        )
 
     def step() -> None:
         for rank in ranks:

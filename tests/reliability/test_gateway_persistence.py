@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from otel_rl.query import VictoriaLogs
+from otel_rl.ops.query import VictoriaLogs
 from tests.pipeline.harness import eventually, private_stack
 from tests.reliability.helpers import CONFIG_DIR, flush_ok
 from tests.reliability.test_stack_faults import RANKS, Run
@@ -25,7 +25,9 @@ KEPT_PER_STEP = 4  # top 2 + bottom 2 of 5 offered samples
 @pytest.fixture(scope="module")
 def gateway_stack(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     configs = (CONFIG_DIR / "collector.yaml", CONFIG_DIR / "gateway.yaml")
-    with private_stack(stack_binaries, tmp_path_factory.mktemp("gateway-persistence"), collector_configs=configs) as stack:
+    with private_stack(
+        stack_binaries, tmp_path_factory.mktemp("gateway-persistence"), collector_configs=configs
+    ) as stack:
         yield stack
 
 

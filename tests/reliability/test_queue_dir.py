@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from otel_rl.stack.config import find_free_ports
+from otel_rl.ops.stack.config import find_free_ports
 from tests.pipeline.harness import eventually
 from tests.reliability.helpers import CONFIG_DIR
 
@@ -20,9 +20,7 @@ def test_gateway_queue_defaults_to_a_private_folder_under_home(stack_binaries: A
     grpc, http, health, metrics = find_free_ports(4)
     home = tmp_path / "home"
     home.mkdir()
-    environment = {
-        key: value for key, value in os.environ.items() if not key.startswith("OTEL_RL_")
-    } | {
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_RL_")} | {
         "HOME": str(home),
         "OTEL_RL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc}",
         "OTEL_RL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http}",
@@ -33,10 +31,15 @@ def test_gateway_queue_defaults_to_a_private_folder_under_home(stack_binaries: A
     old_default = Path("/tmp/otel-rl-queue") / f"127.0.0.1:{grpc}"
     log = open(tmp_path / "gateway.log", "wb")  # noqa: SIM115 - closed below
     process = subprocess.Popen(
-        [str(stack_binaries.collector), f"--config={CONFIG_DIR / 'collector.yaml'}",
-         f"--config={CONFIG_DIR / 'gateway.yaml'}"],
-        env=environment, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            str(stack_binaries.collector),
+            f"--config={CONFIG_DIR / 'collector.yaml'}",
+            f"--config={CONFIG_DIR / 'gateway.yaml'}",
+        ],
+        env=environment,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         import requests
 

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from otel_rl.query import Prometheus, VictoriaLogs
-from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, expected_buckets, eventually
+from otel_rl.ops.query import Prometheus, VictoriaLogs
+from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets
 from tests.reliability.helpers import flush_ok
 
 
@@ -73,11 +73,15 @@ def test_rank_clocks_seconds_apart_keep_the_aggregate_exact(shared_stack: Any) -
     rng = np.random.default_rng(13)
     ranks = [
         RankProcess(
-            endpoint=shared_stack.otlp_grpc_endpoint, run_id=run_id, rank=r, world_size=4, clock_offset_s=offset,
+            endpoint=shared_stack.otlp_grpc_endpoint,
+            run_id=run_id,
+            rank=r,
+            world_size=4,
+            clock_offset_s=offset,
             export_interval_s=0.3,
         )
         for r, offset in enumerate((-4.0, 0.0, 3.0, 7.0))
-    ]  # fmt: skip
+    ]
     recorded: list[float] = []
     try:
         for step in range(6):
@@ -105,9 +109,15 @@ def test_a_backlog_of_large_samples_is_exported_under_the_receiver_limit(shared_
     all reach VictoriaLogs: the rank splits log exports by size, so no batch is refused forever."""
     run_id = f"backlog-{uuid.uuid4().hex[:8]}"
     rank = RankProcess(
-        endpoint=shared_stack.otlp_grpc_endpoint, run_id=run_id, rank=0, world_size=1, top_k=500, bottom_k=0,
-        export_interval_s=0.5, export_timeout_s=5.0,
-    )  # fmt: skip
+        endpoint=shared_stack.otlp_grpc_endpoint,
+        run_id=run_id,
+        rank=0,
+        world_size=1,
+        top_k=500,
+        bottom_k=0,
+        export_interval_s=0.5,
+        export_timeout_s=5.0,
+    )
     try:
         rank.step(0)
         rank.synthetic(seed=1, rollouts=500, samples=500, text_bytes=16_384)

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from otel_rl.query import VictoriaLogs
-from otel_rl.report.dashboard import default_dashboard_path, load_panels, substitute
+from otel_rl.ops.query import VictoriaLogs
+from otel_rl.ops.report.dashboard import default_dashboard_path, load_panels, substitute
 from tests.pipeline.harness import RankProcess, eventually
 
 STEPS = 3
@@ -34,7 +34,7 @@ class DuplicatingProxy:
 
     def __init__(self, target: str, *, copies: int = 2) -> None:
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "content-encoding")}
                 times = copies if self.path.endswith("/v1/logs") else 1
@@ -74,8 +74,16 @@ def test_resent_samples_are_counted_once(shared_stack: Any, proxy: DuplicatingPr
     without episode ids."""
     run_id = f"dedup-{'ids' if with_episode_ids else 'noids'}-{uuid.uuid4().hex[:8]}"
     ranks = [
-        RankProcess(endpoint=proxy.url, run_id=run_id, rank=rank, world_size=2, protocol="http/protobuf",
-                    export_interval_s=0.2, top_k=2, bottom_k=2)  # fmt: skip
+        RankProcess(
+            endpoint=proxy.url,
+            run_id=run_id,
+            rank=rank,
+            world_size=2,
+            protocol="http/protobuf",
+            export_interval_s=0.2,
+            top_k=2,
+            bottom_k=2,
+        )
         for rank in range(2)
     ]
     try:

@@ -3,7 +3,7 @@ option), Prometheus behind --web.config.file (TLS, basic auth, no lifecycle API)
 and TLS, the collector authenticating to both; secrets only in files; size limits at the collector and the log
 store; a record over the receiver's limit dropped without stalling the rank's samples.
 
-The secrets are the stack's own (``otel-rl stack up --secure``: otel_rl/stack/secrets.py); a second CA made here
+The secrets are the stack's own (``otel-rl stack up --secure``: otel_rl/ops/stack/secrets.py); a second CA made here
 with ``openssl`` stands for a CA the ranks must not trust.
 """
 
@@ -24,8 +24,8 @@ import pytest
 import requests
 
 from otel_rl._phases import step_trace
-from otel_rl.query import Jaeger, Prometheus, VictoriaLogs
-from otel_rl.stack.secrets import StackSecrets
+from otel_rl.ops.query import Jaeger, Prometheus, VictoriaLogs
+from otel_rl.ops.stack.secrets import StackSecrets
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack, start_ranks
 from tests.reliability.helpers import flush_ok
 
@@ -37,8 +37,22 @@ def _openssl(*args: str, cwd: Path) -> None:
 def make_other_ca(folder: Path) -> Path:
     """A CA that signed nothing the stack serves (valid 1 day)."""
     folder.mkdir(parents=True, exist_ok=True)
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=otel-rl test other CA",
-             "-keyout", "other.key", "-out", "other.pem", cwd=folder)  # fmt: skip
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=otel-rl test other CA",
+        "-keyout",
+        "other.key",
+        "-out",
+        "other.pem",
+        cwd=folder,
+    )
     return folder / "other.pem"
 
 
@@ -85,9 +99,14 @@ def _rank(secure: Secure, name: str, **settings: Any) -> RankProcess:
     stderr = open(secure.folder / f"{name}.stderr", "w", encoding="utf-8")  # noqa: SIM115 - closed with the process
     settings.setdefault("endpoint", secure.stack.otlp_grpc_endpoint)
     return RankProcess(
-        run_id=f"{name}-{uuid.uuid4().hex[:8]}", rank=0, world_size=1, stderr=stderr, export_interval_s=0.3,
-        export_timeout_s=1.0, **settings,
-    )  # fmt: skip
+        run_id=f"{name}-{uuid.uuid4().hex[:8]}",
+        rank=0,
+        world_size=1,
+        stderr=stderr,
+        export_interval_s=0.3,
+        export_timeout_s=1.0,
+        **settings,
+    )
 
 
 def test_tls_and_bearer_token_accept_the_authenticated_and_reject_the_rest(secure: Secure) -> None:
@@ -101,17 +120,29 @@ def test_tls_and_bearer_token_accept_the_authenticated_and_reject_the_rest(secur
         "OTEL_EXPORTER_OTLP_HEADERS": f"authorization=Bearer%20{secure.token}",
         "OTEL_EXPORTER_OTLP_CERTIFICATE": ca,
     }
-    ranks = _ranks(secure, {
-        "grpc": ("grpc", {"certificate_file": ca, "headers": bearer}),
-        "grpc_capitalized": ("grpccap", {"certificate_file": ca, "headers": {"Authorization": f"Bearer {secure.token}"}}),
-        "http": ("http", {"endpoint": http, "protocol": "http/protobuf", "certificate_file": ca, "headers": bearer}),
-        "env": ("env", {"endpoint": None, "env": {**os.environ, **env_settings}}),
-        "no_token": ("notoken", {"certificate_file": ca}),
-        "wrong_token": ("wrongtoken", {"certificate_file": ca, "headers": {"authorization": "Bearer not-the-token"}}),
-        "http_no_token": ("httpnotoken", {"endpoint": http, "protocol": "http/protobuf", "certificate_file": ca}),
-        "plaintext": ("plain", {"endpoint": grpc.replace("https://", "http://"), "headers": bearer}),
-        "untrusted_ca": ("otherca", {"certificate_file": str(secure.other_ca), "headers": bearer}),
-    })  # fmt: skip
+    ranks = _ranks(
+        secure,
+        {
+            "grpc": ("grpc", {"certificate_file": ca, "headers": bearer}),
+            "grpc_capitalized": (
+                "grpccap",
+                {"certificate_file": ca, "headers": {"Authorization": f"Bearer {secure.token}"}},
+            ),
+            "http": (
+                "http",
+                {"endpoint": http, "protocol": "http/protobuf", "certificate_file": ca, "headers": bearer},
+            ),
+            "env": ("env", {"endpoint": None, "env": {**os.environ, **env_settings}}),
+            "no_token": ("notoken", {"certificate_file": ca}),
+            "wrong_token": (
+                "wrongtoken",
+                {"certificate_file": ca, "headers": {"authorization": "Bearer not-the-token"}},
+            ),
+            "http_no_token": ("httpnotoken", {"endpoint": http, "protocol": "http/protobuf", "certificate_file": ca}),
+            "plaintext": ("plain", {"endpoint": grpc.replace("https://", "http://"), "headers": bearer}),
+            "untrusted_ca": ("otherca", {"certificate_file": str(secure.other_ca), "headers": bearer}),
+        },
+    )
     accepted = {label: ranks[label] for label in ("grpc", "grpc_capitalized", "http", "env")}
     rejected = {label: rank for label, rank in ranks.items() if label not in accepted}
     prometheus, logs = secure.prometheus(), secure.victorialogs()
@@ -153,8 +184,14 @@ def test_a_multi_rank_run_is_exact_through_the_secure_profile(secure: Secure) ->
     stores, and Prometheus (read with basic auth) holds the run's exact count, sum and every bucket; VictoriaLogs its
     samples; Jaeger the step's trace of every rank."""
     ca, run_id = str(secure.secrets.ca), f"secure-run-{uuid.uuid4().hex[:8]}"
-    ranks = start_ranks(4, endpoint=secure.stack.otlp_grpc_endpoint, run_id=run_id, certificate_file=ca,
-                        headers={"authorization": f"Bearer {secure.token}"}, export_interval_s=0.3)  # fmt: skip
+    ranks = start_ranks(
+        4,
+        endpoint=secure.stack.otlp_grpc_endpoint,
+        run_id=run_id,
+        certificate_file=ca,
+        headers={"authorization": f"Bearer {secure.token}"},
+        export_interval_s=0.3,
+    )
     values = {rank.rank: [round(0.25 * rank.rank - 0.5 + 0.125 * i, 3) for i in range(12)] for rank in ranks}
     for rank in ranks:
         rank.rewards(values[rank.rank])
@@ -170,14 +207,20 @@ def test_a_multi_rank_run_is_exact_through_the_secure_profile(secure: Secure) ->
         eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == len(everything), what="the whole run")
         assert prometheus.value(f"rl_reward_sum{selector}") == pytest.approx(sum(everything), abs=1e-12)
         assert prometheus.buckets("rl_reward", selector) == expected_buckets(everything, REWARD_BOUNDS)
-        samples = eventually(lambda: len(got := secure.victorialogs().query(f'{{rl.run.id="{run_id}"}}')) == 4 and got,
-                             what="the 4 samples")  # fmt: skip
+        samples = eventually(
+            lambda: len(got := secure.victorialogs().query(f'{{rl.run.id="{run_id}"}}')) == 4 and got,
+            what="the 4 samples",
+        )
         assert sorted(record["rl.episode.id"] for record in samples) == ["e0", "e1", "e2", "e3"]
         # Every span to Jaeger over TLS with its basic auth: step 1's trace holds the 4 ranks' step spans.
         jaeger = Jaeger(secure.stack.jaeger_url, session=secure.session("jaeger"))
         trace_id = f"{step_trace(run_id, 1)[0]:032x}"
-        eventually(lambda: {s.attributes["rl.rank"] for s in jaeger.trace(trace_id) if s.name == "rl.rank.step"} == {0, 1, 2, 3},
-                   what="step 1's trace in Jaeger")  # fmt: skip
+        eventually(
+            lambda: (
+                {s.attributes["rl.rank"] for s in jaeger.trace(trace_id) if s.name == "rl.rank.step"} == {0, 1, 2, 3}
+            ),
+            what="step 1's trace in Jaeger",
+        )
     finally:
         for rank in ranks:
             rank.kill()
@@ -200,7 +243,9 @@ def test_the_stores_refuse_unauthenticated_reads_and_writes_and_prometheus_has_n
     }
     for what, (method, url, store) in calls.items():
         assert requests.request(method, url, verify=ca, timeout=10).status_code == 401, what
-        wrong = requests.request(method, url, verify=ca, auth=(secure.secrets.basic_auth(store)[0], "wrong"), timeout=10)
+        wrong = requests.request(
+            method, url, verify=ca, auth=(secure.secrets.basic_auth(store)[0], "wrong"), timeout=10
+        )
         assert wrong.status_code == 401, what
         body = b"" if method == "POST" else None
         right = requests.request(method, url, verify=ca, auth=secure.secrets.basic_auth(store), data=body, timeout=10)
@@ -212,7 +257,9 @@ def test_the_stores_refuse_unauthenticated_reads_and_writes_and_prometheus_has_n
     otlp = f"https://{secure.stack.config.host}:{secure.stack.config.ports.jaeger_otlp}/v1/traces"
     headers = {"Content-Type": "application/x-protobuf"}
     assert requests.post(otlp, data=b"", headers=headers, verify=ca, timeout=10).status_code == 401
-    right = requests.post(otlp, data=b"", headers=headers, verify=ca, auth=secure.secrets.basic_auth("jaeger"), timeout=10)
+    right = requests.post(
+        otlp, data=b"", headers=headers, verify=ca, auth=secure.secrets.basic_auth("jaeger"), timeout=10
+    )
     assert right.status_code == 200, right.text[:200]
     auth = secure.secrets.basic_auth("prometheus")
     for path in ("/-/quit", "/-/reload"):
@@ -231,8 +278,13 @@ def test_secrets_are_private_files_never_on_command_lines_or_in_logs(secure: Sec
     folder = secure.secrets.folder
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert all(stat.S_IMODE(path.stat().st_mode) == 0o600 for path in folder.iterdir() if path.is_file())
-    secrets = [secure.token, *(secure.secrets.basic_auth(store)[1] for store in ("prometheus", "victorialogs", "jaeger"))]
-    secrets += [secure.secrets.read(secure.secrets.authorization(store)) for store in ("prometheus", "victorialogs", "jaeger")]
+    secrets = [
+        secure.token,
+        *(secure.secrets.basic_auth(store)[1] for store in ("prometheus", "victorialogs", "jaeger")),
+    ]
+    secrets += [
+        secure.secrets.read(secure.secrets.authorization(store)) for store in ("prometheus", "victorialogs", "jaeger")
+    ]
     for name in secure.stack.component_names:
         pid = secure.stack.pid(name)
         assert pid is not None, name
@@ -253,20 +305,37 @@ def test_mutual_tls_requires_a_client_certificate(stack_binaries: Any, tmp_path:
         ca, token = str(secrets.ca), secure.token
         bearer = {"authorization": f"Bearer {token}"}
         client = {"client_certificate_file": str(secrets.client_cert), "client_key_file": str(secrets.client_key)}
-        env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": stack.otlp_grpc_endpoint,
-               "OTEL_EXPORTER_OTLP_HEADERS": f"authorization=Bearer%20{token}", "OTEL_EXPORTER_OTLP_CERTIFICATE": ca,
-               "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": str(secrets.client_cert),
-               "OTEL_EXPORTER_OTLP_CLIENT_KEY": str(secrets.client_key)}  # fmt: skip
+        env = {
+            **os.environ,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": stack.otlp_grpc_endpoint,
+            "OTEL_EXPORTER_OTLP_HEADERS": f"authorization=Bearer%20{token}",
+            "OTEL_EXPORTER_OTLP_CERTIFICATE": ca,
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": str(secrets.client_cert),
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY": str(secrets.client_key),
+        }
         http = stack.otlp_http_endpoint
-        ranks = _ranks(secure, {
-            "grpc": ("mtls-grpc", {"certificate_file": ca, "headers": bearer, **client}),
-            "http": ("mtls-http", {"endpoint": http, "protocol": "http/protobuf", "certificate_file": ca,
-                                   "headers": bearer, **client}),
-            "env": ("mtls-env", {"endpoint": None, "env": env}),
-            "grpc without a certificate": ("nocert-grpc", {"certificate_file": ca, "headers": bearer}),
-            "http without a certificate": ("nocert-http", {"endpoint": http, "protocol": "http/protobuf",
-                                                          "certificate_file": ca, "headers": bearer}),
-        })  # fmt: skip
+        ranks = _ranks(
+            secure,
+            {
+                "grpc": ("mtls-grpc", {"certificate_file": ca, "headers": bearer, **client}),
+                "http": (
+                    "mtls-http",
+                    {
+                        "endpoint": http,
+                        "protocol": "http/protobuf",
+                        "certificate_file": ca,
+                        "headers": bearer,
+                        **client,
+                    },
+                ),
+                "env": ("mtls-env", {"endpoint": None, "env": env}),
+                "grpc without a certificate": ("nocert-grpc", {"certificate_file": ca, "headers": bearer}),
+                "http without a certificate": (
+                    "nocert-http",
+                    {"endpoint": http, "protocol": "http/protobuf", "certificate_file": ca, "headers": bearer},
+                ),
+            },
+        )
         accepted = {label: ranks[label] for label in ("grpc", "http", "env")}
         rejected = {label: rank for label, rank in ranks.items() if label not in accepted}
         prometheus = secure.prometheus()
@@ -334,10 +403,20 @@ def test_a_record_over_the_receivers_limit_is_dropped_and_the_ranks_later_sample
     """A collector whose gRPC receiver takes at most 1 MiB refuses a 2 MB sample record every time: the rank drops it
     (otel_rl.samples.dropped{reason="refused"}, after halving its batch down to the record alone) while its metrics
     go through, and the samples of its later steps arrive."""
-    with private_stack(stack_binaries, tmp_path / "stack", collector_environment={"OTEL_RL_OTLP_MAX_RECV_MSG_MIB": "1"}) as stack:
+    with private_stack(
+        stack_binaries, tmp_path / "stack", collector_environment={"OTEL_RL_OTLP_MAX_RECV_MSG_MIB": "1"}
+    ) as stack:
         run_id = f"refused-{uuid.uuid4().hex[:8]}"
-        rank = RankProcess(endpoint=stack.otlp_grpc_endpoint, run_id=run_id, rank=0, world_size=1, top_k=1,
-                           bottom_k=0, sample_text_budget_bytes=3_000_000, export_interval_s=0.2)  # fmt: skip
+        rank = RankProcess(
+            endpoint=stack.otlp_grpc_endpoint,
+            run_id=run_id,
+            rank=0,
+            world_size=1,
+            top_k=1,
+            bottom_k=0,
+            sample_text_budget_bytes=3_000_000,
+            export_interval_s=0.2,
+        )
         logs = VictoriaLogs(stack.victorialogs_url)
         try:
             rank.sample(reward=1.0, episode_id="huge", response="h" * 2_000_000)
@@ -346,10 +425,16 @@ def test_a_record_over_the_receivers_limit_is_dropped_and_the_ranks_later_sample
             rank.step(2)
             rank.sample(reward=1.0, episode_id="small-2", response="fine")
             rank.step(3)
-            eventually(lambda: rank.flush() and rank.stats()["samples_dropped_refused"] == 1, what="the huge record dropped",
-                       timeout_s=60)  # fmt: skip
-            found = eventually(lambda: len(got := logs.query(f'{{rl.run.id="{run_id}"}}')) == 2 and got,
-                               what="the later samples", timeout_s=60)  # fmt: skip
+            eventually(
+                lambda: rank.flush() and rank.stats()["samples_dropped_refused"] == 1,
+                what="the huge record dropped",
+                timeout_s=60,
+            )
+            found = eventually(
+                lambda: len(got := logs.query(f'{{rl.run.id="{run_id}"}}')) == 2 and got,
+                what="the later samples",
+                timeout_s=60,
+            )
             assert sorted(record["rl.episode.id"] for record in found) == ["small-1", "small-2"]
             assert rank.stats()["samples_dropped_oversized"] == 0
         finally:
@@ -369,9 +454,14 @@ def test_log_store_limits_requests_not_otlp_record_sizes(shared_stack: Any) -> N
     assert shared_stack.is_healthy("victorialogs")
     run_id = f"longline-{uuid.uuid4().hex[:8]}"
     rank = RankProcess(
-        endpoint=shared_stack.otlp_grpc_endpoint, run_id=run_id, rank=0, world_size=1,
-        sample_text_budget_bytes=400_000, top_k=2, bottom_k=0,
-    )  # fmt: skip
+        endpoint=shared_stack.otlp_grpc_endpoint,
+        run_id=run_id,
+        rank=0,
+        world_size=1,
+        sample_text_budget_bytes=400_000,
+        top_k=2,
+        bottom_k=0,
+    )
     try:
         rank.sample(reward=2.0, episode_id="long", response="y" * 300_000)
         rank.sample(reward=1.0, episode_id="short", response="fine")

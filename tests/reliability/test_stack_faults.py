@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from otel_rl.query import Prometheus, VictoriaLogs
-from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, expected_buckets, eventually
-from tests.reliability.helpers import collector_metrics, flush_ok, private_stack
+from otel_rl.ops.query import Prometheus, VictoriaLogs
+from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack
+from tests.reliability.helpers import collector_metrics, flush_ok
 
 RANKS = 2
 FAST_RANK = {"export_interval_s": 0.2, "export_timeout_s": 1.0}
@@ -54,7 +54,9 @@ class Run:
         self.selector = f'{{rl_run_id="{self.run_id}",rl_reward_fn="total"}}'
 
     def _start(self, rank: int, world_size: int) -> RankProcess:
-        return RankProcess(endpoint=self.endpoint, run_id=self.run_id, rank=rank, world_size=world_size, **self.settings)
+        return RankProcess(
+            endpoint=self.endpoint, run_id=self.run_id, rank=rank, world_size=world_size, **self.settings
+        )
 
     def steps(self, first: int, count: int, *, per_rank: int = 10) -> tuple[list[float], float]:
         """Record ``count`` steps on every rank; returns the values and the wall time of the record calls."""
@@ -168,7 +170,10 @@ def test_log_store_down_samples_arrive_after_recovery(healthy_stack: Any) -> Non
         assert len(records) == expected
         assert len({r["rl.episode.id"] for r in records}) == expected
         collector_after = collector_metrics(stack)
-        for name in ("otelcol_exporter_send_failed_log_records_total", "otelcol_exporter_enqueue_failed_log_records_total"):
+        for name in (
+            "otelcol_exporter_send_failed_log_records_total",
+            "otelcol_exporter_enqueue_failed_log_records_total",
+        ):
             assert collector_after.get(name, 0.0) == collector_before.get(name, 0.0), name
         for rank in run.ranks:
             stats = rank.stats()

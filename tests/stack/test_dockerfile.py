@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from otel_rl._version import __version__
-from otel_rl.stack import collector_build, layout
-from otel_rl.stack.gotools import go_executable
+from otel_rl.ops.stack import collector_build, layout
+from otel_rl.ops.stack.gotools import go_executable
 
 ROOT = Path(__file__).parents[2]
 DOCKERFILE = ROOT / "collector_config" / "Dockerfile"
@@ -42,8 +42,11 @@ def _stages() -> list[list[tuple[str, str]]]:
 def _context_includes(path: str) -> bool:
     """Whether the build context keeps ``path`` (relative to the repository root) after Dockerfile.dockerignore:
     the last matching pattern decides, ``!`` re-includes (Docker's rule)."""
-    patterns = [line.strip() for line in (DOCKERFILE.parent / "Dockerfile.dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]  # fmt: skip
+    patterns = [
+        line.strip()
+        for line in (DOCKERFILE.parent / "Dockerfile.dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     kept = True
     for pattern in patterns:
         negated = pattern.startswith("!")
@@ -76,16 +79,29 @@ def test_the_image_is_built_by_the_stacks_build_script_from_files_in_the_context
     runs = " ".join(arguments for keyword, arguments in build if keyword == "RUN")
     assert "python3 collector_config/build.py --home /build" in runs
     copied = [arguments.split() for stage in _stages() for keyword, arguments in stage if keyword == "COPY"]
-    sources = [part for parts in copied if not any(p.startswith("--from") for p in parts) for part in parts[:-1]
-               if not part.startswith("--")]  # fmt: skip
+    sources = [
+        part
+        for parts in copied
+        if not any(p.startswith("--from") for p in parts)
+        for part in parts[:-1]
+        if not part.startswith("--")
+    ]
     for source in sources:
         matches = list(ROOT.glob(source.rstrip("/"))) or ([ROOT / source] if (ROOT / source).exists() else [])
         assert matches, source
         for match in matches:
-            files = [match] if match.is_file() else [p for p in match.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+            files = (
+                [match]
+                if match.is_file()
+                else [p for p in match.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+            )
             assert all(_context_includes(str(f.relative_to(ROOT))) for f in files), source
-    needed = [collector_build.__file__, layout.__file__, ROOT / "collector_config" / "builder.yaml",
-              *collector_build.collector_patches(layout.collector_manifest(ROOT))]  # fmt: skip
+    needed = [
+        collector_build.__file__,
+        layout.__file__,
+        ROOT / "collector_config" / "builder.yaml",
+        *collector_build.collector_patches(layout.collector_manifest(ROOT)),
+    ]
     for path in needed:
         assert _context_includes(str(Path(getattr(path, "path", path)).relative_to(ROOT))), path
     assert not _context_includes(".venv/bin/python") and not _context_includes("tests/conftest.py")
@@ -95,11 +111,17 @@ def test_the_image_is_built_by_the_stacks_build_script_from_files_in_the_context
 @pytest.mark.stack  # runs the go command
 def test_the_builder_image_has_the_go_the_builder_needs() -> None:
     """The golang image's Go version is at least the `go` directive of the builder module the manifest pins."""
-    (image,) = [arguments.split()[0] for keyword, arguments in _instructions() if keyword == "FROM" and "golang" in arguments]
+    (image,) = [
+        arguments.split()[0] for keyword, arguments in _instructions() if keyword == "FROM" and "golang" in arguments
+    ]
     image_go = tuple(int(part) for part in re.match(r"golang:(\d+)\.(\d+)\.(\d+)", image).groups())  # type: ignore[union-attr]
     version = collector_build.collector_core_version(layout.collector_manifest(ROOT))
-    result = subprocess.run([str(go_executable()), "mod", "download", "-json", f"go.opentelemetry.io/collector/cmd/builder@{version}"],
-                            capture_output=True, text=True, check=True)  # fmt: skip
+    result = subprocess.run(
+        [str(go_executable()), "mod", "download", "-json", f"go.opentelemetry.io/collector/cmd/builder@{version}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     directive = re.search(r"^go (\d+)\.(\d+)(?:\.(\d+))?", Path(json.loads(result.stdout)["GoMod"]).read_text(), re.M)
     assert directive is not None
     needed = tuple(int(part or 0) for part in directive.groups())
@@ -109,7 +131,9 @@ def test_the_builder_image_has_the_go_the_builder_needs() -> None:
 def test_compose_runs_this_image() -> None:
     """docker-compose.yml builds the collector from this Dockerfile and names the image otel-rl/otelcol-rl:<version>
     (the Helm chart uses the same name)."""
-    collector: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))["services"]["collector"]
+    collector: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))["services"][
+        "collector"
+    ]
     assert collector["image"] == IMAGE
     assert collector["build"] == {"context": ".", "dockerfile": "collector_config/Dockerfile"}
 
@@ -125,8 +149,9 @@ def test_the_build_script_outside_docker_builds_the_stacks_collector(stack_binar
         "except SystemExit as end:\n    assert end.code == 0, end.code\n"
         "assert not {'torch', 'opentelemetry', 'numpy'} & {m.split('.')[0] for m in sys.modules}, sorted(sys.modules)\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "home")], cwd=ROOT, capture_output=True,
-                            text=True, timeout=900)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "home")], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     built = Path(result.stdout.strip().splitlines()[-1])
     assert built.name == "otelcol-rl" and built.parent.name == stack_binaries.collector.parent.name

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from otel_rl.stack import collector_build, install, layout, versions
-from otel_rl.stack.gotools import InstallError, ensure_go_binary
-from otel_rl.stack.versions import GoBinary
+from otel_rl.ops.stack import collector_build, install, layout, versions
+from otel_rl.ops.stack.gotools import InstallError, ensure_go_binary
+from otel_rl.ops.stack.versions import GoBinary
 
 PINS = {name: value for name, value in vars(versions).items() if isinstance(value, GoBinary)}
 
@@ -37,8 +37,15 @@ def test_install_all_reuses_what_home_holds(tmp_path: Path) -> None:
     are; Thanos only with cluster=True."""
     bin_dir = layout.bin_dir(tmp_path)
     bin_dir.mkdir()
-    for pin in (versions.PROMETHEUS, versions.PROMTOOL, versions.VICTORIALOGS, versions.ALERTMANAGER, versions.AMTOOL,
-                versions.JAEGER, versions.THANOS):
+    for pin in (
+        versions.PROMETHEUS,
+        versions.PROMTOOL,
+        versions.VICTORIALOGS,
+        versions.ALERTMANAGER,
+        versions.AMTOOL,
+        versions.JAEGER,
+        versions.THANOS,
+    ):
         (bin_dir / pin.binary).write_bytes(b"")
         (bin_dir / f"{pin.binary}.version").write_text(pin.stamp + "\n", encoding="utf-8")
     root = layout.repository_root()
@@ -120,6 +127,7 @@ def test_alertmanager_is_built_with_placeholders_for_the_web_ui_it_embeds() -> N
     in each asset folder the UI serves (elm and mantine), and amtool, which embeds nothing, by go install."""
     assert versions.ALERTMANAGER.module_copy and not versions.AMTOOL.module_copy
     assert [path for path, _ in versions.ALERTMANAGER.module_files] == [
-        "ui/app/dist/elm/index.html", "ui/app/dist/mantine/index.html"
-    ]  # fmt: skip
+        "ui/app/dist/elm/index.html",
+        "ui/app/dist/mantine/index.html",
+    ]
     assert versions.ALERTMANAGER.version == versions.AMTOOL.version == "v0.35.0"

@@ -47,9 +47,10 @@ def collection() -> tuple[dict[str, tuple[list[str], int | None]], dict[str, int
     lines = result.stdout.splitlines()
     selected = {
         nodeid: (fixtures, reruns)
-        for nodeid, fixtures, reruns in (json.loads(line.removeprefix("ITEM ")) for line in lines
-                                         if line.startswith("ITEM "))
-    }  # fmt: skip
+        for nodeid, fixtures, reruns in (
+            json.loads(line.removeprefix("ITEM ")) for line in lines if line.startswith("ITEM ")
+        )
+    }
     deselected = dict(json.loads(line.removeprefix("DESELECTED ")) for line in lines if line.startswith("DESELECTED "))
     return selected, deselected
 

@@ -1,4 +1,4 @@
-"""The secure profile's secrets and settings (otel_rl/stack/secrets.py, StackConfig.secure/mtls) without a stack."""
+"""The secure profile's secrets and settings (otel_rl/ops/stack/secrets.py, StackConfig.secure/mtls) without a stack."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import bcrypt
 import pytest
 import yaml
 
-from otel_rl.stack import components
-from otel_rl.stack.config import StackConfig
-from otel_rl.stack.secrets import USERNAME, ensure_secrets
+from otel_rl.ops.stack import components
+from otel_rl.ops.stack.config import StackConfig
+from otel_rl.ops.stack.secrets import USERNAME, ensure_secrets
 
 
 def test_secrets_are_made_once_private_and_consistent(tmp_path: Path) -> None:
@@ -25,10 +25,16 @@ def test_secrets_are_made_once_private_and_consistent(tmp_path: Path) -> None:
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert all(stat.S_IMODE(path.stat().st_mode) == 0o600 for path in folder.iterdir())
     for certificate in (secrets.server_cert, secrets.client_cert):
-        verify = subprocess.run(["openssl", "verify", "-CAfile", str(secrets.ca), str(certificate)], capture_output=True, text=True)
+        verify = subprocess.run(
+            ["openssl", "verify", "-CAfile", str(secrets.ca), str(certificate)], capture_output=True, text=True
+        )
         assert verify.returncode == 0, verify.stderr
-    names = subprocess.run(["openssl", "x509", "-in", str(secrets.server_cert), "-noout", "-ext", "subjectAltName"],
-                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    names = subprocess.run(
+        ["openssl", "x509", "-in", str(secrets.server_cert), "-noout", "-ext", "subjectAltName"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "IP Address:127.0.0.1" in names and "DNS:localhost" in names
     for store in ("prometheus", "victorialogs"):
         user, password = secrets.basic_auth(store)
@@ -68,7 +74,7 @@ def test_bad_secret_settings_are_refused(tmp_path: Path) -> None:
 
 def test_openssl_failures_name_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A failing openssl is a RuntimeError naming the step and the folder."""
-    from otel_rl.stack import secrets as module
+    from otel_rl.ops.stack import secrets as module
 
     def failing(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(args, 1, "", "unknown option -pkeyopt")
@@ -93,9 +99,14 @@ def test_the_secure_profile_switches_every_component(tmp_path: Path) -> None:
     assert "-tls" in flags and f"-httpAuth.password=file://{secrets.password('victorialogs')}" in flags
     assert not any(secrets.basic_auth(store)[1] in " ".join(flags) for store in ("prometheus", "victorialogs"))
     assert components.query_url(secure).startswith("https://") and components.query_url(plain).startswith("http://")
-    assert secure.resolved_collector_configs()[-1].name == "secure.yaml" and len(plain.resolved_collector_configs()) == 1
+    assert (
+        secure.resolved_collector_configs()[-1].name == "secure.yaml" and len(plain.resolved_collector_configs()) == 1
+    )
     environment = components.collector_environment(secure)
     assert environment["OTEL_RL_REMOTE_WRITE_URL"].startswith("https://")
-    assert environment["OTEL_RL_HEALTH_ENDPOINT"].startswith("127.0.0.1:") and environment["OTEL_RL_TLS_CLIENT_CA_FILE"] == ""
+    assert (
+        environment["OTEL_RL_HEALTH_ENDPOINT"].startswith("127.0.0.1:")
+        and environment["OTEL_RL_TLS_CLIENT_CA_FILE"] == ""
+    )
     assert components.collector_environment(mutual)["OTEL_RL_TLS_CLIENT_CA_FILE"] == str(secrets.ca)
     assert "OTEL_RL_TLS_CERT_FILE" not in components.collector_environment(plain)

@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 import yaml
 
-from otel_rl.cli import main
-from otel_rl.stack import layout
-from otel_rl.stack.components import SPECS
-from otel_rl.stack.config import render_prometheus_config
-from otel_rl.stack.install import Binaries
-from otel_rl.stack.process import process_alive
-from otel_rl.stack.services import COMPONENTS, Stack, StackConfig, StackError, StackPorts, find_free_ports
+from otel_rl.ops.cli import main
+from otel_rl.ops.stack import layout
+from otel_rl.ops.stack.components import SPECS
+from otel_rl.ops.stack.config import render_prometheus_config
+from otel_rl.ops.stack.install import Binaries
+from otel_rl.ops.stack.process import process_alive
+from otel_rl.ops.stack.services import COMPONENTS, Stack, StackConfig, StackError, StackPorts, find_free_ports
 
 _WAIT_S = 90.0
 _FAST_COLLECTOR = {"OTEL_RL_AGGREGATION_INTERVAL": "1s"}
@@ -151,7 +151,7 @@ def test_component_spec_rejects_health_port_it_does_not_listen_on() -> None:
 
 def test_component_spec_rejects_relative_health_path() -> None:
     """A health path without a leading slash is a ValueError showing it."""
-    with pytest.raises(ValueError, match="\"health_path\" must start with \"/\", got 'health'"):
+    with pytest.raises(ValueError, match='"health_path" must start with "/", got \'health\''):
         dataclasses.replace(SPECS["victorialogs"], health_path="health")
 
 
@@ -233,7 +233,9 @@ def test_metric_through_collector_reaches_prometheus(stack: Stack) -> None:
     finally:
         provider.shutdown()
     assert float(result[0]["value"][1]) >= 1
-    dropped = _get_json(f"{stack.prometheus_url}/api/v1/query", query=f'{{rl_run_id="{run_id}",__name__=~"stack_probe.*"}}')
+    dropped = _get_json(
+        f"{stack.prometheus_url}/api/v1/query", query=f'{{rl_run_id="{run_id}",__name__=~"stack_probe.*"}}'
+    )
     assert dropped["data"]["result"] == []
 
 

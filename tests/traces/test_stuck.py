@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from tests.alerts.overlay import write_overlay
-from tests.pipeline.harness import RankProcess, eventually, private_stack, start_ranks
+from tests.pipeline.harness import RankProcess, private_stack, start_ranks
 
 RANKS = 4
 FLOOR_S = 5.0
@@ -33,9 +33,10 @@ def run_id() -> str:
 @pytest.fixture(scope="module")
 def stack(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory, run_id: str) -> Iterator[Any]:
     rules = write_overlay(
-        tmp_path_factory.mktemp("stuck-rules"), shorten={"RLPhaseStuck": "0s"},
+        tmp_path_factory.mktemp("stuck-rules"),
+        shorten={"RLPhaseStuck": "0s"},
         overrides=[(run_id, "phase_stuck_floor_seconds", FLOOR_S)],
-    )  # fmt: skip
+    )
     with private_stack(stack_binaries, tmp_path_factory.mktemp("stuck-stack"), rule_files=rules) as running:
         yield running
 
@@ -56,7 +57,9 @@ def _step(ranks: list[RankProcess], step: int) -> None:
 
 def _recorded(stack: Any, selector: str, evaluations: int) -> bool:
     """Whether the rule evaluator recorded ``selector`` (a recorded series of the run) at least ``evaluations`` times."""
-    answer = requests.get(f"{stack.prometheus_url}/api/v1/query", params={"query": f"{selector}[5m]"}, timeout=10).json()
+    answer = requests.get(
+        f"{stack.prometheus_url}/api/v1/query", params={"query": f"{selector}[5m]"}, timeout=10
+    ).json()
     return any(len(series["values"]) >= evaluations for series in answer["data"]["result"])
 
 
@@ -73,7 +76,9 @@ def test_a_rank_hung_in_a_phase_fires_the_alert_naming_it(stack: Any, run_id: st
     ranks = start_ranks(RANKS, endpoint=stack.otlp_grpc_endpoint, run_id=run_id, histogram="exponential")
     try:
         step, deadline = 0, time.time() + 90
-        while time.time() < deadline and not _recorded(stack, f'rl:phase_duration_p99:rate1h{{rl_run_id="{run_id}"}}', 2):
+        while time.time() < deadline and not _recorded(
+            stack, f'rl:phase_duration_p99:rate1h{{rl_run_id="{run_id}"}}', 2
+        ):
             _step(ranks, step)  # a run that keeps stepping until the rules recorded its phases' p99 twice
             step += 1
             assert _stuck_alerts(stack, run_id) == []

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from otel_rl import promql
 from otel_rl._phases import step_trace
-from otel_rl.query import Jaeger, Prometheus, Span
+from otel_rl.ops import promql
+from otel_rl.ops.query import Jaeger, Prometheus, Span
 from tests.pipeline.harness import eventually, expected_buckets, start_ranks
 
 RANKS = 4
@@ -23,7 +23,29 @@ FLOPS_PER_TOKEN = 6e9
 PEAK_FLOPS = 1e15
 PHASES = ("generate", "train", "sync")
 """The phases every rank goes through each step: generate, then train with a nested sync."""
-BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    120,
+    300,
+    600,
+    1200,
+    1800,
+    3600,
+)
 """The bounds of rl_phase_duration_seconds (collector_config/collector.yaml, connector spanmetrics)."""
 
 
@@ -39,9 +61,12 @@ def timeline(shared_stack: Any) -> Iterator[dict[str, Any]]:
     consumed by rank 0's train of step 1 (a span link and a queue span); tokens and the async gauges recorded."""
     run_id = f"timeline-{uuid.uuid4().hex[:8]}"
     ranks = start_ranks(
-        RANKS, endpoint=shared_stack.otlp_grpc_endpoint, run_id=run_id, flops_per_token=FLOPS_PER_TOKEN,
+        RANKS,
+        endpoint=shared_stack.otlp_grpc_endpoint,
+        run_id=run_id,
+        flops_per_token=FLOPS_PER_TOKEN,
         peak_flops=PEAK_FLOPS,
-    )  # fmt: skip
+    )
     inputs: dict[str, Any] = {"generated": 0, "trained": 0, "samples": 0, "trajectory": ""}
     try:
         for step in range(STEPS):
@@ -91,13 +116,17 @@ def traces(shared_stack: Any, timeline: dict[str, Any]) -> dict[int, list[Span]]
     """Every step's trace as Jaeger returns it, once complete (spans leave the ranks in batches every few seconds)."""
     run_id = timeline["run_id"]
     return {
-        step: eventually(lambda: (spans := _trace(shared_stack, step, run_id)) and _complete(spans) and spans,
-                         what=f"step {step}'s complete trace in Jaeger")  # fmt: skip
+        step: eventually(
+            lambda: (spans := _trace(shared_stack, step, run_id)) and _complete(spans) and spans,
+            what=f"step {step}'s complete trace in Jaeger",
+        )
         for step in range(STEPS)
     }
 
 
-def test_each_steps_trace_holds_every_ranks_phase_spans(traces: dict[int, list[Span]], timeline: dict[str, Any]) -> None:
+def test_each_steps_trace_holds_every_ranks_phase_spans(
+    traces: dict[int, list[Span]], timeline: dict[str, Any]
+) -> None:
     """Read back from Jaeger: one trace per step, rank 0's root rl.step, one rl.rank.step per rank under it, each rank's
     generate and train under its rank span and sync under its train, each once, all naming the step and the rank."""
     for step, spans in traces.items():
@@ -113,7 +142,9 @@ def test_each_steps_trace_holds_every_ranks_phase_spans(traces: dict[int, list[S
             by_name = {span.name: span for span in mine}
             assert by_name["generate"].parent_id == by_name["train"].parent_id == rank_span.span_id
             assert by_name["sync"].parent_id == by_name["train"].span_id
-            assert all(span.attributes["rl.phase.name"] == span.name and span.attributes["rl.step"] == step for span in mine)
+            assert all(
+                span.attributes["rl.phase.name"] == span.name and span.attributes["rl.step"] == step for span in mine
+            )
             assert by_name["generate"].duration_s >= _sleep_for(rank, step, "generate")
             assert rank_span.start_ns <= by_name["generate"].start_ns <= by_name["sync"].end_ns <= rank_span.end_ns
 
@@ -171,8 +202,15 @@ def test_tokens_flops_and_async_state_are_the_exact_totals(shared_stack: Any, ti
     queue depth, in-flight rollouts and buffer occupancy are the last values summed over ranks."""
     prometheus = Prometheus(shared_stack.prometheus_url)
     selector = promql.matchers(rl_run_id=timeline["run_id"], rl_rank="")
-    totals = {name: f"sum(rl_{name}_total{{{selector}}})" for name in ("tokens_generated", "tokens_trained", "samples_trained")}
-    expected = {"tokens_generated": timeline["generated"], "tokens_trained": timeline["trained"], "samples_trained": timeline["samples"]}
+    totals = {
+        name: f"sum(rl_{name}_total{{{selector}}})"
+        for name in ("tokens_generated", "tokens_trained", "samples_trained")
+    }
+    expected = {
+        "tokens_generated": timeline["generated"],
+        "tokens_trained": timeline["trained"],
+        "samples_trained": timeline["samples"],
+    }
     eventually(lambda: {k: prometheus.value(q) for k, q in totals.items()} == expected, what="the token counters")
     assert prometheus.value(f"rl_flops_per_token{{{selector}}}") == FLOPS_PER_TOKEN
     assert prometheus.value(f"rl_flops_peak_per_second{{{selector}}}") == RANKS * PEAK_FLOPS
@@ -182,15 +220,21 @@ def test_tokens_flops_and_async_state_are_the_exact_totals(shared_stack: Any, ti
     assert prometheus.value(promql.mfu(selector, window="5m"), at=now) == pytest.approx(
         rate * FLOPS_PER_TOKEN / (RANKS * PEAK_FLOPS), rel=1e-12
     )
-    gauges = {"rl_queue_depth": sum(range(RANKS)), "rl_rollouts_in_flight": 2 * RANKS, "rl_buffer_used": (10 + STEPS - 1) * RANKS,
-              "rl_buffer_capacity": 64 * RANKS}  # fmt: skip
+    gauges = {
+        "rl_queue_depth": sum(range(RANKS)),
+        "rl_rollouts_in_flight": 2 * RANKS,
+        "rl_buffer_used": (10 + STEPS - 1) * RANKS,
+        "rl_buffer_capacity": 64 * RANKS,
+    }
     assert {name: prometheus.value(f"{name}{{{selector}}}") for name in gauges} == gauges
 
 
 GOLDEN_PHASE_SERIES = {
-    "rl_phase_duration_seconds_bucket", "rl_phase_duration_seconds_count", "rl_phase_duration_seconds_sum",
+    "rl_phase_duration_seconds_bucket",
+    "rl_phase_duration_seconds_count",
+    "rl_phase_duration_seconds_sum",
     "rl_phase_calls_total",
-}  # fmt: skip
+}
 """The exact Prometheus series the collector's spanmetrics makes of a run's phase spans (docs/contract.md)."""
 
 

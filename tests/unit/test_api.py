@@ -52,9 +52,13 @@ def test_no_module_imports_another_modules_private_names() -> None:
     for path in sorted(_PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("otel_rl"):
-                crossings += [f"{path.name}: {alias.name}" for alias in node.names
-                              if alias.name.startswith("_") and not alias.name.startswith("__")
-                              and importlib.util.find_spec(f"{node.module}.{alias.name}") is None]  # fmt: skip
+                crossings += [
+                    f"{path.name}: {alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_")
+                    and not alias.name.startswith("__")
+                    and importlib.util.find_spec(f"{node.module}.{alias.name}") is None
+                ]
     assert crossings == []
 
 

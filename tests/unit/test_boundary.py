@@ -143,7 +143,10 @@ def test_python_and_float64_values_stay_exact(
     telemetry.record_metric("key", value)
     telemetry.record_rewards(value)
     assert telemetry.flush(5)
-    for distribution, attrs in ((_names.METRICS, {_names.METRIC_KEY: "key"}), (_names.REWARDS, {_names.REWARD_FN: "total"})):
+    for distribution, attrs in (
+        (_names.METRICS, {_names.METRIC_KEY: "key"}),
+        (_names.REWARDS, {_names.REWARD_FN: "total"}),
+    ):
         assert _value(exporter, distribution.maximum.name, **attrs) == max(values)
         assert _value(exporter, distribution.minimum.name, **attrs) == min(values)
         histogram = _value(exporter, distribution.histogram.name, **attrs)
@@ -189,7 +192,10 @@ def test_rejected_advantages_count_no_signs(
     telemetry.record_rollouts(advantages=advantages)
     assert telemetry.flush(5)
     assert not [key for key in exporter.latest() if key[0] == _names.ADVANTAGE_SIGNS.name]
-    assert sum(n for (metric, _), n in _rejected(exporter).items() if metric == _names.ADVANTAGES.histogram.name) == advantages.numel()
+    assert (
+        sum(n for (metric, _), n in _rejected(exporter).items() if metric == _names.ADVANTAGES.histogram.name)
+        == advantages.numel()
+    )
 
 
 def test_sparse_and_strided_tensors_are_read_like_dense_ones(
@@ -200,7 +206,10 @@ def test_sparse_and_strided_tensors_are_read_like_dense_ones(
     dense = torch.tensor([[0.5, 0.0], [0.0, 2.0]])
     logprobs = torch.tensor([[-1.0, -2.0], [-0.5, -0.25]]).t()
     telemetry.record_rollouts(
-        entropy=dense.to_sparse(), logprobs=logprobs, inference_logprobs=logprobs.clone(), advantages=torch.arange(8.0)[::4]
+        entropy=dense.to_sparse(),
+        logprobs=logprobs,
+        inference_logprobs=logprobs.clone(),
+        advantages=torch.arange(8.0)[::4],
     )
     assert telemetry.flush(5)
     entropy = _value(exporter, _names.ENTROPY.histogram.name)
@@ -225,7 +234,13 @@ def test_a_sample_with_hundreds_of_extras_keeps_its_identity(
     (exported,) = logs.get_finished_logs()
     record = exported.log_record
     attributes = dict(record.attributes or {})
-    for key in (_names.SAMPLE_ID, _names.SAMPLE_STEP, _names.SAMPLE_SELECTION, _names.SAMPLE_TABLE, _names.SAMPLE_REWARD):
+    for key in (
+        _names.SAMPLE_ID,
+        _names.SAMPLE_STEP,
+        _names.SAMPLE_SELECTION,
+        _names.SAMPLE_TABLE,
+        _names.SAMPLE_REWARD,
+    ):
         assert key in attributes, key
     assert exported.dropped_attributes == 0 and len(attributes) <= 128
     body_extra = record.body["extra"]  # type: ignore[index]
@@ -269,7 +284,9 @@ def test_metric_keys_take_a_cap_slot_only_with_a_kept_value(exporter: EncodingMe
     telemetry.record_metric("loss", 0.5)
     telemetry.record_metric("kl", 0.1)
     assert telemetry.flush(5)
-    keys = {dict(attrs)[_names.METRIC_KEY] for name, attrs in exporter.latest() if name == _names.METRICS.histogram.name}
+    keys = {
+        dict(attrs)[_names.METRIC_KEY] for name, attrs in exporter.latest() if name == _names.METRICS.histogram.name
+    }
     assert keys == {"loss", "kl"}
     telemetry.shutdown(5)
 

@@ -6,12 +6,14 @@ import sys
 
 import pytest
 
-from otel_rl.cli import main
+from otel_rl.ops.cli import main
 
 
-def test_missing_tooling_extra_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_tooling_extra_is_one_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Without PyYAML (the stack extra), `otel-rl stack status` exits 1 naming the module and the extras to install."""
-    for name in [name for name in sys.modules if name.startswith(("otel_rl.stack", "otel_rl.report"))]:
+    for name in [name for name in sys.modules if name.startswith(("otel_rl.ops.stack", "otel_rl.ops.report"))]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "yaml", None)
     assert main(["stack", "status"]) == 1

@@ -62,10 +62,14 @@ def test_setup_forwards_every_telemetry_parameter() -> None:
 def test_headers_never_show(caplog: pytest.LogCaptureFixture) -> None:
     """A token in the headers is in no repr (of the config or its resolved form) and in no error message; sent over
     plain http to another host it is warned about once, naming the header, never its value."""
-    config = TelemetryConfig(run_id="r", endpoint="http://collector.example:4317", headers={"authorization": "Bearer s3cret"})
+    config = TelemetryConfig(
+        run_id="r", endpoint="http://collector.example:4317", headers={"authorization": "Bearer s3cret"}
+    )
     assert "s3cret" not in repr(config) and "s3cret" not in repr(config.resolved)
     with caplog.at_level(logging.WARNING):
-        TelemetryConfig(run_id="r", endpoint="http://collector.example:4317", headers={"authorization": "Bearer s3cret"})
+        TelemetryConfig(
+            run_id="r", endpoint="http://collector.example:4317", headers={"authorization": "Bearer s3cret"}
+        )
     assert not [r for r in caplog.records if "s3cret" in r.getMessage()]
     with pytest.raises(ValueError, match='"headers" values must be strings') as error:
         TelemetryConfig(run_id="r", headers={"authorization": b"Bearer s3cret"})  # type: ignore[dict-item]
@@ -163,8 +167,14 @@ def test_torchrun_default_rendezvous_id_is_not_a_run_id(monkeypatch: pytest.Monk
             {"histogram": "explicit", "reward_bounds": (0.0, float("nan"))},
             r'"reward_bounds" must hold finite numbers, got nan',
         ),
-        ({"histogram": "explicit", "staleness_bounds": (0, 1.5)}, r'"staleness_bounds" must hold integers >= 0, got 1.5'),
-        ({"reward_bounds": (0.0, 1.0)}, r'"reward_bounds" applies to histogram="explicit" only, got reward_bounds=\(0.0, 1.0\)'),
+        (
+            {"histogram": "explicit", "staleness_bounds": (0, 1.5)},
+            r'"staleness_bounds" must hold integers >= 0, got 1.5',
+        ),
+        (
+            {"reward_bounds": (0.0, 1.0)},
+            r'"reward_bounds" applies to histogram="explicit" only, got reward_bounds=\(0.0, 1.0\)',
+        ),
         ({"staleness_bounds": (0, 4)}, r'"staleness_bounds" applies to histogram="explicit" only'),
         ({"histogram": "native"}, r'"histogram" must be one of exponential, explicit, got \'native\''),
         ({"histogram_scale": 9}, r'"histogram_scale" must be an integer from 0 to 8, got 9'),

@@ -132,9 +132,13 @@ def test_histogram_forms_are_pinned(
     telemetry.record_staleness([3, 1], current_version=4)
     telemetry.record_metric("loss", [0.25])
     telemetry.record_rollouts(
-        advantages=[0.5, -0.5], response_lengths=[128, 64], entropy=[[0.5, 0.25]] * 2,
-        logprobs=[[-1.0, -2.0]] * 2, inference_logprobs=[[-1.1, -2.0]] * 2, versions_spanned=[1, 2],
-    )  # fmt: skip
+        advantages=[0.5, -0.5],
+        response_lengths=[128, 64],
+        entropy=[[0.5, 0.25]] * 2,
+        logprobs=[[-1.0, -2.0]] * 2,
+        inference_logprobs=[[-1.1, -2.0]] * 2,
+        versions_spanned=[1, 2],
+    )
     telemetry.flush(5)
     telemetry.shutdown()
     forms: dict[str, tuple[str, object]] = {}
@@ -294,9 +298,23 @@ def test_contract_document_lists_every_name() -> None:
     """Every metric, attribute and event name appears in docs/contract.md."""
     names = [m.name for m in _names.ALL_METRICS if not m.name.startswith("rl.metric.")]
     names += [
-        _names.RUN_ID, _names.RANK, _names.WORLD_SIZE, _names.LOCAL_RANK, _names.ROLE, _names.REWARD_FN,
-        _names.METRIC_KEY, _names.SAMPLE_EVENT, _names.SAMPLE_SELECTION, _names.SAMPLE_TABLE, _names.SAMPLE_TRUNCATED,
-        _names.DATASET, _names.STALENESS_PHASE, _names.KL_ESTIMATOR, _names.GROUP_OUTCOME, _names.SIGN, _names.PHASE,
-    ]  # fmt: skip
+        _names.RUN_ID,
+        _names.RANK,
+        _names.WORLD_SIZE,
+        _names.LOCAL_RANK,
+        _names.ROLE,
+        _names.REWARD_FN,
+        _names.METRIC_KEY,
+        _names.SAMPLE_EVENT,
+        _names.SAMPLE_SELECTION,
+        _names.SAMPLE_TABLE,
+        _names.SAMPLE_TRUNCATED,
+        _names.DATASET,
+        _names.STALENESS_PHASE,
+        _names.KL_ESTIMATOR,
+        _names.GROUP_OUTCOME,
+        _names.SIGN,
+        _names.PHASE,
+    ]
     missing = [name for name in names if f"`{name}`" not in CONTRACT]
     assert missing == []

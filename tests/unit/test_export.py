@@ -77,8 +77,15 @@ def clock() -> FakeClock:
 
 
 def _worker(store: MetricStore, clock: FakeClock, **exporters: Any) -> ExportWorker:
-    return ExportWorker(store, interval_s=1.0, timeout_s=1.0, queue_size=100, timer=clock.timer(),
-                        metric_exporter=exporters.get("metrics"), log_exporter=exporters.get("logs"))  # fmt: skip
+    return ExportWorker(
+        store,
+        interval_s=1.0,
+        timeout_s=1.0,
+        queue_size=100,
+        timer=clock.timer(),
+        metric_exporter=exporters.get("metrics"),
+        log_exporter=exporters.get("logs"),
+    )
 
 
 def test_failing_exports_back_off_on_schedule_and_a_flush_still_tries(clock: FakeClock) -> None:
@@ -109,7 +116,9 @@ class _BadPointStore(MetricStore):
     def collect(self, now_ns: int) -> Any:
         data, window = super().collect(now_ns)
         metric = next(m for m in data.resource_metrics[0].scope_metrics[0].metrics if m.name == _names.STEP.name)
-        metric.data.data_points.append(NumberDataPoint(attributes={"bad": "1"}, start_time_unix_nano=1, time_unix_nano=now_ns, value=2**70))
+        metric.data.data_points.append(
+            NumberDataPoint(attributes={"bad": "1"}, start_time_unix_nano=1, time_unix_nano=now_ns, value=2**70)
+        )
         return data, window
 
 

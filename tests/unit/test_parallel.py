@@ -18,7 +18,7 @@ def _summary_count() -> int:
         return ValueSummarizer(ExponentialLayout(5)).summarize(VALUES, None).count
 
 
-def _child(results: "multiprocessing.Queue[int]") -> None:
+def _child(results: multiprocessing.Queue[int]) -> None:
     results.put(_summary_count())
 
 

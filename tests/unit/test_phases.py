@@ -41,10 +41,19 @@ def spans() -> InMemorySpanExporter:
     return InMemorySpanExporter()
 
 
-def _rank(rank: int, spans: InMemorySpanExporter, clock: Clock, metrics: EncodingMetricExporter | None = None) -> otel_rl.Telemetry:
+def _rank(
+    rank: int, spans: InMemorySpanExporter, clock: Clock, metrics: EncodingMetricExporter | None = None
+) -> otel_rl.Telemetry:
     return otel_rl.Telemetry(
-        otel_rl.TelemetryConfig(run_id="phases", rank=rank, world_size=2, exporter="none", export_interval_s=60,
-                                flops_per_token=6e9, peak_flops=1e15 if rank == 0 else None),  # fmt: skip
+        otel_rl.TelemetryConfig(
+            run_id="phases",
+            rank=rank,
+            world_size=2,
+            exporter="none",
+            export_interval_s=60,
+            flops_per_token=6e9,
+            peak_flops=1e15 if rank == 0 else None,
+        ),
         metric_exporter=metrics or EncodingMetricExporter(),
         log_exporter=InMemoryLogRecordExporter(),  # type: ignore[no-untyped-call]
         span_exporter=spans,
@@ -91,7 +100,11 @@ def test_every_rank_puts_its_phases_in_the_steps_one_trace(
     rank_spans = {s.attributes["rl.rank"]: s for s in finished if s.name == "rl.rank.step"}  # type: ignore[index]
     assert set(rank_spans) == {0, 1} and all(s.parent and s.parent.span_id == root_id for s in rank_spans.values())
     for rank_number, rank_span in rank_spans.items():
-        mine = {s.name: s for s in finished if s.attributes.get("rl.rank") == rank_number and s.name not in ("rl.step", "rl.rank.step")}  # type: ignore[union-attr]
+        mine = {
+            s.name: s
+            for s in finished
+            if s.attributes.get("rl.rank") == rank_number and s.name not in ("rl.step", "rl.rank.step")
+        }  # type: ignore[union-attr]
         assert set(mine) == {"generate", "train", "sync"}
         assert mine["generate"].parent.span_id == mine["train"].parent.span_id == rank_span.context.span_id  # type: ignore[union-attr]
         assert mine["sync"].parent.span_id == mine["train"].context.span_id  # type: ignore[union-attr]
@@ -118,11 +131,17 @@ def test_an_imperative_phase_carries_over_into_the_next_step(
     trains = sorted((s for s in finished if s.name == "train"), key=lambda s: s.start_time or 0)
     assert [s.attributes["rl.step"] for s in trains] == [1, 2]  # type: ignore[index]
     assert [s.context.trace_id for s in trains] == [step_trace("phases", 1)[0], step_trace("phases", 2)[0]]
-    assert [s.name for s in finished if s.attributes.get("rl.step") == 1 and s.name not in ("rl.step", "rl.rank.step")] == ["generate", "train"]  # type: ignore[union-attr]
+    assert [
+        s.name for s in finished if s.attributes.get("rl.step") == 1 and s.name not in ("rl.step", "rl.rank.step")
+    ] == ["generate", "train"]  # type: ignore[union-attr]
     started = rank._store.collect(clock())[0]
     assert started is not None
-    gauges = {(m.name, tuple(sorted(p.attributes.items()))): p.value for m in started.resource_metrics[0].scope_metrics[0].metrics
-              if m.name in (_names.PHASES.name, _names.PHASE_STARTED.name) for p in m.data.data_points}  # type: ignore[attr-defined]  # fmt: skip
+    gauges = {
+        (m.name, tuple(sorted(p.attributes.items()))): p.value
+        for m in started.resource_metrics[0].scope_metrics[0].metrics
+        if m.name in (_names.PHASES.name, _names.PHASE_STARTED.name)
+        for p in m.data.data_points
+    }  # type: ignore[attr-defined]
     assert gauges[(_names.PHASES.name, (("rl.phase.name", "train"),))] == 1
     assert gauges[(_names.PHASES.name, (("rl.phase.name", "generate"),))] == 0
     assert gauges[(_names.PHASE_STARTED.name, (("rl.phase.name", "train"),))] == (clock() - 2 * 10**9) / 1e9
@@ -165,9 +184,8 @@ def test_phases_never_raise_and_never_swallow(ranks: list[otel_rl.Telemetry]) ->
 
     with rank.phase(Hostile(), links=Hostile()):  # type: ignore[arg-type]
         pass
-    with pytest.raises(KeyError):
-        with rank.phase("train"):
-            raise KeyError("the trainer's own")
+    with pytest.raises(KeyError), rank.phase("train"):
+        raise KeyError("the trainer's own")
     assert rank.self_telemetry.rejected(_names.PHASES.name) >= 1
 
 
@@ -186,8 +204,17 @@ def test_throughput_and_async_state_are_exact_counters_and_gauges(spans: InMemor
     def value(metric: _names.MetricName) -> Any:
         return latest[(metric.name, ())].value  # type: ignore[attr-defined]
 
-    assert (value(_names.TOKENS_GENERATED), value(_names.TOKENS_TRAINED), value(_names.SAMPLES_TRAINED)) == (4096 + 2**53 + 1, 3001, 8)
-    assert (value(_names.QUEUE_DEPTH), value(_names.IN_FLIGHT), value(_names.BUFFER_USED), value(_names.BUFFER_CAPACITY)) == (3, 5, 120, 512)
+    assert (value(_names.TOKENS_GENERATED), value(_names.TOKENS_TRAINED), value(_names.SAMPLES_TRAINED)) == (
+        4096 + 2**53 + 1,
+        3001,
+        8,
+    )
+    assert (
+        value(_names.QUEUE_DEPTH),
+        value(_names.IN_FLIGHT),
+        value(_names.BUFFER_USED),
+        value(_names.BUFFER_CAPACITY),
+    ) == (3, 5, 120, 512)
     assert (value(_names.FLOPS_PER_TOKEN), value(_names.FLOPS_PEAK)) == (6e9, 1e15)
     assert rank.self_telemetry.rejected(_names.QUEUE_DEPTH.name) == 1
     rank.shutdown(5)
@@ -198,8 +225,10 @@ def test_without_trace_export_records_still_name_the_step(clock: Clock) -> None:
     logs = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
     rank = otel_rl.Telemetry(
         otel_rl.TelemetryConfig(run_id="phases", exporter="none", export_interval_s=60),
-        metric_exporter=EncodingMetricExporter(), log_exporter=logs, clock=clock,
-    )  # fmt: skip
+        metric_exporter=EncodingMetricExporter(),
+        log_exporter=logs,
+        clock=clock,
+    )
     rank.step(9)
     rank.record_sample(otel_rl.EpisodeSample(reward=1.0))
     rank.step(10)

@@ -1,18 +1,29 @@
-"""otel_rl.promql's quoting, the report's variable substitution and the demo's run folders, without a stack
+"""otel_rl.ops.promql's quoting, the report's variable substitution and the demo's run folders, without a stack
 (tests/queries/test_hostile_run_ids.py runs the same run ids against the real Prometheus and VictoriaLogs)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from otel_rl import promql
-from otel_rl.report.dashboard import substitute
+from otel_rl.ops import promql
+from otel_rl.ops.report.dashboard import substitute
 
-HOSTILE = ['q"uote', "back\\slash", "trail\\", "br{ace}s", "dollar$run$__interval", "new\nline", "tab\there",
-           "bell\x07", "ünï©ødé-实验 🚀", 'victim",rl_run_id=~".*', "", "\u2028"]  # fmt: skip
+HOSTILE = [
+    'q"uote',
+    "back\\slash",
+    "trail\\",
+    "br{ace}s",
+    "dollar$run$__interval",
+    "new\nline",
+    "tab\there",
+    "bell\x07",
+    "ünï©ødé-实验 🚀",
+    'victim",rl_run_id=~".*',
+    "",
+    "\u2028",
+]
 
 
 @pytest.mark.parametrize("value", HOSTILE)
@@ -56,6 +67,6 @@ def test_substitute_refuses_unknown_variables_and_a_bare_run_variable() -> None:
     """Variables the report cannot fill, and $run outside a string literal (it cannot be quoted there), are
     errors naming the query."""
     with pytest.raises(ValueError, match=r"uses variables the report does not know: \['job'\]"):
-        substitute("up{job=~\"$job\"}", run_id="r", rate_interval="20s", interval="5s")
+        substitute('up{job=~"$job"}', run_id="r", rate_interval="20s", interval="5s")
     with pytest.raises(ValueError, match=r'uses \$run outside a string literal: write "\$run"'):
         substitute("label_values($run)", run_id="r", rate_interval="20s", interval="5s")

@@ -1,4 +1,4 @@
-"""otel_rl.query against a local HTTP server that answers like Prometheus and VictoriaLogs, failures included."""
+"""otel_rl.ops.query against a local HTTP server that answers like Prometheus and VictoriaLogs, failures included."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from otel_rl.query import Prometheus, QueryError, VictoriaLogs
+from otel_rl.ops.query import Prometheus, QueryError, VictoriaLogs
 
 _ANSWERS: dict[str, tuple[int, str]] = {}
 """Query text -> (HTTP status, body) that the server answers for it."""
@@ -19,7 +19,7 @@ _RECEIVED: list[tuple[str, dict[str, str]]] = []
 
 
 class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"])).decode()
         form = dict(urllib.parse.parse_qsl(body))
         _RECEIVED.append((self.path, form))
@@ -28,7 +28,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(text.encode())
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
+    def log_message(self, format: str, *args: object) -> None:
         """Keep the test output clean."""
 
 
@@ -80,4 +80,3 @@ def test_failures_are_query_errors_naming_the_query(url: str) -> None:
         VictoriaLogs(url).query("bad|")
     with pytest.raises(QueryError, match=r"Prometheus query 'up' failed: .*Connection refused"):
         Prometheus("http://127.0.0.1:1", timeout_s=2).query("up")
-

@@ -17,8 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from otel_rl import Telemetry, TelemetryConfig
-from otel_rl import _names
+from otel_rl import Telemetry, TelemetryConfig, _names
 from otel_rl._buckets import Layouts
 from otel_rl._rollouts import RolloutSummarizer
 from otel_rl._stats import ValueSummarizer
@@ -77,7 +76,12 @@ def test_group_statistics_match_a_python_reference(
     result = summarizer.summarize(group_ids=torch.tensor(group_ids, dtype=torch.int64), rewards=torch.tensor(rewards))
     assert not result.rejected
     expected = group_reference(group_ids, rewards, 1.0)
-    assert counts_of(result) == {"none": expected["none"], "some": expected["some"], "all": expected["all"], "zero": expected["zero"]}
+    assert counts_of(result) == {
+        "none": expected["none"],
+        "some": expected["some"],
+        "all": expected["all"],
+        "zero": expected["zero"],
+    }
 
 
 @PATHS
@@ -86,7 +90,9 @@ def test_group_statistics_match_a_python_reference(
     shape=st.tuples(st.integers(1, 8), st.integers(1, 16)),
     data=st.data(),
 )
-def test_per_token_signals_match_numpy(values: type[ValueSummarizer], shape: tuple[int, int], data: st.DataObject) -> None:
+def test_per_token_signals_match_numpy(
+    values: type[ValueSummarizer], shape: tuple[int, int], data: st.DataObject
+) -> None:
     """Entropy, importance ratio and the k1/k3 mismatch KL over unmasked tokens; advantages and lengths per
     rollout with a row mask: counts, sums, extremes and buckets equal a float64 numpy reference."""
     logits = st.floats(-8, 0, width=32)
@@ -123,7 +129,9 @@ def test_per_token_signals_match_numpy(values: type[ValueSummarizer], shape: tup
         assert statistics.count == reference.size, key
         assert statistics.total == pytest.approx(reference.sum(), rel=1e-9, abs=1e-9), key
         if reference.size:
-            assert (statistics.minimum, statistics.maximum) == pytest.approx((reference.min(), reference.max()), rel=1e-12)
+            assert (statistics.minimum, statistics.maximum) == pytest.approx(
+                (reference.min(), reference.max()), rel=1e-12
+            )
         sides = LAYOUT.sides(statistics.bucket_counts)
         negative = {sides.negative_offset + i: c for i, c in enumerate(sides.negative) if c}
         positive = {sides.positive_offset + i: c for i, c in enumerate(sides.positive) if c}
@@ -134,7 +142,9 @@ def test_per_token_signals_match_numpy(values: type[ValueSummarizer], shape: tup
     signs = counts_of(result)
     valid = advantages[rows]
     assert (signs["positive"], signs["negative"], signs["zero"]) == (
-        int((valid > 0).sum()), int((valid < 0).sum()), int((valid == 0).sum())
+        int((valid > 0).sum()),
+        int((valid < 0).sum()),
+        int((valid == 0).sum()),
     )
 
 
@@ -203,7 +213,11 @@ def test_staleness_health_counters(metric_exporter: RecordingMetricExporter) -> 
         (("rl.dataset", "_overflow"),): 1,
     }
     unversioned = {attrs: point.value for (name, attrs), point in latest.items() if name == "rl.staleness.unversioned"}  # type: ignore[attr-defined]
-    assert unversioned == {(("rl.dataset", "math"),): 2, (("rl.dataset", "code"),): 1, (("rl.dataset", "_overflow"),): 0}
+    assert unversioned == {
+        (("rl.dataset", "math"),): 2,
+        (("rl.dataset", "code"),): 1,
+        (("rl.dataset", "_overflow"),): 0,
+    }
     assert latest[("rl.staleness.dropped", (("rl.dataset", "math"),))].value == 3  # type: ignore[attr-defined]
     assert latest[("rl.reward", (("rl.dataset", "code"), ("rl.reward.fn", "total")))].count == 2  # type: ignore[attr-defined]
     assert _rejected(metric_exporter) == {("rl.dataset", "name_overflow"): 1}
@@ -221,7 +235,9 @@ def test_lifecycle_gauges(metric_exporter: RecordingMetricExporter) -> None:
     latest = metric_exporter.latest()
     assert latest[("rl.run.finished", ())].value == 0  # type: ignore[attr-defined]
     assert (latest[("rl.ranks.up", ())].value, latest[("rl.ranks.expected", ())].value) == (1, 4)  # type: ignore[attr-defined]
-    phases = {dict(attrs)["rl.phase.name"]: point.value for (name, attrs), point in latest.items() if name == "rl.phase"}  # type: ignore[attr-defined]
+    phases = {
+        dict(attrs)["rl.phase.name"]: point.value for (name, attrs), point in latest.items() if name == "rl.phase"
+    }  # type: ignore[attr-defined]
     assert phases == {"generate": 0, "train": 1}
     assert latest[("rl.run.start_time", ())].value == pytest.approx(__import__("time").time(), abs=60)  # type: ignore[attr-defined]
     telemetry.shutdown()

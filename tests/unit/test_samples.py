@@ -72,16 +72,33 @@ def test_multi_megabyte_text_is_cut() -> None:
 def test_attributes_follow_the_contract() -> None:
     """Scalar fields become rl.* attributes; the breakdown becomes rl.reward.<fn>; extras are prefixed."""
     sample = EpisodeSample(
-        reward=1.5, episode_id=7, policy_version=3, advantage=0.5, staleness=2, request_len=10, response_len=20,
-        reward_breakdown={"correctness": 1.0, "format": 0.5}, extra={"task": "add", "nested": {"a": [1, 2]}},
-    )  # fmt: skip
+        reward=1.5,
+        episode_id=7,
+        policy_version=3,
+        advantage=0.5,
+        staleness=2,
+        request_len=10,
+        response_len=20,
+        reward_breakdown={"correctness": 1.0, "format": 0.5},
+        extra={"task": "add", "nested": {"a": [1, 2]}},
+    )
     record = to_record(sample, step=4, selection="bottom", table="rollout/sample", budget_bytes=100)
     assert record.attributes == {
-        "rl.sample.selection": "bottom", "rl.sample.table": "rollout/sample", "rl.reward": 1.5, "rl.step": 4, "rl.episode.id": "7",
-        "rl.policy.version": 3, "rl.advantage": 0.5, "rl.staleness": 2, "rl.request.length": 10,
-        "rl.response.length": 20, "rl.reward.correctness": 1.0, "rl.reward.format": 0.5,
-        "rl.sample.extra.task": "add", "rl.sample.truncated": False,
-    }  # fmt: skip
+        "rl.sample.selection": "bottom",
+        "rl.sample.table": "rollout/sample",
+        "rl.reward": 1.5,
+        "rl.step": 4,
+        "rl.episode.id": "7",
+        "rl.policy.version": 3,
+        "rl.advantage": 0.5,
+        "rl.staleness": 2,
+        "rl.request.length": 10,
+        "rl.response.length": 20,
+        "rl.reward.correctness": 1.0,
+        "rl.reward.format": 0.5,
+        "rl.sample.extra.task": "add",
+        "rl.sample.truncated": False,
+    }
     assert record.body == {"extra": '{"nested": {"a": [1, 2]}}'}
 
 
@@ -92,8 +109,13 @@ def test_deeply_nested_and_non_json_extras_do_not_raise() -> None:
     for _ in range(100_000):
         cursor.append([])
         cursor = cursor[0]  # type: ignore[assignment]
-    record = to_record(EpisodeSample(reward=0.0, extra={"deep": deep, "obj": object()}), step=1, selection="top", table="t",
-                       budget_bytes=200)  # fmt: skip
+    record = to_record(
+        EpisodeSample(reward=0.0, extra={"deep": deep, "obj": object()}),
+        step=1,
+        selection="top",
+        table="t",
+        budget_bytes=200,
+    )
     assert "extra" in record.body
 
 
@@ -113,10 +135,14 @@ def test_filter_handles_many_samples_with_bounded_state() -> None:
 
 
 @given(
-    episodes=st.lists(st.tuples(st.sampled_from(["p0", "p1", "p2", "p3", None]), st.sampled_from([0.0, 0.5, 1.0, 2.0])), max_size=40),
+    episodes=st.lists(
+        st.tuples(st.sampled_from(["p0", "p1", "p2", "p3", None]), st.sampled_from([0.0, 0.5, 1.0, 2.0])), max_size=40
+    ),
     k=st.integers(1, 4),
 )
-def test_distinct_prompts_prefer_the_best_episode_of_each_prompt(episodes: list[tuple[str | None, float]], k: int) -> None:
+def test_distinct_prompts_prefer_the_best_episode_of_each_prompt(
+    episodes: list[tuple[str | None, float]], k: int
+) -> None:
     """With distinct_prompts, the top are the best episode of each of the k best prompts (an episode without a
     prompt is its own), then, if there are fewer prompts than k, the next best episodes whatever their prompt; the
     bottom likewise from below. A reference over all episodes gives the same rewards and prompts."""
@@ -130,6 +156,8 @@ def test_distinct_prompts_prefer_the_best_episode_of_each_prompt(episodes: list[
         if key not in best or (reward, -index) > (best[key][0], -best[key][1]):
             best[key] = (reward, index)
     first = sorted(best.values(), key=lambda item: (-item[0], item[1]))[:k]
-    rest = sorted(((r, i) for i, (_, r) in enumerate(episodes) if (r, i) not in first), key=lambda item: (-item[0], item[1]))
+    rest = sorted(
+        ((r, i) for i, (_, r) in enumerate(episodes) if (r, i) not in first), key=lambda item: (-item[0], item[1])
+    )
     expected = [*first, *rest][: min(k, len(episodes))]
     assert [s.episode_id for s in top] == [index for _, index in expected]

@@ -18,7 +18,7 @@ from hypothesis.extra.numpy import arrays
 
 from otel_rl import _parallel
 from otel_rl._buckets import ExplicitLayout, ExponentialLayout, Layout
-from otel_rl._stats import BadInput, ValueSummarizer, StalenessSummarizer
+from otel_rl._stats import BadInput, StalenessSummarizer, ValueSummarizer
 from tests.reference import bucket_counts, exponential_sides
 
 
@@ -141,8 +141,7 @@ def test_rewards_match_numpy_reference(
     data=st.data(),
 )
 def test_staleness_matches_numpy_reference(
-    summarizer: type[StalenessSummarizer],
-    offsets: np.ndarray, current: int, layout: Layout, data: st.DataObject
+    summarizer: type[StalenessSummarizer], offsets: np.ndarray, current: int, layout: Layout, data: st.DataObject
 ) -> None:
     """Staleness is exact in int64 (near 2**53 too); negatives are counted and not folded in, and so are tokens
     without a version (negative versions), as their own reason (both histogram paths, explicit and exponential
@@ -167,7 +166,9 @@ def test_staleness_matches_numpy_reference(
 def test_staleness_is_exact_above_float32_precision(summarizer: type[StalenessSummarizer]) -> None:
     """Versions beyond 2**24 (where float32 rounds) give exact staleness."""
     current = 2**24 + 3
-    summary = summarizer(ExplicitLayout(STALENESS_BOUNDS)).summarize(torch.tensor([2**24 + 2, 2**24 + 3]), current, None)
+    summary = summarizer(ExplicitLayout(STALENESS_BOUNDS)).summarize(
+        torch.tensor([2**24 + 2, 2**24 + 3]), current, None
+    )
     assert (summary.total, summary.minimum, summary.maximum) == (1, 0, 1)
 
 

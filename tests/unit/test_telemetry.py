@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, LogRecordExporter, LogRecordExportResult
-from opentelemetry.sdk.metrics.export import MetricExportResult, MetricsData
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_rl import EpisodeSample, Telemetry, TelemetryConfig
@@ -25,10 +24,21 @@ BOUNDS = (-1.0, 0.0, 1.0)
 
 
 def make(exporter: RecordingMetricExporter, logs: LogRecordExporter | None = None, **settings: object) -> Telemetry:
-    config = TelemetryConfig(run_id="run-t", rank=0, world_size=1, histogram="explicit", reward_bounds=BOUNDS, export_interval_s=60,
-                             **settings)  # type: ignore[arg-type]  # fmt: skip
-    return Telemetry(config, metric_exporter=exporter, log_exporter=logs or InMemoryLogRecordExporter(),
-                     span_exporter=InMemorySpanExporter())  # fmt: skip
+    config = TelemetryConfig(
+        run_id="run-t",
+        rank=0,
+        world_size=1,
+        histogram="explicit",
+        reward_bounds=BOUNDS,
+        export_interval_s=60,
+        **settings,
+    )  # type: ignore[arg-type]
+    return Telemetry(
+        config,
+        metric_exporter=exporter,
+        log_exporter=logs or InMemoryLogRecordExporter(),
+        span_exporter=InMemorySpanExporter(),
+    )
 
 
 def rejected(exporter: RecordingMetricExporter) -> dict[tuple[str, str], float]:
@@ -82,9 +92,12 @@ def test_extremes_are_held_across_exports(metric_exporter: RecordingMetricExport
     """Within extremes_hold_s, a max goes out again with later exports (the collector keeps only a rank's newest
     point per aggregation interval); after the hold it gives way to newer values."""
     now = [10**12]
-    config = TelemetryConfig(run_id="hold", histogram="explicit", reward_bounds=BOUNDS, export_interval_s=60, extremes_hold_s=5)
-    telemetry = Telemetry(config, metric_exporter=metric_exporter, log_exporter=InMemoryLogRecordExporter(),
-                          clock=lambda: now[0])  # fmt: skip
+    config = TelemetryConfig(
+        run_id="hold", histogram="explicit", reward_bounds=BOUNDS, export_interval_s=60, extremes_hold_s=5
+    )
+    telemetry = Telemetry(
+        config, metric_exporter=metric_exporter, log_exporter=InMemoryLogRecordExporter(), clock=lambda: now[0]
+    )
     key = ("rl.reward.max", (("rl.reward.fn", "total"),))
     telemetry.record_rewards([9.0])
     telemetry.flush(5)
@@ -283,9 +296,13 @@ def _closed_port() -> int:
 def test_unreachable_collector_neither_blocks_nor_raises(protocol: str) -> None:
     """Real OTLP exporters against a closed port: recording stays fast, failures are counted, shutdown is bounded."""
     config = TelemetryConfig(
-        run_id="r", endpoint=f"http://127.0.0.1:{_closed_port()}", protocol=protocol,  # type: ignore[arg-type]
-        export_interval_s=0.2, export_timeout_s=0.5, shutdown_timeout_s=2,
-    )  # fmt: skip
+        run_id="r",
+        endpoint=f"http://127.0.0.1:{_closed_port()}",
+        protocol=protocol,  # type: ignore[arg-type]
+        export_interval_s=0.2,
+        export_timeout_s=0.5,
+        shutdown_timeout_s=2,
+    )
     telemetry = Telemetry(config)
     started = time.monotonic()
     for step in range(20):
@@ -369,8 +386,11 @@ def test_file_mode_writes_json_lines(tmp_path: Path) -> None:
 
 def test_resource_carries_run_and_rank() -> None:
     """The resource has service, instance, run and rank attributes."""
-    telemetry = Telemetry(TelemetryConfig(run_id="r9", rank=2, world_size=4, local_rank=0, role="rollout",
-                                          service_name="svc", exporter="none"))  # fmt: skip
+    telemetry = Telemetry(
+        TelemetryConfig(
+            run_id="r9", rank=2, world_size=4, local_rank=0, role="rollout", service_name="svc", exporter="none"
+        )
+    )
     attrs = telemetry.resource.attributes
     assert (attrs["rl.run.id"], attrs["rl.rank"], attrs["rl.world_size"], attrs["rl.local_rank"]) == ("r9", 2, 4, 0)
     assert (attrs["rl.role"], attrs["service.name"]) == ("rollout", "svc") and attrs["service.instance.id"]
@@ -380,15 +400,19 @@ def test_resource_carries_run_and_rank() -> None:
 def test_redaction_hook_rewrites_texts_before_they_leave(metric_exporter: RecordingMetricExporter) -> None:
     """redact(field, text) is applied to prompt, response and target before export."""
     logs = InMemoryLogRecordExporter()
-    telemetry = make(metric_exporter, logs, redact=lambda field, text: f"{field}:" + "".join(
-        "#" if c.isdigit() else c for c in text))  # fmt: skip
+    telemetry = make(
+        metric_exporter, logs, redact=lambda field, text: f"{field}:" + "".join("#" if c.isdigit() else c for c in text)
+    )
     telemetry.step(1)
     telemetry.record_sample(EpisodeSample(reward=1.0, prompt="call 555-0100", response=b"pin 1234", target="42"))
     telemetry.step(2)
     telemetry.flush(5)
     (record,) = logs.get_finished_logs()
-    assert record.log_record.body == {"prompt": "prompt:call ###-####", "response": "response:pin ####",
-                                      "target": "target:##"}  # fmt: skip
+    assert record.log_record.body == {
+        "prompt": "prompt:call ###-####",
+        "response": "response:pin ####",
+        "target": "target:##",
+    }
     telemetry.shutdown()
 
 
@@ -526,7 +550,9 @@ def test_construction_compiles_every_kernel_of_a_training_step() -> None:
     """The numba kernels a training step uses (rollouts with a bool or int64 mask, rewards and staleness as lists or
     tensors, a metric) are all compiled by ``Telemetry()``, so the first step does not pay for it (1.5 s on this path
     with a cold cache): a fresh process compiles nothing more during that step."""
-    result = subprocess.run([sys.executable, "-c", _FIRST_STEP], capture_output=True, text=True, timeout=300, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", _FIRST_STEP], capture_output=True, text=True, timeout=300, check=True
+    )
     constructed, after_step = map(int, result.stdout.split())
     assert constructed > 0
     assert after_step == constructed

@@ -71,10 +71,18 @@ def _records(telemetry: otel_rl.Telemetry, logs: InMemoryLogRecordExporter) -> l
 def test_episode_objects_become_samples(telemetry: otel_rl.Telemetry, logs: InMemoryLogRecordExporter) -> None:
     """record_episode_sample(table, episode) reads a torchforge Episode by attribute, breakdown included."""
     episode = Episode(
-        episode_id="ep-1", pad_id=0, request_len=12, response_len=5, target=42, request="6*7=",
-        completion=Completion(text="42", generator_version=3), reward=1.5,
-        reward_breakdown={"correctness": 1.0, "format": 0.5, "reward": 1.5}, advantage=0.25, truncated=True,
-    )  # fmt: skip
+        episode_id="ep-1",
+        pad_id=0,
+        request_len=12,
+        response_len=5,
+        target=42,
+        request="6*7=",
+        completion=Completion(text="42", generator_version=3),
+        reward=1.5,
+        reward_breakdown={"correctness": 1.0, "format": 0.5, "reward": 1.5},
+        advantage=0.25,
+        truncated=True,
+    )
     telemetry.step(1)
     record_episode_sample("rollout/sample", episode)
     (record,) = _records(telemetry, logs)
@@ -94,9 +102,11 @@ def test_each_table_keeps_its_own_extremes(telemetry: otel_rl.Telemetry, logs: I
         record_episode_sample("eval/sample", {"reward": reward, "response": f"e{reward}"})
     kept = {(r["rl.sample.table"], r["rl.sample.selection"], r["rl.reward"]) for r in _records(telemetry, logs)}
     assert kept == {
-        ("train/sample", "top", 10.0), ("train/sample", "bottom", -10.0),
-        ("eval/sample", "top", 0.3), ("eval/sample", "bottom", 0.1),
-    }  # fmt: skip
+        ("train/sample", "top", 10.0),
+        ("train/sample", "bottom", -10.0),
+        ("eval/sample", "top", 0.3),
+        ("eval/sample", "bottom", 0.1),
+    }
 
 
 def test_sample_dicts_in_torchforge_form(telemetry: otel_rl.Telemetry, logs: InMemoryLogRecordExporter) -> None:
@@ -104,8 +114,16 @@ def test_sample_dicts_in_torchforge_form(telemetry: otel_rl.Telemetry, logs: InM
     ``prompt`` or ``request``; ``pad_id`` and unknown non-numeric keys go to extra, not dropped, and ``score`` (the
     reward again, torchforge's ranking key) is not a reward function."""
     telemetry.step(1)
-    sample = {"episode_id": 7, "request": "1+1=", "response": "2", "reward": 1.0, "correctness": np.float32(1.0),
-              "pad_id": 0, "note": "x", "score": 1.0}  # fmt: skip
+    sample = {
+        "episode_id": 7,
+        "request": "1+1=",
+        "response": "2",
+        "reward": 1.0,
+        "correctness": np.float32(1.0),
+        "pad_id": 0,
+        "note": "x",
+        "score": 1.0,
+    }
     record_metric("rollout/sample", sample, reduction=Reduce.SAMPLE)
     (record,) = _records(telemetry, logs)
     assert (record["prompt"], record["rl.reward"], record["rl.reward.correctness"]) == ("1+1=", 1.0, 1.0)
@@ -146,7 +164,9 @@ def test_bad_input_never_raises_and_is_counted(
     assert _records(telemetry, logs) == []
 
 
-def test_calls_before_setup_are_warned_no_ops(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_calls_before_setup_are_warned_no_ops(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Before otel_rl.setup() nothing raises (torchforge skips and warns once): one warning, nothing configured."""
     monkeypatch.setattr(torchforge, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="otel_rl.torchforge"):

@@ -136,9 +136,19 @@ def test_torchforge_metric_calls() -> None:
     assert len(samples) == 8 and all(type(sample) is dict for sample in samples)
     assert all(type(value) in (int, float) for _, value, reduction in calls if reduction != "SAMPLE")
     assert list(samples[0]) == [
-        "episode_id", "policy_version", "prompt", "response", "target", "reward", "advantage", "request_len",
-        "response_len", "pad_id", *ti.TORCHFORGE_REWARD_FUNCS, "score",
-    ]  # fmt: skip
+        "episode_id",
+        "policy_version",
+        "prompt",
+        "response",
+        "target",
+        "reward",
+        "advantage",
+        "request_len",
+        "response_len",
+        "pad_id",
+        *ti.TORCHFORGE_REWARD_FUNCS,
+        "score",
+    ]
     assert all(sample["score"] == sample["reward"] for sample in samples)
 
 
@@ -146,15 +156,37 @@ def test_torchforge_episode_fields() -> None:
     """The Episode stand-in has torchforge's fields with their types, and policy_version reads the completion."""
     episode = ti.torchforge_episode(2, policy_version=5)
     assert [f.name for f in dataclasses.fields(episode)] == [
-        "episode_id", "pad_id", "request_len", "response_len", "target", "request", "response", "completion",
-        "generator_logprobs", "ref_logprobs", "reward", "reward_breakdown", "advantage", "loss_mask",
-    ]  # fmt: skip
+        "episode_id",
+        "pad_id",
+        "request_len",
+        "response_len",
+        "target",
+        "request",
+        "response",
+        "completion",
+        "generator_logprobs",
+        "ref_logprobs",
+        "reward",
+        "reward_breakdown",
+        "advantage",
+        "loss_mask",
+    ]
     typed: dict[str, Any] = {
-        "episode_id": str, "pad_id": int, "request_len": int, "response_len": int, "target": str, "request": str,
-        "response": str, "completion": ti.TorchforgeCompletion, "generator_logprobs": torch.Tensor,
-        "ref_logprobs": type(None), "reward": float, "reward_breakdown": dict, "advantage": float,
+        "episode_id": str,
+        "pad_id": int,
+        "request_len": int,
+        "response_len": int,
+        "target": str,
+        "request": str,
+        "response": str,
+        "completion": ti.TorchforgeCompletion,
+        "generator_logprobs": torch.Tensor,
+        "ref_logprobs": type(None),
+        "reward": float,
+        "reward_breakdown": dict,
+        "advantage": float,
         "loss_mask": torch.Tensor,
-    }  # fmt: skip
+    }
     assert {name: type(getattr(episode, name)) for name in typed} == typed
     assert episode.policy_version == 5 and not hasattr(episode, "truncated")
     assert episode.reward == sum((episode.reward_breakdown or {}).values()) / 2

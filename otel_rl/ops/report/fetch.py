@@ -9,9 +9,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_rl import promql
-from otel_rl.query import Jaeger, Prometheus, Span, VictoriaLogs
-from otel_rl.report.dashboard import Panel, Target, legend_for, substitute
+from otel_rl.ops import promql
+from otel_rl.ops.query import Jaeger, Prometheus, Span, VictoriaLogs
+from otel_rl.ops.report.dashboard import Panel, Target, legend_for, substitute
 
 
 class ReportError(RuntimeError):
@@ -132,7 +132,9 @@ def run_span(prometheus: Prometheus, run_id: str, *, lookback_s: float, now: flo
 
 def run_service(prometheus: Prometheus, run_id: str, *, at: float) -> str:
     """The run's ``service.name`` (its series' ``job``), which Jaeger searches its traces by; "" when unknown."""
-    found = prometheus.query(f"group by (job) (last_over_time({promql.selector('rl_step', rl_run_id=run_id, rl_rank='')}[1d]))", at)
+    found = prometheus.query(
+        f"group by (job) (last_over_time({promql.selector('rl_step', rl_run_id=run_id, rl_rank='')}[1d]))", at
+    )
     return str(found[0]["metric"].get("job", "")) if found else ""
 
 
@@ -141,7 +143,7 @@ _LOGFMT = re.compile(r'([\w.]+)=("(?:[^"\\]|\\.)*"|\S+)')
 
 
 def logfmt_tags(text: str) -> dict[str, str]:
-    r"""The tags of a Jaeger search (logfmt, values quoted by :func:`otel_rl.promql.quote`).
+    r"""The tags of a Jaeger search (logfmt, values quoted by :func:`otel_rl.ops.promql.quote`).
 
     >>> logfmt_tags('rl.run.id="a \\"b\\"" rl.step=3')
     {'rl.run.id': 'a "b"', 'rl.step': '3'}
@@ -151,17 +153,27 @@ def logfmt_tags(text: str) -> dict[str, str]:
 
 def _fetch_steps(data: PanelData, target: Target, query: str, *, jaeger: Jaeger, service: str, window: Window) -> None:
     """A Jaeger search of the run's steps: each step's root span, slowest first, and the slowest one's trace."""
-    traces = jaeger.traces(service, operation=target.operation, tags=logfmt_tags(query), start=window.start,
-                           end=window.end + 60, limit=target.limit)  # fmt: skip
+    traces = jaeger.traces(
+        service,
+        operation=target.operation,
+        tags=logfmt_tags(query),
+        start=window.start,
+        end=window.end + 60,
+        limit=target.limit,
+    )
     for found in traces:
         for span in found.get("spans") or ():
             if span.get("operationName") == target.operation and not span.get("references"):
                 tags = {tag["key"]: tag["value"] for tag in span.get("tags") or ()}
                 step = tags.get("rl.step")
-                data.steps.append(StepTrace(
-                    trace_id=str(found["traceID"]), step=None if step is None else int(step),
-                    start=float(span["startTime"]) / 1e6, duration_s=float(span["duration"]) / 1e6,
-                ))  # fmt: skip
+                data.steps.append(
+                    StepTrace(
+                        trace_id=str(found["traceID"]),
+                        step=None if step is None else int(step),
+                        start=float(span["startTime"]) / 1e6,
+                        duration_s=float(span["duration"]) / 1e6,
+                    )
+                )
     data.steps.sort(key=lambda step: -step.duration_s)
     if data.steps:
         data.timeline = jaeger.trace(data.steps[0].trace_id)

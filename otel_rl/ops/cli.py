@@ -19,10 +19,10 @@ _EXTRAS_HINT = "the otel-rl command line needs the tooling extras: pip install '
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the ``otel-rl`` argument parser with every subcommand."""
-    from otel_rl.alerts.cli import add_alerts_command
-    from otel_rl.report.cli import add_report_command
-    from otel_rl.stack.agent import add_agent_command
-    from otel_rl.stack.cli import add_stack_command
+    from otel_rl.ops.alerts.cli import add_alerts_command
+    from otel_rl.ops.report.cli import add_report_command
+    from otel_rl.ops.stack.agent import add_agent_command
+    from otel_rl.ops.stack.cli import add_stack_command
 
     parser = argparse.ArgumentParser(prog="otel-rl", description="otel-rl tooling")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
@@ -41,8 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as missing:
         print(f"otel-rl: error: {missing}; {_EXTRAS_HINT}", file=sys.stderr)
         return 1
-    from otel_rl.stack.gotools import InstallError
-    from otel_rl.stack.services import StackError
+    from otel_rl.ops.stack.gotools import InstallError
+    from otel_rl.ops.stack.services import StackError
 
     args = parser.parse_args(argv)
     if args.verbose or args.command == "stack":

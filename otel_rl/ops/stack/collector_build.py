@@ -22,8 +22,8 @@ from typing import Final
 
 import yaml
 
-from otel_rl.stack import layout
-from otel_rl.stack.gotools import (
+from otel_rl.ops.stack import layout
+from otel_rl.ops.stack.gotools import (
     InstallError,
     ensure_go_binary,
     go_executable,
@@ -31,7 +31,7 @@ from otel_rl.stack.gotools import (
     run_tool,
     writable_module_copy,
 )
-from otel_rl.stack.versions import COLLECTOR_BUILDER_MODULE, COLLECTOR_CORE_MODULE_PREFIX, GoBinary
+from otel_rl.ops.stack.versions import COLLECTOR_BUILDER_MODULE, COLLECTOR_CORE_MODULE_PREFIX, GoBinary
 
 _logger = logging.getLogger(__name__)
 
@@ -200,7 +200,9 @@ def _patched_manifest(manifest: Path, *, go: Path, scratch: Path) -> Path:
             destination = scratch / "modules" / f"{patch.module.replace('/', '_')}@{patch.version}"
             copies[key] = writable_module_copy(go, patch.module, patch.version, destination)
         try:
-            run_tool([_patch_executable(), "-p1", "--batch", "--forward", "--fuzz=0", "-i", patch.path], cwd=copies[key])
+            run_tool(
+                [_patch_executable(), "-p1", "--batch", "--forward", "--fuzz=0", "-i", patch.path], cwd=copies[key]
+            )
         except InstallError as error:
             raise InstallError(
                 f"collector patch {str(patch.path)!r} does not apply to {patch.module}@{patch.version}: {error}"

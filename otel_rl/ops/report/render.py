@@ -1,6 +1,6 @@
 """Render a run's dashboard to a PNG (matplotlib) and an HTML page (the PNG plus the samples table).
 
-The panels and their queries come from the Grafana dashboard JSON (:mod:`otel_rl.report.dashboard`); this module
+The panels and their queries come from the Grafana dashboard JSON (:mod:`otel_rl.ops.report.dashboard`); this module
 only draws what they return. The "Slowest steps" panel (a Jaeger search) becomes a table of the slowest steps with
 their trace ids and, below it, the slowest step's trace drawn as each rank's phase timeline (what its trace view shows
 in Grafana or Jaeger). Needs the ``report`` extra (matplotlib).
@@ -19,9 +19,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from otel_rl.query import Jaeger, Prometheus, VictoriaLogs
-from otel_rl.report.dashboard import Panel, default_dashboard_path, load_panels
-from otel_rl.report.fetch import Bucket, PanelData, Series, Window, fetch_panel, run_service, run_span
+from otel_rl.ops.query import Jaeger, Prometheus, VictoriaLogs
+from otel_rl.ops.report.dashboard import Panel, default_dashboard_path, load_panels
+from otel_rl.ops.report.fetch import Bucket, PanelData, Series, Window, fetch_panel, run_service, run_span
 
 _logger = logging.getLogger(__name__)
 
@@ -113,7 +113,9 @@ def build_report(
     jaeger = Jaeger(jaeger_url) if jaeger_url else None
     service = run_service(prometheus, run_id, at=last) if jaeger else ""
     data = [
-        fetch_panel(panel, run_id=run_id, window=window, prometheus=prometheus, logs=logs, jaeger=jaeger, service=service)
+        fetch_panel(
+            panel, run_id=run_id, window=window, prometheus=prometheus, logs=logs, jaeger=jaeger, service=service
+        )
         for panel in panels
     ]
     return Report(run_id=run_id, window=window, panels=data, dashboard=path, jaeger_url=jaeger_url)
@@ -286,9 +288,29 @@ def _draw_stat(ax: Any, data: PanelData) -> None:
         _no_data(ax, "no value")
         return
     text = data.panel.value_texts.get(values[-1]) or _format_value(values[-1], data.panel.unit)
-    ax.text(0.5, 0.55, text, ha="center", va="center", fontsize=26 if len(text) < 12 else 18, weight="bold", transform=ax.transAxes, **_LITERAL)
+    ax.text(
+        0.5,
+        0.55,
+        text,
+        ha="center",
+        va="center",
+        fontsize=26 if len(text) < 12 else 18,
+        weight="bold",
+        transform=ax.transAxes,
+        **_LITERAL,
+    )
     legend = data.series[0].legend if data.series else ""
-    ax.text(0.5, 0.2, f"{legend}\n(at the end of the report range)", ha="center", va="center", fontsize=10, color="#444444", transform=ax.transAxes, **_LITERAL)
+    ax.text(
+        0.5,
+        0.2,
+        f"{legend}\n(at the end of the report range)",
+        ha="center",
+        va="center",
+        fontsize=10,
+        color="#444444",
+        transform=ax.transAxes,
+        **_LITERAL,
+    )
 
 
 def _cell(value: Any, limit: int = _TEXT_CELL_CHARS) -> str:
@@ -326,12 +348,24 @@ def _draw_samples(ax: Any, report: Report) -> None:
     shown = tops + bottoms
     header = ["step", "selection", "reward", "prompt", "response", "target"]
     cells = [
-        [_cell(r.get("rl.step")), _cell(r.get("rl.sample.selection")), _cell(r.get("rl.reward")),
-         _cell(r.get("prompt")), _cell(r.get("response")), _cell(r.get("target"))]
+        [
+            _cell(r.get("rl.step")),
+            _cell(r.get("rl.sample.selection")),
+            _cell(r.get("rl.reward")),
+            _cell(r.get("prompt")),
+            _cell(r.get("response")),
+            _cell(r.get("target")),
+        ]
         for r in shown
-    ]  # fmt: skip
-    table = ax.table(cellText=cells, colLabels=header, loc="upper center", cellLoc="left", colLoc="left",
-                     colWidths=[0.06, 0.08, 0.07, 0.33, 0.33, 0.13])  # fmt: skip
+    ]
+    table = ax.table(
+        cellText=cells,
+        colLabels=header,
+        loc="upper center",
+        cellLoc="left",
+        colLoc="left",
+        colWidths=[0.06, 0.08, 0.07, 0.33, 0.33, 0.13],
+    )
     _literal(cell.get_text() for cell in table.get_celld().values())
     table.auto_set_font_size(False)
     table.set_fontsize(10)
@@ -348,10 +382,18 @@ def _draw_steps(ax: Any, data: PanelData) -> None:
     if not data.steps:
         _no_data(ax, "no traces (no Jaeger given, or none in this range)")
         return
-    cells = [[_cell(s.step), f"{s.duration_s:.3f} s", _as_datetime(s.start).strftime("%H:%M:%S"), s.trace_id]
-             for s in data.steps[:_STEP_ROWS]]  # fmt: skip
-    table = ax.table(cellText=cells, colLabels=["step", "duration", "start (UTC)", "trace id"], loc="upper center",
-                     cellLoc="left", colLoc="left", colWidths=[0.1, 0.15, 0.15, 0.6])  # fmt: skip
+    cells = [
+        [_cell(s.step), f"{s.duration_s:.3f} s", _as_datetime(s.start).strftime("%H:%M:%S"), s.trace_id]
+        for s in data.steps[:_STEP_ROWS]
+    ]
+    table = ax.table(
+        cellText=cells,
+        colLabels=["step", "duration", "start (UTC)", "trace id"],
+        loc="upper center",
+        cellLoc="left",
+        colLoc="left",
+        colWidths=[0.1, 0.15, 0.15, 0.6],
+    )
     table.auto_set_font_size(False)
     table.set_fontsize(10)
     table.scale(1, 1.4)
@@ -381,7 +423,9 @@ def _draw_timeline(ax: Any, data: PanelData) -> None:
                 ax.barh(row, width, left=left, height=0.9, color="#dddddd")
             elif span.attributes.get("rl.rank") == rank and "rl.phase.name" in span.attributes:
                 level = depth(span)
-                ax.barh(row, width, left=left, height=0.7 / (1 + level), color=colours[span.attributes["rl.phase.name"]])
+                ax.barh(
+                    row, width, left=left, height=0.7 / (1 + level), color=colours[span.attributes["rl.phase.name"]]
+                )
     ax.set_yticks(range(len(ranks)))
     ax.set_yticklabels([f"rank {rank}" for rank in ranks])
     ax.invert_yaxis()
@@ -391,8 +435,12 @@ def _draw_timeline(ax: Any, data: PanelData) -> None:
     handles = [Patch(color=colour, label=name) for name, colour in colours.items()]
     _literal(ax.legend(handles=handles, loc="upper right", fontsize=9, ncol=min(len(handles), 6)).get_texts())
     step = data.steps[0]
-    ax.set_title(f"Slowest step {step.step} ({step.duration_s:.3f} s): each rank's phases (trace {step.trace_id})",
-                 fontsize=13, loc="left", weight="bold")  # fmt: skip
+    ax.set_title(
+        f"Slowest step {step.step} ({step.duration_s:.3f} s): each rank's phases (trace {step.trace_id})",
+        fontsize=13,
+        loc="left",
+        weight="bold",
+    )
 
 
 def render_png(report: Report, path: Path | None = None) -> bytes:
@@ -412,7 +460,9 @@ def render_png(report: Report, path: Path | None = None) -> bytes:
     table_rows = 1 if report.tables else 0
     heights = [1.0] * plot_rows + [1.0] * step_rows + [1.5] * table_rows
     fig = plt.figure(figsize=(17, 4.2 * (plot_rows + step_rows) + 6.0 * table_rows), dpi=100)
-    grid = fig.add_gridspec(plot_rows + step_rows + table_rows, columns, height_ratios=heights, hspace=0.55, wspace=0.18)
+    grid = fig.add_gridspec(
+        plot_rows + step_rows + table_rows, columns, height_ratios=heights, hspace=0.55, wspace=0.18
+    )
     for number, data in enumerate(plots):
         ax = fig.add_subplot(grid[number // columns, number % columns])
         ax.set_title(data.panel.title, fontsize=13, loc="left", weight="bold", **_LITERAL)
@@ -429,12 +479,20 @@ def render_png(report: Report, path: Path | None = None) -> bytes:
         _draw_timeline(fig.add_subplot(grid[plot_rows + 2 * number + 1, :]), data)
     if table_rows:
         ax = fig.add_subplot(grid[plot_rows + step_rows, :])
-        ax.set_title(f"{report.tables[0].panel.title} (VictoriaLogs; best and worst rewards)", fontsize=13, loc="left", weight="bold", **_LITERAL)
+        ax.set_title(
+            f"{report.tables[0].panel.title} (VictoriaLogs; best and worst rewards)",
+            fontsize=13,
+            loc="left",
+            weight="bold",
+            **_LITERAL,
+        )
         _draw_samples(ax, report)
     start = _as_datetime(report.window.start).strftime("%Y-%m-%d %H:%M:%S")
     end = _as_datetime(report.window.end).strftime("%H:%M:%S UTC")
     height = fig.get_figheight()
-    fig.suptitle(f"RL run {report.run_id}   ({start} to {end})", fontsize=17, weight="bold", y=1 - 0.3 / height, **_LITERAL)
+    fig.suptitle(
+        f"RL run {report.run_id}   ({start} to {end})", fontsize=17, weight="bold", y=1 - 0.3 / height, **_LITERAL
+    )
     fig.subplots_adjust(left=0.06, right=0.97, top=1 - 1.0 / height, bottom=0.5 / height)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
@@ -456,17 +514,22 @@ def render_html(report: Report, path: Path, *, png: bytes | None = None) -> None
     """Write an HTML page: the PNG (embedded), then every sample with its full prompt and response."""
     image = base64.b64encode(png if png is not None else render_png(report)).decode("ascii")
     rows = sample_rows(report)
-    header = "".join(f"<th>{html.escape(c)}</th>" for c in ("time", "step", "selection", "reward", "prompt", "response", "target"))
+    header = "".join(
+        f"<th>{html.escape(c)}</th>" for c in ("time", "step", "selection", "reward", "prompt", "response", "target")
+    )
     body = "\n".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(row.get(c, '')))}</td>" for c in SAMPLE_COLUMNS) + "</tr>" for row in rows
+        "<tr>" + "".join(f"<td>{html.escape(str(row.get(c, '')))}</td>" for c in SAMPLE_COLUMNS) + "</tr>"
+        for row in rows
     )
     queries = "\n".join(
-        f"<li><b>{html.escape(p.panel.title)}</b><pre>{html.escape(chr(10).join(p.queries))}</pre></li>" for p in report.panels
+        f"<li><b>{html.escape(p.panel.title)}</b><pre>{html.escape(chr(10).join(p.queries))}</pre></li>"
+        for p in report.panels
     )
     steps = "\n".join(
         f"<tr><td>{step.step}</td><td>{step.duration_s:.3f} s</td><td>{_trace_link(report, step.trace_id)}</td></tr>"
-        for data in report.steps for step in data.steps
-    )  # fmt: skip
+        for data in report.steps
+        for step in data.steps
+    )
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>RL run {html.escape(report.run_id)}</title>
 <style>

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from otel_rl.promql import quote
-from otel_rl.stack import layout
+from otel_rl.ops.promql import quote
+from otel_rl.ops.stack import layout
 
 DEFAULT_DASHBOARD = Path("grafana") / "dashboards" / "rl-run.json"
 """The main dashboard, relative to the repository root."""
@@ -151,7 +151,7 @@ def substitute(expr: str, *, run_id: str, rate_interval: str, interval: str, ser
     """Replace the Grafana variables the dashboards use with concrete values.
 
     ``"$run"`` (the variable inside its string literal, the only way the dashboards use it) becomes the run id as
-    a string literal of the query language (:func:`otel_rl.promql.quote`: the same rules for PromQL and LogsQL),
+    a string literal of the query language (:func:`otel_rl.ops.promql.quote`: the same rules for PromQL and LogsQL),
     so a run id with quotes, backslashes, braces or ``$`` selects that run and no other; ``$service`` (a Jaeger
     search's service) becomes ``service`` as it is. One pass over ``expr``: text that a substitution inserts is never
     read as a variable.

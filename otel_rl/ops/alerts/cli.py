@@ -1,5 +1,5 @@
 """``otel-rl alerts``: a run's firing and pending alerts for a terminal, and ``--silence RUN --for 2h``; registered
-on the ``otel-rl`` parser of :mod:`otel_rl.cli` by :func:`add_alerts_command`.
+on the ``otel-rl`` parser of :mod:`otel_rl.ops.cli` by :func:`add_alerts_command`.
 
 Without URLs it reads the local stack recorded in ``--state-dir`` (``otel-rl stack up``): its Prometheus, or the
 Thanos querier in the cluster profile, and its Alertmanager; with ``--secure``, over TLS with the stack's CA and the
@@ -18,15 +18,15 @@ from pathlib import Path
 
 import requests
 
-from otel_rl.alerts.client import Alertmanager, RunAlert, duration_seconds, run_alerts
-from otel_rl.query import Prometheus, QueryError
+from otel_rl.ops.alerts.client import Alertmanager, RunAlert, duration_seconds, run_alerts
+from otel_rl.ops.query import Prometheus, QueryError
 
 
 def _clients(args: argparse.Namespace) -> tuple[Prometheus, Alertmanager]:
     """The Prometheus query API and Alertmanager to ask: the options, else the stack in ``--state-dir`` (with
     ``--secure``, its CA and each service's basic auth)."""
-    from otel_rl.stack.config import StackConfig
-    from otel_rl.stack.services import Stack
+    from otel_rl.ops.stack.config import StackConfig
+    from otel_rl.ops.stack.services import Stack
 
     config = StackConfig(secure=args.secure, **({} if args.state_dir is None else {"state_dir": args.state_dir}))
     stack = Stack.attach(config.resolved_state_dir(), config=config)
@@ -67,8 +67,9 @@ def format_alerts(alerts: Sequence[RunAlert], *, now: float) -> str:
         name = alert.name + (f" ({alert.labels['signal']})" if "signal" in alert.labels else "")
         rows.append((alert.run_id or "-", state, name, _age(alert.since, now), alert.summary or "-"))
     widths = [max(len(row[i]) for row in [("RUN", "STATE", "ALERT", "SINCE", ""), *rows]) for i in range(4)]
-    lines = ["  ".join(f"{title:<{width}}" for title, width in zip(("RUN", "STATE", "ALERT", "SINCE"), widths))
-             + "  SUMMARY"]  # fmt: skip
+    lines = [
+        "  ".join(f"{title:<{width}}" for title, width in zip(("RUN", "STATE", "ALERT", "SINCE"), widths)) + "  SUMMARY"
+    ]
     for alert, row in zip(alerts, rows):
         lines.append("  ".join(f"{cell:<{width}}" for cell, width in zip(row, widths)) + "  " + row[4])
         indent = " " * (sum(widths) + 8)

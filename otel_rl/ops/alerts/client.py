@@ -2,7 +2,7 @@
 Ruler through the querier), firing ones with their state in Alertmanager (active, silenced, inhibited) and their
 annotations; and silences of a run.
 
-Prometheus is read with :class:`otel_rl.query.Prometheus` and queries from :mod:`otel_rl.promql` (the run id quoted);
+Prometheus is read with :class:`otel_rl.ops.query.Prometheus` and queries from :mod:`otel_rl.ops.promql` (the run id quoted);
 Alertmanager over its v2 API (``/api/v2/alerts``, ``/api/v2/silences``), filtered on this side by exact label
 equality, so a run id needs no escaping there.
 """
@@ -18,8 +18,8 @@ from typing import Any, Final, Literal
 
 import requests
 
-from otel_rl import promql
-from otel_rl.query import DEFAULT_TIMEOUT_S, Prometheus, QueryError
+from otel_rl.ops import promql
+from otel_rl.ops.query import DEFAULT_TIMEOUT_S, Prometheus, QueryError
 
 AlertState = Literal["pending", "firing", "silenced", "inhibited"]
 """``pending``: its condition holds, not yet for the rule's ``for``; ``firing``: sent and delivered to receivers;
@@ -148,9 +148,7 @@ def run_alerts(prometheus: Prometheus, alertmanager: Alertmanager, run_id: str |
         for item in prometheus.query(promql.selector("ALERTS_FOR_STATE", **labels))
     }
     held = [
-        alert
-        for alert in alertmanager.alerts()
-        if run_id is None or alert.get("labels", {}).get(RUN_LABEL) == run_id
+        alert for alert in alertmanager.alerts() if run_id is None or alert.get("labels", {}).get(RUN_LABEL) == run_id
     ]
     names = {alert["fingerprint"]: alert["labels"].get("alertname", "") for alert in held}
     found: list[RunAlert] = []
@@ -225,4 +223,3 @@ def _unix(text: str | None) -> float | None:
         return None
     offset = 0 if zone == "Z" else (1 if zone[0] == "+" else -1) * (int(zone[1:3]) * 3600 + int(zone[4:]) * 60)
     return parsed.replace(tzinfo=timezone.utc).timestamp() - offset
-

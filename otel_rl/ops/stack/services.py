@@ -38,10 +38,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
-from otel_rl.stack import components, install
-from otel_rl.stack.components import ALL_COMPONENTS, COMPONENTS, SPECS, ComponentName, active_components
-from otel_rl.stack.config import StackConfig, StackPorts, find_free_ports
-from otel_rl.stack.process import ManagedProcess, ProcessState, tail
+from otel_rl.ops.stack import components, install
+from otel_rl.ops.stack.components import ALL_COMPONENTS, COMPONENTS, SPECS, ComponentName, active_components
+from otel_rl.ops.stack.config import StackConfig, StackPorts, find_free_ports
+from otel_rl.ops.stack.process import ManagedProcess, ProcessState, tail
 
 __all__ = [
     "ALL_COMPONENTS",
@@ -124,7 +124,7 @@ class Stack:
     """One local stack: start, check, signal and stop its components.
 
     Usable as a context manager: ``with Stack(config) as stack:`` runs :meth:`up` and, on exit, :meth:`down`.
-    Binaries are installed (or found) on first need by :func:`otel_rl.stack.install.install_all`, unless given.
+    Binaries are installed (or found) on first need by :func:`otel_rl.ops.stack.install.install_all`, unless given.
     """
 
     def __init__(self, config: StackConfig | None = None, *, binaries: install.Binaries | None = None) -> None:
@@ -216,7 +216,7 @@ class Stack:
         return self._processes[_check_name(name)].log_file
 
     def collector_environment(self) -> dict[str, str]:
-        """Return the variables (see :mod:`otel_rl.stack.env`) the collector configuration reads for this stack."""
+        """Return the variables (see :mod:`otel_rl.ops.stack.env`) the collector configuration reads for this stack."""
         return components.collector_environment(self.config)
 
     # Lifecycle ---------------------------------------------------------------------------------------------------

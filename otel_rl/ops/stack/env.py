@@ -3,7 +3,7 @@
 Two directions:
 
 * Read by this package (at construction, never at import): :data:`OTEL_RL_HOME`.
-* Exported by :class:`~otel_rl.stack.services.Stack` to the collector process, whose configuration files in
+* Exported by :class:`~otel_rl.ops.stack.services.Stack` to the collector process, whose configuration files in
   ``collector_config/`` read them with ``${env:NAME}``: the ``COLLECTOR_*`` names below. They are the contract
   between the Python side and the collector configuration; changing one means changing both.
 * Exported to the Jaeger process, whose ``jaeger/*.yaml`` read them the same way: the ``JAEGER_*`` names.

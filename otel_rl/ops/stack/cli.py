@@ -1,5 +1,5 @@
 """``otel-rl stack install|up|down|status``: the stack actions, registered on the ``otel-rl`` parser of
-:mod:`otel_rl.cli` by :func:`add_stack_command`."""
+:mod:`otel_rl.ops.cli` by :func:`add_stack_command`."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 
-from otel_rl.stack import install
-from otel_rl.stack.config import StackConfig, StackPorts
-from otel_rl.stack.env import otel_rl_home
-from otel_rl.stack.secrets import ensure_secrets
-from otel_rl.stack.services import Stack
+from otel_rl.ops.stack import install
+from otel_rl.ops.stack.config import StackConfig, StackPorts
+from otel_rl.ops.stack.env import otel_rl_home
+from otel_rl.ops.stack.secrets import ensure_secrets
+from otel_rl.ops.stack.services import Stack
 
 _Action = Callable[[argparse.Namespace], int]
 """A stack action: takes the parsed arguments, returns the process exit status."""
@@ -81,10 +81,7 @@ def _config_from(args: argparse.Namespace) -> StackConfig:
     home = otel_rl_home()
     defaults = StackPorts()
     ports = StackPorts(
-        **{
-            item.name: getattr(args, f"port_{item.name}") or getattr(defaults, item.name)
-            for item in fields(StackPorts)
-        }
+        **{item.name: getattr(args, f"port_{item.name}") or getattr(defaults, item.name) for item in fields(StackPorts)}
     )
     return StackConfig(
         ports=ports,
@@ -213,6 +210,9 @@ def add_stack_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         if action == "secrets":
             parser.add_argument("--out", type=Path, default=Path("secrets"), help="the folder (default: ./secrets)")
             parser.add_argument(
-                "--name", action="append", default=[], metavar="HOST",
+                "--name",
+                action="append",
+                default=[],
+                metavar="HOST",
                 help="another name or address the server certificate must carry (the host ranks reach), repeatable",
-            )  # fmt: skip
+            )

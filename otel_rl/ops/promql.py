@@ -361,7 +361,9 @@ def merge_canary_misplaced(selector: str) -> str:
     width = 1 << _names.MERGE_CANARY_SCALE
     series = f"otel_rl_merge_canary{{{selector}}}"
     indices = sorted(index for pair in _names.MERGE_CANARY_BUCKETS for index in pair)
-    parts = [f"histogram_fraction({2 ** ((i - 0.05) / width)!r}, {2 ** ((i + 1.05) / width)!r}, {series})" for i in indices]
+    parts = [
+        f"histogram_fraction({2 ** ((i - 0.05) / width)!r}, {2 ** ((i + 1.05) / width)!r}, {series})" for i in indices
+    ]
     return "1 - (" + " + ".join(parts) + ")"
 
 

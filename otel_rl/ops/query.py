@@ -3,7 +3,7 @@
 The one client of the report, the demo, the benchmarks and the tests, so that they all query the same way: queries
 go as POST form data (dashboard queries can be longer than a URL may be), and every failure, from a refused
 connection to an error answer, is one :class:`QueryError` that names the query. The queries themselves are built
-by :mod:`otel_rl.promql`.
+by :mod:`otel_rl.ops.promql`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ class Prometheus:
     (instant queries) or ``values`` (range queries and range-vector selectors), points as ``[time, "value"]``.
     """
 
-    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, session: requests.Session | None = None) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, session: requests.Session | None = None
+    ) -> None:
         """``session`` carries what the server asks for, e.g. basic auth and a private CA (``session.auth``,
         ``session.verify``) for the secure profile."""
         self.url = url
@@ -108,7 +110,9 @@ class Prometheus:
 class VictoriaLogs:
     """VictoriaLogs's LogsQL API (``/select/logsql/query``) at ``url``, e.g. ``http://127.0.0.1:9428``."""
 
-    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, session: requests.Session | None = None) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, session: requests.Session | None = None
+    ) -> None:
         """``session`` as for :class:`Prometheus`."""
         self.url = url
         self.timeout_s = timeout_s
@@ -123,7 +127,11 @@ class VictoriaLogs:
         if end is not None:
             params["end"] = f"{end:.3f}"
         response = _post(
-            "VictoriaLogs", f"{self.url}/select/logsql/query", params, query=logsql, timeout_s=self.timeout_s,
+            "VictoriaLogs",
+            f"{self.url}/select/logsql/query",
+            params,
+            query=logsql,
+            timeout_s=self.timeout_s,
             session=self.session,
         )
         return [json.loads(line) for line in response.text.splitlines() if line.strip()]
@@ -177,7 +185,9 @@ class Jaeger:
     """Jaeger's query API at ``url``, e.g. ``http://127.0.0.1:16686``: a trace by id (``/api/v3/traces/<id>``, spans
     with nanosecond times) and a service's recent traces by operation and tags (``/api/traces``)."""
 
-    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, session: requests.Session | None = None) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, session: requests.Session | None = None
+    ) -> None:
         """``session`` as for :class:`Prometheus`."""
         self.url = url
         self.timeout_s = timeout_s
@@ -191,11 +201,15 @@ class Jaeger:
         if response.status_code == 404:
             return None
         if response.status_code != 200:
-            raise QueryError(f"Jaeger query {query!r} failed: HTTP {response.status_code} {response.text[:_BODY_CHARS]!r}")
+            raise QueryError(
+                f"Jaeger query {query!r} failed: HTTP {response.status_code} {response.text[:_BODY_CHARS]!r}"
+            )
         try:
             return response.json()
         except ValueError as error:
-            raise QueryError(f"Jaeger query {query!r} failed: answer is not JSON: {response.text[:_BODY_CHARS]!r}") from error
+            raise QueryError(
+                f"Jaeger query {query!r} failed: answer is not JSON: {response.text[:_BODY_CHARS]!r}"
+            ) from error
 
     def trace(self, trace_id: str) -> list[Span]:
         """Every span of trace ``trace_id`` (32 hex digits) that Jaeger holds, as stored; empty when it holds none."""
@@ -206,17 +220,19 @@ class Jaeger:
             resource = _otlp_attributes((resource_spans.get("resource") or {}).get("attributes"))
             for scope_spans in resource_spans.get("scopeSpans") or ():
                 for span in scope_spans.get("spans") or ():
-                    spans.append(Span(
-                        trace_id=_b64_hex(span["traceId"]),
-                        span_id=_b64_hex(span["spanId"]),
-                        parent_id=_b64_hex(span.get("parentSpanId") or ""),
-                        name=span["name"],
-                        start_ns=int(span["startTimeUnixNano"]),
-                        end_ns=int(span["endTimeUnixNano"]),
-                        attributes=_otlp_attributes(span.get("attributes")),
-                        resource=resource,
-                        links=tuple(_b64_hex(link["spanId"]) for link in span.get("links") or ()),
-                    ))  # fmt: skip
+                    spans.append(
+                        Span(
+                            trace_id=_b64_hex(span["traceId"]),
+                            span_id=_b64_hex(span["spanId"]),
+                            parent_id=_b64_hex(span.get("parentSpanId") or ""),
+                            name=span["name"],
+                            start_ns=int(span["startTimeUnixNano"]),
+                            end_ns=int(span["endTimeUnixNano"]),
+                            attributes=_otlp_attributes(span.get("attributes")),
+                            resource=resource,
+                            links=tuple(_b64_hex(link["spanId"]) for link in span.get("links") or ()),
+                        )
+                    )
         return spans
 
     def traces(
@@ -226,8 +242,12 @@ class Jaeger:
         attributes) starting between ``start`` and ``end`` (unix seconds): Jaeger's own JSON (``traceID``, ``spans``
         with ``operationName``, ``startTime`` and ``duration`` in microseconds, ``tags``)."""
         params = {
-            "service": service, "operation": operation, "tags": json.dumps(tags),
-            "start": str(int(start * 1e6)), "end": str(int(end * 1e6)), "limit": str(limit),
-        }  # fmt: skip
+            "service": service,
+            "operation": operation,
+            "tags": json.dumps(tags),
+            "start": str(int(start * 1e6)),
+            "end": str(int(end * 1e6)),
+            "limit": str(limit),
+        }
         body = self._get("/api/traces", params, query=f"{service} {operation} {tags}")
         return list((body or {}).get("data") or ())

@@ -1,18 +1,18 @@
-"""``otel-rl report``: registered on the ``otel-rl`` parser of :mod:`otel_rl.cli`; imports matplotlib only when run."""
+"""``otel-rl report``: registered on the ``otel-rl`` parser of :mod:`otel_rl.ops.cli`; imports matplotlib only when run."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from otel_rl.report.dashboard import DEFAULT_DASHBOARD
+from otel_rl.ops.report.dashboard import DEFAULT_DASHBOARD
 
 
 def _report(args: argparse.Namespace) -> int:
     """Build the report of one run and write it to ``--out``."""
-    from otel_rl.query import QueryError
-    from otel_rl.report.fetch import ReportError
-    from otel_rl.report.render import build_report, panels_without_data, write_report
+    from otel_rl.ops.query import QueryError
+    from otel_rl.ops.report.fetch import ReportError
+    from otel_rl.ops.report.render import build_report, panels_without_data, write_report
 
     try:
         report = build_report(
@@ -28,8 +28,10 @@ def _report(args: argparse.Namespace) -> int:
         raise ValueError(str(error)) from error
     write_report(report, args.out)
     empty = panels_without_data(report)
-    print(f"wrote {args.out}: {len(report.panels)} panels, {len(empty)} without data"
-          + (f" ({', '.join(p.title for p in empty)})" if empty else ""))  # fmt: skip
+    print(
+        f"wrote {args.out}: {len(report.panels)} panels, {len(empty)} without data"
+        + (f" ({', '.join(p.title for p in empty)})" if empty else "")
+    )
     return 0
 
 
@@ -43,7 +45,9 @@ def add_report_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     parser.add_argument("--prometheus-url", required=True, help="e.g. http://127.0.0.1:9090")
     parser.add_argument("--victorialogs-url", required=True, help="e.g. http://127.0.0.1:9428")
     parser.add_argument(
-        "--jaeger-url", default=None, help="e.g. http://127.0.0.1:16686: the slowest steps and their traces (default: none)"
+        "--jaeger-url",
+        default=None,
+        help="e.g. http://127.0.0.1:16686: the slowest steps and their traces (default: none)",
     )
     parser.add_argument("--run-id", required=True, help="rl.run.id of the run")
     parser.add_argument("--out", type=Path, required=True, help="report.png, or report.html (PNG + samples table)")

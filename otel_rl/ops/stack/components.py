@@ -1,6 +1,6 @@
 """The stack's components, one :class:`ComponentSpec` each: where it listens, how its health is asked, how it starts.
 
-:class:`~otel_rl.stack.services.Stack` runs every component the same way from its spec; what differs between
+:class:`~otel_rl.ops.stack.services.Stack` runs every component the same way from its spec; what differs between
 VictoriaLogs, Prometheus and the collector is written here and nowhere else.
 """
 
@@ -16,10 +16,10 @@ from typing import Any, Final, Literal
 
 import yaml
 
-from otel_rl.stack import env as stack_env
-from otel_rl.stack import layout
-from otel_rl.stack.config import StackConfig, StackPorts, render_alertmanager_config, render_prometheus_config
-from otel_rl.stack.install import Binaries
+from otel_rl.ops.stack import env as stack_env
+from otel_rl.ops.stack import layout
+from otel_rl.ops.stack.config import StackConfig, StackPorts, render_alertmanager_config, render_prometheus_config
+from otel_rl.ops.stack.install import Binaries
 
 ComponentName = Literal[
     "alertmanager",
@@ -35,8 +35,8 @@ ComponentName = Literal[
     "collector",
 ]
 """The components of a stack. ``vlstorage-*`` run only in the VictoriaLogs cluster profile
-(:attr:`~otel_rl.stack.config.StackConfig.victorialogs_cluster`), ``thanos-*`` only in the TSDB cluster profile
-(:attr:`~otel_rl.stack.config.StackConfig.tsdb_cluster`), which runs no ``prometheus`` (``thanos-rule`` evaluates
+(:attr:`~otel_rl.ops.stack.config.StackConfig.victorialogs_cluster`), ``thanos-*`` only in the TSDB cluster profile
+(:attr:`~otel_rl.ops.stack.config.StackConfig.tsdb_cluster`), which runs no ``prometheus`` (``thanos-rule`` evaluates
 the rules instead)."""
 
 _PORT_NAMES: Final = frozenset(item.name for item in dataclasses.fields(StackPorts))
@@ -68,9 +68,9 @@ class ComponentSpec:
     name: ComponentName
     """The component."""
     listen_ports: tuple[str, ...]
-    """The :class:`~otel_rl.stack.config.StackPorts` fields it listens on (checked free before it starts)."""
+    """The :class:`~otel_rl.ops.stack.config.StackPorts` fields it listens on (checked free before it starts)."""
     health_port: str
-    """The :class:`~otel_rl.stack.config.StackPorts` field of its health endpoint; one of :attr:`listen_ports`."""
+    """The :class:`~otel_rl.ops.stack.config.StackPorts` field of its health endpoint; one of :attr:`listen_ports`."""
     health_path: str
     """The path that answers HTTP 200 when it is ready, e.g. ``"/health"``."""
     command: CommandBuilder
@@ -152,7 +152,7 @@ def remote_write_url(config: StackConfig) -> str:
 
 
 def collector_environment(config: StackConfig) -> dict[str, str]:
-    """Return the variables (see :mod:`otel_rl.stack.env`) the collector configuration reads for this stack."""
+    """Return the variables (see :mod:`otel_rl.ops.stack.env`) the collector configuration reads for this stack."""
     ports, host = config.ports, config.host
     internal = "127.0.0.1" if config.secure else host  # health and own metrics: no run data, no auth, never public
     environment = {
@@ -182,7 +182,7 @@ def collector_environment(config: StackConfig) -> dict[str, str]:
 
 
 def jaeger_environment(config: StackConfig, data_dir: Path) -> dict[str, str]:
-    """Return the variables (see :mod:`otel_rl.stack.env`) Jaeger's configuration reads for this stack: its listen
+    """Return the variables (see :mod:`otel_rl.ops.stack.env`) Jaeger's configuration reads for this stack: its listen
     addresses (the health check on 127.0.0.1 in the secure profile), its storage folder and retention, and in the
     secure profile the server certificate and its htpasswd file."""
     ports, host = config.ports, config.host
@@ -215,9 +215,13 @@ def secure_flags(config: StackConfig, store: Literal["prometheus", "victorialogs
         return (f"--web.config.file={secrets.prometheus_web_config}",)
     user, _ = secrets.basic_auth(store)
     return (
-        "-tls", f"-tlsCertFile={secrets.server_cert}", f"-tlsKeyFile={secrets.server_key}", "-tlsMinVersion=TLS12",
-        f"-httpAuth.username={user}", f"-httpAuth.password=file://{secrets.password(store)}",
-    )  # fmt: skip
+        "-tls",
+        f"-tlsCertFile={secrets.server_cert}",
+        f"-tlsKeyFile={secrets.server_key}",
+        "-tlsMinVersion=TLS12",
+        f"-httpAuth.username={user}",
+        f"-httpAuth.password=file://{secrets.password(store)}",
+    )
 
 
 def _secure_scrapes(rendered: Path, config: StackConfig) -> None:
@@ -229,15 +233,25 @@ def _secure_scrapes(rendered: Path, config: StackConfig) -> None:
     data = yaml.safe_load(body)
     for job in data.get("scrape_configs") or ():
         if job.get("job_name") == "prometheus":
-            job |= {"scheme": "https", "tls_config": {"ca_file": str(secrets.ca)},
-                    "basic_auth": {"username": secrets.basic_auth("prometheus")[0],
-                                   "password_file": str(secrets.password("prometheus"))}}  # fmt: skip
+            job |= {
+                "scheme": "https",
+                "tls_config": {"ca_file": str(secrets.ca)},
+                "basic_auth": {
+                    "username": secrets.basic_auth("prometheus")[0],
+                    "password_file": str(secrets.password("prometheus")),
+                },
+            }
         if job.get("job_name") == "otelcol":
             job["static_configs"] = [{"targets": [f"127.0.0.1:{config.ports.collector_metrics}"]}]
     for alertmanager in (data.get("alerting") or {}).get("alertmanagers") or ():  # its own TLS and basic auth
-        alertmanager |= {"scheme": "https", "tls_config": {"ca_file": str(secrets.ca)},
-                         "basic_auth": {"username": secrets.basic_auth("alertmanager")[0],
-                                        "password_file": str(secrets.password("alertmanager"))}}  # fmt: skip
+        alertmanager |= {
+            "scheme": "https",
+            "tls_config": {"ca_file": str(secrets.ca)},
+            "basic_auth": {
+                "username": secrets.basic_auth("alertmanager")[0],
+                "password_file": str(secrets.password("alertmanager")),
+            },
+        }
     rendered.write_text(f"{header}\n{yaml.safe_dump(data, sort_keys=False)}", encoding="utf-8")
 
 
@@ -271,7 +285,7 @@ def _victorialogs_command(config: StackConfig, binaries: Binaries, state_dir: Pa
 
 
 VLSTORAGE_PORTS: Final = ("vlstorage_0", "vlstorage_1")
-"""The :class:`~otel_rl.stack.config.StackPorts` fields of the cluster profile's storage nodes, in node order."""
+"""The :class:`~otel_rl.ops.stack.config.StackPorts` fields of the cluster profile's storage nodes, in node order."""
 
 
 def _vlstorage_command(index: int) -> CommandBuilder:
@@ -307,7 +321,7 @@ THANOS_RECEIVERS: Final[tuple[tuple[ComponentName, str], ...]] = (
     ("thanos-receive-1", "thanos_receive_1"),
 )
 """The TSDB cluster profile's receivers: component name and the prefix of their
-:class:`~otel_rl.stack.config.StackPorts` fields (``<prefix>_write``, ``_grpc``, ``_http``, ``_capnp``), in hashring
+:class:`~otel_rl.ops.stack.config.StackPorts` fields (``<prefix>_write``, ``_grpc``, ``_http``, ``_capnp``), in hashring
 order."""
 
 

@@ -118,9 +118,28 @@ def ensure_secrets(folder: Path, *, hosts: Sequence[str], readable_by_containers
     found = StackSecrets(folder)
     mode = 0o644 if readable_by_containers else 0o600
     if not found.ca.is_file():
-        _openssl(folder, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                 "-days", "825", "-subj", "/CN=otel-rl CA", "-addext", "basicConstraints=critical,CA:TRUE",
-                 "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-keyout", "ca.key", "-out", "ca.pem")  # fmt: skip
+        _openssl(
+            folder,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "825",
+            "-subj",
+            "/CN=otel-rl CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        )
     names = ",".join(f"IP:{h}" if _is_ip(h) else f"DNS:{h}" for h in dict.fromkeys(hosts))
     hosts_file = folder / "server.hosts"
     if not found.server_cert.is_file() or not hosts_file.is_file() or hosts_file.read_text() != names:
@@ -184,10 +203,39 @@ def _write_secret(path: Path, text: str) -> None:
 def _certificate(folder: Path, name: str, subject: str, extensions: str) -> None:
     """A key and a certificate ``<name>.pem`` signed by the folder's CA, with ``extensions`` (openssl syntax)."""
     (folder / f"{name}.ext").write_text(extensions, encoding="utf-8")
-    _openssl(folder, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", subject,
-             "-keyout", f"{name}.key", "-out", f"{name}.csr")  # fmt: skip
-    _openssl(folder, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-days", "825", "-extfile", f"{name}.ext", "-out", f"{name}.pem")  # fmt: skip
+    _openssl(
+        folder,
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-subj",
+        subject,
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+    )
+    _openssl(
+        folder,
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "825",
+        "-extfile",
+        f"{name}.ext",
+        "-out",
+        f"{name}.pem",
+    )
 
 
 def _openssl(folder: Path, *args: str) -> None:

@@ -1,15 +1,15 @@
 """Install the stack's binaries, reusing whatever is already there: :func:`install_all` and its :class:`Binaries`.
 
 * The collector: built from the repository's builder manifest and its patches, cached by their digest
-  (:mod:`otel_rl.stack.collector_build`).
-* VictoriaLogs, Prometheus and promtool: the pins of :mod:`otel_rl.stack.versions`, ``go install``-ed into
-  ``$OTEL_RL_HOME/bin`` with a version stamp (:func:`~otel_rl.stack.gotools.ensure_go_binary`).
+  (:mod:`otel_rl.ops.stack.collector_build`).
+* VictoriaLogs, Prometheus and promtool: the pins of :mod:`otel_rl.ops.stack.versions`, ``go install``-ed into
+  ``$OTEL_RL_HOME/bin`` with a version stamp (:func:`~otel_rl.ops.stack.gotools.ensure_go_binary`).
 * Alertmanager (``go build`` in a copy of its module, which lacks the web UI's assets) and amtool (``go install``).
 * Jaeger v2, the trace store (``go build`` in a copy of its module, whose go.mod has a ``replace`` directive).
 * Thanos (the TSDB cluster profile only): ``go build`` inside a copy of its module, likewise; minutes cold, so
   :func:`install_all` builds it only when asked (``cluster=True``, ``otel-rl stack install --cluster``).
 
-Every step holds the install lock of ``$OTEL_RL_HOME`` (:func:`~otel_rl.stack.gotools.install_lock`), so concurrent
+Every step holds the install lock of ``$OTEL_RL_HOME`` (:func:`~otel_rl.ops.stack.gotools.install_lock`), so concurrent
 installs neither build one thing twice nor read a half-written binary.
 """
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from otel_rl.stack import layout, versions
-from otel_rl.stack.collector_build import ensure_collector
-from otel_rl.stack.env import otel_rl_home
-from otel_rl.stack.gotools import ensure_go_binary
+from otel_rl.ops.stack import layout, versions
+from otel_rl.ops.stack.collector_build import ensure_collector
+from otel_rl.ops.stack.env import otel_rl_home
+from otel_rl.ops.stack.gotools import ensure_go_binary
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +55,7 @@ def install_all(*, root: Path | None = None, home: Path | None = None, cluster: 
     (:attr:`Binaries.thanos` is ``None`` otherwise).
 
     Raises:
-        InstallError: when a build fails (:class:`~otel_rl.stack.gotools.InstallError`).
+        InstallError: when a build fails (:class:`~otel_rl.ops.stack.gotools.InstallError`).
         FileNotFoundError, ValueError: when the collector manifest is missing or malformed (:func:`ensure_collector`).
     """
     root = layout.repository_root() if root is None else root

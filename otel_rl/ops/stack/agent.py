@@ -20,10 +20,10 @@ from typing import NoReturn
 
 import requests
 
-from otel_rl.stack import layout
-from otel_rl.stack.collector_build import collector_binary_path
-from otel_rl.stack.env import otel_rl_home
-from otel_rl.stack.services import StackError
+from otel_rl.ops.stack import layout
+from otel_rl.ops.stack.collector_build import collector_binary_path
+from otel_rl.ops.stack.env import otel_rl_home
+from otel_rl.ops.stack.services import StackError
 
 SLURM_JOB_ID = "SLURM_JOB_ID"
 """The job's id, set by SLURM in every step's environment: the run id of the job's ranks."""
@@ -190,9 +190,11 @@ def add_agent_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     serve = actions.add_parser("serve", help="run the node's collector agent (agent.yaml) in the foreground")
     serve.add_argument("--gateways", default=None, help="gateways as host:port,host:port (default: $OTEL_RL_GATEWAYS)")
     serve.add_argument(
-        "--gateways-dns", default=None, metavar="NAME[:PORT]",
+        "--gateways-dns",
+        default=None,
+        metavar="NAME[:PORT]",
         help="one DNS name whose records are the live gateways (agent-dns.yaml; default: $OTEL_RL_GATEWAYS_HOSTNAME)",
-    )  # fmt: skip
+    )
     serve.add_argument("--collector", type=Path, default=None, help="collector binary (default: the installed one)")
     serve.set_defaults(handler=_serve)
     run = actions.add_parser("exec", help="wait for the node's agent, then run COMMAND exporting to it")
@@ -202,6 +204,10 @@ def add_agent_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     for parser in (serve, run):
         for item in fields(AgentPorts):
             parser.add_argument(
-                f"--{item.name}-port", dest=f"{item.name}_port", type=int, default=item.default, metavar="PORT",
+                f"--{item.name}-port",
+                dest=f"{item.name}_port",
+                type=int,
+                default=item.default,
+                metavar="PORT",
                 help=f"the agent's {item.name} port on 127.0.0.1 (default: {item.default})",
-            )  # fmt: skip
+            )

@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from otel_rl.stack import layout
-from otel_rl.stack.secrets import StackSecrets, ensure_secrets
-from otel_rl.stack.env import COLLECTOR_ENV_NAMES, otel_rl_home
+from otel_rl.ops.stack import layout
+from otel_rl.ops.stack.env import COLLECTOR_ENV_NAMES, otel_rl_home
+from otel_rl.ops.stack.secrets import StackSecrets, ensure_secrets
 
 
 def find_free_ports(n: int, *, host: str = "127.0.0.1") -> tuple[int, ...]:
@@ -84,7 +84,7 @@ class StackPorts:
     """Second Thanos receiver's Cap'n Proto replication listener."""
     thanos_query: int = 10904
     """Thanos querier's HTTP: the Prometheus query API (``/api/v1/query``), which :attr:`Stack.prometheus_url
-    <otel_rl.stack.services.Stack.prometheus_url>` names in the TSDB cluster profile."""
+    <otel_rl.ops.stack.services.Stack.prometheus_url>` names in the TSDB cluster profile."""
     thanos_query_grpc: int = 10903
     """Thanos querier's own gRPC (Store API); nothing of the stack uses it, but it listens."""
     thanos_rule_http: int = 10906
@@ -147,7 +147,7 @@ class StackConfig:
     """Collector ``--config`` files in merge order; empty means ``collector_config/collector.yaml`` of ``root``."""
     collector_environment: Mapping[str, str] = field(default_factory=dict)
     """Extra environment for the collector, e.g. ``{"OTEL_RL_AGGREGATION_INTERVAL": "1s"}``; the stack's own
-    variables (:data:`otel_rl.stack.env.COLLECTOR_ENV_NAMES`) cannot be overridden here."""
+    variables (:data:`otel_rl.ops.stack.env.COLLECTOR_ENV_NAMES`) cannot be overridden here."""
     prometheus_retention: str = "15d"
     """Prometheus ``--storage.tsdb.retention.time`` (the Thanos receivers' ``--tsdb.retention`` in the TSDB cluster
     profile)."""
@@ -176,7 +176,7 @@ class StackConfig:
     (``thanos-receive-0``, ``thanos-receive-1``) in one hashring with replication factor 1 (series are sharded
     between them, each has its own data folder), and a Thanos querier over both. The collector remote-writes to
     the first receiver, which forwards each series to its owner; :attr:`Stack.prometheus_url
-    <otel_rl.stack.services.Stack.prometheus_url>` is the querier's Prometheus query API. Prometheus does not run:
+    <otel_rl.ops.stack.services.Stack.prometheus_url>` is the querier's Prometheus query API. Prometheus does not run:
     Thanos Ruler (``thanos-rule``) evaluates the rules against the querier and sends to the same Alertmanager, and
     the collector's own metrics are not scraped. Needs the Thanos binary (``otel-rl stack install --cluster``). See docs/scale.md."""
     alert_webhook_url: str | None = None
@@ -318,7 +318,7 @@ def render_prometheus_config(template: Path, config: StackConfig) -> str:
     for alertmanager in (data.get("alerting") or {}).get("alertmanagers") or ():
         alertmanager["static_configs"] = [{"targets": [f"{host}:{ports.alertmanager}"]}]
     body: str = yaml.safe_dump(data, sort_keys=False)
-    return f"# Rendered by otel_rl.stack from {template}; do not edit.\n{body}"
+    return f"# Rendered by otel_rl.ops.stack from {template}; do not edit.\n{body}"
 
 
 def render_alertmanager_config(template: Path, config: StackConfig) -> str:
@@ -341,4 +341,4 @@ def render_alertmanager_config(template: Path, config: StackConfig) -> str:
             webhook = {"url": config.alert_webhook_url, "send_resolved": True}
             receiver["webhook_configs"] = [*(receiver.get("webhook_configs") or ()), webhook]
     body: str = yaml.safe_dump(data, sort_keys=False)
-    return f"# Rendered by otel_rl.stack from {template}; do not edit.\n{body}"
+    return f"# Rendered by otel_rl.ops.stack from {template}; do not edit.\n{body}"

@@ -1,7 +1,7 @@
 """Every pinned version and Go module path of the stack, in one place.
 
-Each Go-built executable is one :class:`GoBinary` pin; :func:`otel_rl.stack.gotools.ensure_go_binary` installs
-any of them. Adding a component is a pin here and one ``ensure_go_binary`` line in :mod:`otel_rl.stack.install`.
+Each Go-built executable is one :class:`GoBinary` pin; :func:`otel_rl.ops.stack.gotools.ensure_go_binary` installs
+any of them. Adding a component is a pin here and one ``ensure_go_binary`` line in :mod:`otel_rl.ops.stack.install`.
 The collector is the exception: its components and their versions are the builder manifest
 (``collector_config/builder.yaml``), and the builder is installed at the core version that manifest pins.
 """
@@ -63,7 +63,9 @@ COLLECTOR_CORE_MODULE_PREFIX: Final = "go.opentelemetry.io/collector/"
 """Module path prefix of the collector core; its v0.x modules carry the release version the builder must match."""
 
 VICTORIALOGS: Final = GoBinary(
-    module="github.com/VictoriaMetrics/VictoriaLogs", package="app/victoria-logs", version="v1.52.1",
+    module="github.com/VictoriaMetrics/VictoriaLogs",
+    package="app/victoria-logs",
+    version="v1.52.1",
     binary="victoria-logs",
 )
 """The VictoriaLogs single-node server."""
@@ -76,7 +78,10 @@ PROMETHEUS_VERSION: Final = "v0.316.0"
 """Pinned Prometheus module version (Prometheus 3.16.0): the server and promtool come from the same one."""
 
 PROMETHEUS: Final = GoBinary(
-    module=PROMETHEUS_MODULE, package="cmd/prometheus", version=PROMETHEUS_VERSION, binary="prometheus",
+    module=PROMETHEUS_MODULE,
+    package="cmd/prometheus",
+    version=PROMETHEUS_VERSION,
+    binary="prometheus",
     tags=("remove_all_sd",),
 )
 """The Prometheus server, without the cloud and cluster service discoveries (``remove_all_sd``: Prometheus's own
@@ -84,7 +89,9 @@ build tag, ``plugins/``): the stack's scrape and alerting targets are static, an
 AWS, Azure, GCE, Kubernetes, ... SDKs were most of its cold build (13 min 23 s of ``go install`` on 2 cores, from
 empty module and build caches)."""
 
-PROMTOOL: Final = GoBinary(module=PROMETHEUS_MODULE, package="cmd/promtool", version=PROMETHEUS_VERSION, binary="promtool")
+PROMTOOL: Final = GoBinary(
+    module=PROMETHEUS_MODULE, package="cmd/promtool", version=PROMETHEUS_VERSION, binary="promtool"
+)
 """Prometheus's companion tool (config and rule checks, rule unit tests)."""
 
 THANOS: Final = GoBinary(

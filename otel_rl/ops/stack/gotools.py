@@ -1,5 +1,5 @@
 """The Go toolchain as an installer: the ``go`` executable, the install lock, and :func:`ensure_go_binary`, which
-builds a pinned :class:`~otel_rl.stack.versions.GoBinary` into ``$OTEL_RL_HOME/bin`` once.
+builds a pinned :class:`~otel_rl.ops.stack.versions.GoBinary` into ``$OTEL_RL_HOME/bin`` once.
 
 Every install into ``$OTEL_RL_HOME`` holds an exclusive lock on ``$OTEL_RL_HOME/install.lock`` so that concurrent
 ``up`` calls (a test session and a shell) do not build the same thing twice or read a half-written binary. Each
@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from otel_rl.stack import layout
-from otel_rl.stack.versions import GoBinary
+from otel_rl.ops.stack import layout
+from otel_rl.ops.stack.versions import GoBinary
 
 _logger = logging.getLogger(__name__)
 
@@ -94,9 +94,9 @@ def ensure_go_binary(pin: GoBinary, *, home: Path) -> Path:
     """Return ``pin``'s executable in ``$OTEL_RL_HOME/bin``, building it first if it is missing or stale.
 
     It is built when the binary is missing or its version stamp (``<binary>.version`` beside it) is not
-    :attr:`~otel_rl.stack.versions.GoBinary.stamp`: by ``go install <target>`` into a temporary GOBIN, or with
-    :attr:`~otel_rl.stack.versions.GoBinary.module_copy` by ``go build`` inside a writable copy of the module
-    (:func:`writable_module_copy`) with its :attr:`~otel_rl.stack.versions.GoBinary.module_files` written in. The
+    :attr:`~otel_rl.ops.stack.versions.GoBinary.stamp`: by ``go install <target>`` into a temporary GOBIN, or with
+    :attr:`~otel_rl.ops.stack.versions.GoBinary.module_copy` by ``go build`` inside a writable copy of the module
+    (:func:`writable_module_copy`) with its :attr:`~otel_rl.ops.stack.versions.GoBinary.module_files` written in. The
     result is renamed into place, so a failed build leaves nothing half-written. Takes :func:`install_lock` itself:
     the caller must not hold it.
 
@@ -136,9 +136,12 @@ def _build(pin: GoBinary, scratch: Path) -> Path:
     caches, as a fresh machine does."""
     go = go_executable()
     caches = scratch / "go-caches"
-    env = go_env(GOCACHE=str(caches / "build"), GOMODCACHE=str(caches / "mod"),
-                 GOFLAGS=f"{os.environ.get('GOFLAGS', '')} -modcacherw".strip(),
-                 **({"GOTOOLCHAIN": pin.toolchain} if pin.toolchain else {}))  # fmt: skip
+    env = go_env(
+        GOCACHE=str(caches / "build"),
+        GOMODCACHE=str(caches / "mod"),
+        GOFLAGS=f"{os.environ.get('GOFLAGS', '')} -modcacherw".strip(),
+        **({"GOTOOLCHAIN": pin.toolchain} if pin.toolchain else {}),
+    )
     flags = [f"-tags={','.join(pin.tags)}"] if pin.tags else []
     if pin.version_variable:
         flags.append(f"-ldflags=-X {pin.version_variable}={pin.version.removeprefix('v')}")

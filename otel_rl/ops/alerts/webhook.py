@@ -56,7 +56,7 @@ class WebhookReceiver:
         condition = threading.Condition()
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server interface
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 try:
                     body = json.loads(self.rfile.read(length) or b"{}")
@@ -70,7 +70,7 @@ class WebhookReceiver:
                 self.send_response(200)
                 self.end_headers()
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the http.server interface
+            def log_message(self, format: str, *args: Any) -> None:
                 return None
 
         self._received = received
