@@ -9,6 +9,9 @@ INSTALLED := $(VENV)/.installed
 # The trainer's core install (no extras) against the lowest supported OpenTelemetry release.
 LOWEST := .venv-otel-lowest
 LOWEST_INSTALLED := $(LOWEST)/.installed
+# verl 0.9.1 (its own requirements) and otel-rl's core install, for tests/integrations/test_verl.py.
+VERL := .venv-verl
+VERL_INSTALLED := $(VERL)/.installed
 
 # uv (pinned, from PyPI into .uv/venv) installs both environments from one cache of unpacked wheels, hard-linked
 # into each (its default on Linux), so PyTorch's 5 GB with its CUDA wheels lie once on disk, not once per
@@ -18,7 +21,7 @@ UV := .uv/venv/bin/uv
 UV_INSTALLED := .uv/venv/uv-$(UV_VERSION).installed
 export UV_CACHE_DIR ?= $(CURDIR)/.uv/cache
 
-.PHONY: venv stack-install stack-up stack-down demo test test-otel-lowest typecheck chart-check bench soak clean
+.PHONY: venv verl-env stack-install stack-up stack-down demo check lint test test-otel-lowest typecheck chart-check bench soak clean
 
 $(UV_INSTALLED):
 	test -x .uv/venv/bin/python || $(PYTHON) -m venv .uv/venv
@@ -37,6 +40,17 @@ $(LOWEST_INSTALLED): pyproject.toml .ci/otel-lowest.txt | $(UV_INSTALLED)
 	$(LOWEST)/bin/python -c 'import otel_rl, otel_rl.torchforge; t = otel_rl.Telemetry(otel_rl.TelemetryConfig(exporter="none")); t.record_rewards([1.0]); t.shutdown()'
 	$(UV) pip install -q --python $(LOWEST)/bin/python -c .ci/otel-lowest.txt 'pytest>=8' 'pytest-timeout>=2.3' 'pytest-rerunfailures>=15' 'hypothesis>=6.100' 'pyyaml>=6'
 	touch $@
+
+# torch as in the main environment, so its wheels come from the cache; then a check that verl's plugin loader
+# registers the `otel_rl` backend (the `verl.plugins` entry point in pyproject.toml).
+$(VERL_INSTALLED): pyproject.toml | $(INSTALLED)
+	test -x $(VERL)/bin/python || $(UV) venv -q --python $(PYTHON) $(VERL)
+	$(UV) pip freeze --python $(PY) | grep -E '^torch==' > $(VERL)/constraints.txt
+	$(UV) pip install -q --python $(VERL)/bin/python -e . 'verl==0.9.1' -c $(VERL)/constraints.txt
+	$(VERL)/bin/python -c 'from verl.utils.tracking import Tracking; assert "otel_rl" in Tracking.supported_backend'
+	touch $@
+
+verl-env: $(VERL_INSTALLED)
 
 # The unit suite on the lowest supported OpenTelemetry (the main venv has the newest).
 test-otel-lowest: $(LOWEST_INSTALLED)
@@ -57,8 +71,23 @@ stack-down: venv
 demo: stack-install
 	$(PY) -m demo
 
+# pytest-xdist workers: the stack tests mostly wait on export and scrape intervals, so more workers than the two
+# cores finish sooner. Tests sharing a module's fixture (a live run, a private stack) stay on one worker
+# (tests/conftest.py: pytest_collection_modifyitems, `--dist loadgroup`).
+TEST_WORKERS ?= 4
+CHECK_WORKERS ?= 2
+XDIST = --dist loadgroup -n
+
+lint: venv
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+
 typecheck: venv
 	$(VENV)/bin/mypy otel_rl demo bench
+
+# The fast loop: lint, types, and every test that starts and builds nothing (unit, property, fuzz, doctests).
+check: lint typecheck
+	$(PY) -m pytest -q -m "not stack" $(XDIST) $(CHECK_WORKERS)
 
 # The Helm chart (deploy/helm/): `helm lint --strict` and `helm template` (Helm's own library, helm.sh/helm/v3) over
 # the defaults and every values file, every object decoded strictly into its Kubernetes or prometheus-operator Go
@@ -67,9 +96,10 @@ typecheck: venv
 chart-check:
 	cd deploy/helm/check && go test -count=1 ./...
 
-test: stack-install typecheck test-otel-lowest chart-check
-	$(VENV)/bin/otel-rl stack install --cluster
-	$(PY) -m pytest -q
+# The whole suite in one pytest run (one summary line: passed, failed, reruns), after the checks that fail fast.
+test: lint typecheck test-otel-lowest chart-check stack-install $(VERL_INSTALLED)
+	$(VENV)/bin/otel-rl stack install --tools --cluster
+	$(PY) -m pytest -q $(XDIST) $(TEST_WORKERS)
 
 bench: venv
 	$(PY) -m bench

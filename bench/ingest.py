@@ -119,7 +119,7 @@ def ingest(*, rollouts: int = 512, tokens: int = 2048, repeats: int = 15, sample
         "numpy_histogram_speedup": results["numpy_histogram"]["median_ns"] / step_ns,
         "torch_histc_speedup": results["torch_histc"]["median_ns"] / step_ns,
     }
-    for name, result in results.items():
+    for result in results.values():
         result["x_floor"] = result["median_ns"] / floor_ns
     met = {
         "step_vs_floor": ratios["step_vs_floor"] <= TARGETS["step_vs_floor_max"],

@@ -68,7 +68,8 @@ def tables(results: dict[str, Any]) -> list[Table]:
                     ["np.histogram / step", _ratio(r["numpy_histogram_speedup"]), "", ""],
                     ["torch.histc / step", _ratio(r["torch_histc_speedup"]), "", ""],
                     [
-                        f"step / bandwidth floor ({ingest['step_bytes'] / 1e6:.1f} MB at {ingest['read_bandwidth_gb_s']:.1f} GB/s)",
+                        f"step / bandwidth floor ({ingest['step_bytes'] / 1e6:.1f} MB "
+                        f"at {ingest['read_bandwidth_gb_s']:.1f} GB/s)",
                         _ratio(r["step_vs_bandwidth_floor"]),
                         "",
                         "",
@@ -135,7 +136,8 @@ def tables(results: dict[str, Any]) -> list[Table]:
             )
         out.append(
             (
-                f"3. Training-thread cost of a typical step ({thread['rollouts']} rollouts, {thread['tokens']:,} tokens)",
+                f"3. Training-thread cost of a typical step "
+                f"({thread['rollouts']} rollouts, {thread['tokens']:,} tokens)",
                 [
                     "mode",
                     "steps",
@@ -160,7 +162,8 @@ def tables(results: dict[str, Any]) -> list[Table]:
         )
         out.append(
             (
-                f"3b. Phase spans on the training thread ({phases['spans_per_step']} spans a step, {phases['steps']:,} steps; "
+                f"3b. Phase spans on the training thread "
+                f"({phases['spans_per_step']} spans a step, {phases['steps']:,} steps; "
                 f"traced / untraced median {_ratio(phases['traced_vs_untraced_median'])})",
                 ["arm", "median", "p99"],
                 rows,
@@ -242,10 +245,10 @@ def tables(results: dict[str, Any]) -> list[Table]:
 def render_plain(table: Table) -> str:
     """A table as aligned plain text."""
     title, header, rows = table
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
     return "\n".join([title, line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 

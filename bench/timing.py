@@ -22,7 +22,7 @@ def interleaved(
     ``repeats`` is a count for all, or per operation (an operation drops out of the rounds once it has its count).
     """
     wanted = {name: repeats if isinstance(repeats, int) else repeats[name] for name in operations}
-    for name, operation in operations.items():
+    for operation in operations.values():
         for _ in range(warmup):
             operation()
     samples: dict[str, list[int]] = {name: [] for name in operations}

@@ -27,9 +27,9 @@ import torch.multiprocessing as mp
 from tqdm import tqdm
 
 from demo.job import PHASES, SERVICE_NAME, JobSettings, run_rank
-from demo.readback import Sources, summarize
 from demo.report import format_summary
 from otel_rl.ops.alerts.webhook import Notification, WebhookReceiver, format_notification
+from otel_rl.ops.report.summary import Sources, summarize
 
 _DEFAULT_OUT = Path("demo-output")
 _UNSAFE = re.compile(r"[^\w.-]|^\.")

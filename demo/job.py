@@ -3,9 +3,10 @@
 Ranks average gradients with gloo (the training's own collective); telemetry never uses a collective. Each step's
 time is spent in phases (``telemetry.phase``): ``generate``, ``score``, ``train`` with the gradients' all-reduce
 nested as ``allreduce``, ``sync`` (the weight sync: the new weights to the rollout generator), and ``wait_data`` for
-the rest of the step's minimum time (idle); each step is a trace across the ranks in Jaeger and the collector turns the phases into
-duration histograms. Tokens, samples, FLOPs and the generator's weight buffer feed the performance row. Each rank
-also writes what it recorded to ``<record_dir>/rank-<r>.jsonl``, the ground truth the tests compare against.
+the rest of the step's minimum time (idle); each step is a trace across the ranks in Jaeger and the collector turns
+the phases into duration histograms. Tokens, samples, FLOPs and the generator's weight buffer feed the performance
+row. Each rank also writes what it recorded to ``<record_dir>/rank-<r>.jsonl``, the ground truth the tests compare
+against.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def run_rank(rank: int, settings: JobSettings, progress: Any, stop: Any = None) 
     generator = torch.Generator().manual_seed(settings.seed * 1000 + rank + 1)
     rollout_generator = LaggedGenerator(policy, keep=8, switch_probability=0.25, generator=generator)
     rollout_generator.publish(0)
-    truth = open(Path(settings.record_dir) / f"rank-{rank}.jsonl", "w", encoding="utf-8")
+    truth = open(Path(settings.record_dir) / f"rank-{rank}.jsonl", "w", encoding="utf-8")  # noqa: SIM115 - closed at the end of the run
     step = 0
     while step < settings.steps or (settings.runaway and not _stopped(rank, stop)):
         started = time.monotonic()

@@ -62,19 +62,30 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_RANKS_TIME = "the ranks' time"
+
+
 def _performance(performance: dict[str, Any]) -> list[str]:
     tokens, step = performance["tokens"], performance["slowest_step"]
     lines = [
         "## Where the time went (phase spans, every rank, merged by the collector)",
         "",
-        "| phase | spans | seconds | share of the ranks' time | mean s | p99 s |",
+        "A nested phase (a child span of another phase) is indented under its parent, its share of the parent's time.",
+        "",
+        "| phase | spans | seconds | share | mean s | p99 s |",
         "|---|---|---|---|---|---|",
     ]
-    lines += [
-        f"| {phase} | {_number(stats['spans'])} | {_number(stats['seconds'])} | {_number(stats['share'])} "
-        f"| {_number(stats['mean'])} | {_number(stats['p99'])} |"
-        for phase, stats in performance["split"].items()
-    ]
+    depth: dict[str, int] = {}
+    for phase, stats in performance["split"].items():
+        parent = stats["parent"]
+        depth[phase] = depth.get(parent, -1) + 1 if parent else 0
+        share = f"{stats['share']:.1%} of {parent or _RANKS_TIME}"
+        lines.append(
+            f"| {'&nbsp;&nbsp;' * depth[phase]}{'↳ ' if parent else ''}{phase} | {_number(stats['spans'])} "
+            f"| {_number(stats['seconds'])} | {share} | {_number(stats['mean'])} | {_number(stats['p99'])} |"
+        )
+    if performance["split"] and not performance["nesting_known"]:
+        lines += ["", "(nesting unknown without Jaeger: a nested phase's share also counts in its parent's)"]
     slowest = performance["slowest_phase"]
     lines += [
         "",
@@ -100,8 +111,9 @@ def _health(health: dict[str, Any]) -> list[str]:
     return [
         "## Rollout health (trainer vs generator, prompt groups, ranks)",
         "",
-        f"importance ratio pi_train/pi_inference over {_number(ratio['tokens'])} tokens: mean {_number(ratio['mean'])}, "
-        f"p50 {_number(ratio['p50'])}, p99 {_number(ratio['p99'])}, effective sample size {_number(ratio['ess_fraction'])}",
+        f"importance ratio pi_train/pi_inference over {_number(ratio['tokens'])} tokens: "
+        f"mean {_number(ratio['mean'])}, p50 {_number(ratio['p50'])}, p99 {_number(ratio['p99'])}, "
+        f"effective sample size {_number(ratio['ess_fraction'])}",
         f"mismatch KL(pi_inference || pi_train) per token: k1 {_number(health['mismatch_kl']['k1'])}, "
         f"k3 {_number(health['mismatch_kl']['k3'])}; entropy {_number(health['entropy_mean'])} nats",
         f"prompt groups solved by none {_number(groups['none'])}, some {_number(groups['some'])}, "

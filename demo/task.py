@@ -31,8 +31,7 @@ def response_text(tokens: torch.Tensor, length: int) -> str:
 def response_lengths(tokens: torch.Tensor) -> torch.Tensor:
     """Tokens up to and including the first ``<eos>`` (all of them when there is none)."""
     is_eos = tokens == EOS
-    first = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1) + 1, torch.full_like(tokens[:, 0], MAX_TOKENS))
-    return first
+    return torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1) + 1, torch.full_like(tokens[:, 0], MAX_TOKENS))
 
 
 def rewards(operands: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -8,6 +8,7 @@ from otel_rl._buckets import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS
 from otel_rl._config import ResolvedConfig, TelemetryConfig
 from otel_rl._global import get_telemetry, reset, setup
 from otel_rl._samples import EpisodeSample, SampleFilter, TopBottomFilter
+from otel_rl._tee import Tee, tee_tensorboard, tee_wandb
 from otel_rl._telemetry import Telemetry
 
 __all__ = [
@@ -16,10 +17,13 @@ __all__ = [
     "EpisodeSample",
     "ResolvedConfig",
     "SampleFilter",
+    "Tee",
     "Telemetry",
     "TelemetryConfig",
     "TopBottomFilter",
     "get_telemetry",
     "reset",
     "setup",
+    "tee_tensorboard",
+    "tee_wandb",
 ]

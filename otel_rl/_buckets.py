@@ -22,6 +22,7 @@ them; the window only bounds the buckets a point can carry (``2 * 40 * 2**scale`
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -272,7 +273,7 @@ def _root_of_two(k: int, scale: int) -> float:
     candidates = (math.nextafter(guess, 0), guess, math.nextafter(guess, 2))
     # t = 2**(k/n) lies above the midpoint m of two neighbours iff m**n < 2**k; compare exactly as integers.
     best = candidates[0]
-    for low, high in zip(candidates, candidates[1:]):
+    for low, high in itertools.pairwise(candidates):
         midpoint = (Fraction(low) + Fraction(high)) / 2
         numerator, denominator = midpoint.numerator, midpoint.denominator
         if numerator**n < (1 << k) * denominator**n:

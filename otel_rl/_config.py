@@ -8,11 +8,12 @@ typed; the rest of the package reads only that, and the hot path never looks at 
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import logging
 import math
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import InitVar, dataclass, field, fields
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
@@ -77,9 +78,15 @@ class TelemetryConfig:
     exporter: ExporterKind | None = None
     """Destination: ``otlp``, ``console`` (a readable summary per step), ``file`` (JSON lines) or ``none``;
     env ``OTEL_RL_EXPORTER``; default ``otlp``."""
+    console_self_telemetry: bool | None = None
+    """With ``exporter="console"``, also print otel-rl's own telemetry (the merge canary, sample export and value
+    rejection counters); env ``OTEL_RL_CONSOLE_SELF_TELEMETRY`` (``true`` or ``false``); default off."""
     endpoint: str | None = None
     """OTLP endpoint; env ``OTEL_EXPORTER_OTLP_ENDPOINT``; default ``http://localhost:4317`` (gRPC) or
-    ``http://localhost:4318`` (HTTP). For HTTP, the base URL: ``/v1/metrics`` and ``/v1/logs`` are appended."""
+    ``http://localhost:4318`` (HTTP). Read as the OpenTelemetry SDK reads it: ``http://`` is plain text, ``https://``
+    TLS; gRPC also takes ``host:port``, TLS unless env ``OTEL_EXPORTER_OTLP_INSECURE=true`` (the resolved endpoint
+    then carries the scheme that says which). For HTTP, the base URL: ``/v1/metrics`` and ``/v1/logs`` are
+    appended."""
     protocol: OtlpProtocol | None = None
     """``grpc`` or ``http/protobuf``; env ``OTEL_EXPORTER_OTLP_PROTOCOL``; default ``grpc``."""
     headers: Mapping[str, str] | None = None
@@ -184,6 +191,7 @@ class ResolvedConfig(TelemetryConfig):
     local_rank: int
     role: str
     exporter: ExporterKind
+    console_self_telemetry: bool
     endpoint: str
     protocol: OtlpProtocol
     headers: Mapping[str, str]
@@ -192,27 +200,56 @@ class ResolvedConfig(TelemetryConfig):
     export_timeout_s: float
     reward_bounds: tuple[float, ...]
     staleness_bounds: tuple[int, ...]
+    sources: InitVar[Mapping[str, str] | None] = None
+    """The environment variable each setting that came from the environment was read from, so that an error names
+    it (``environment variable OTEL_RL_EXPORTER must be ...``) rather than an argument the user never passed."""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, sources: Mapping[str, str] | None) -> None:
         object.__setattr__(self, "headers", Headers(self.headers))
         object.__setattr__(self, "resolved", self)
-        _validate(self)
+        _validate(self, _Labels(sources or {}))
 
 
-def _pick(value: object, env_value: object, default: object) -> Any:
-    return value if value is not None else env_value if env_value is not None else default
+class _Labels:
+    """How an error names a setting: ``"rank"`` when it was an argument (or its default), ``environment variable
+    SLURM_PROCID`` when it came from there."""
+
+    def __init__(self, sources: Mapping[str, str]) -> None:
+        self.sources = dict(sources)
+
+    def __call__(self, name: str) -> str:
+        variable = self.sources.get(name)
+        return f"environment variable {variable}" if variable is not None else f'"{name}"'
+
+    def pick(self, name: str, value: object, found: tuple[str, object] | None, default: object) -> Any:
+        """The argument if given, else the environment's value (remembering its variable), else ``default``."""
+        if value is not None:
+            return value
+        if found is not None:
+            self.sources[name] = found[0]
+            return found[1]
+        return default
 
 
 def _resolve(config: TelemetryConfig) -> ResolvedConfig:
-    """Apply argument > environment > default to every field of ``config``, then validate the result."""
-    rank = _pick(config.rank, _env.read_int(_env.RANK_VARS), 0)
-    world_size = _pick(config.world_size, _env.read_int(_env.WORLD_SIZE_VARS), 1)
-    _check_integer("rank", rank, 0)  # now: the defaults below are made from them
-    _check_integer("world_size", world_size, 1)
-    run_id_env = _env.read_first(_env.RUN_ID_VARS)
-    run_id = _pick(config.run_id, run_id_env[1] if run_id_env else None, None)
-    protocol = _pick(config.protocol, _env.read(_env.OTEL_EXPORTER_OTLP_PROTOCOL), "grpc")
-    _check_choice("protocol", protocol, get_args(OtlpProtocol))
+    """Apply argument > environment > default to every field of ``config``, then validate the result; errors name
+    the argument or the environment variable the bad value came from."""
+    label = _Labels({})
+    pick = label.pick
+    rank = pick("rank", config.rank, _env.read_int(_env.RANK_VARS), 0)
+    world_size = pick("world_size", config.world_size, _env.read_int(_env.WORLD_SIZE_VARS), 1)
+    _check_integer(label("rank"), rank, 0)  # now: the defaults below are made from them
+    _check_integer(label("world_size"), world_size, 1)
+    run_id = pick("run_id", config.run_id, _env.read_first(_env.RUN_ID_VARS), None)
+    protocol = pick("protocol", config.protocol, _env.read_first((_env.OTEL_EXPORTER_OTLP_PROTOCOL,)), "grpc")
+    _check_choice(label("protocol"), protocol, get_args(OtlpProtocol))
+    exporter = pick("exporter", config.exporter, _env.read_first((_env.OTEL_RL_EXPORTER,)), "otlp")
+    _check_choice(label("exporter"), exporter, get_args(ExporterKind))
+    endpoint = pick("endpoint", config.endpoint, _env.read_first((_env.OTEL_EXPORTER_OTLP_ENDPOINT,)), None)
+    if exporter == "otlp":
+        endpoint = otlp_endpoint(endpoint, protocol, label=label("endpoint"))
+    elif endpoint is None:
+        endpoint = _DEFAULT_ENDPOINTS[protocol]
     if config.headers is not None and not isinstance(config.headers, Mapping):
         raise TypeError(f'"headers" must be a mapping of str to str, got a {type(config.headers).__name__}')
     env_headers = _env.read(_env.OTEL_EXPORTER_OTLP_HEADERS)
@@ -226,36 +263,59 @@ def _resolve(config: TelemetryConfig) -> ResolvedConfig:
     if run_id is None:
         if isinstance(world_size, int) and world_size > 1:
             raise ValueError(
-                f'"run_id" is required when "world_size" > 1 (got world_size={describe(world_size)}): set it, or '
+                f'"run_id" is required when {label("world_size")} > 1 (got {describe(world_size)}): set it, or '
                 f"{_env.OTEL_RL_RUN_ID}, or launch with torchrun --rdzv-id / SLURM"
             )
         run_id = f"run-{uuid.uuid4().hex[:12]}"
     values: dict[str, Any] = {item.name: getattr(config, item.name) for item in fields(config) if item.init}
     values.update(
-        service_name=_pick(config.service_name, _env.read(_env.OTEL_SERVICE_NAME), "rl-trainer"),
+        service_name=pick(
+            "service_name", config.service_name, _env.read_first((_env.OTEL_SERVICE_NAME,)), "rl-trainer"
+        ),
         run_id=run_id,
         rank=rank,
         world_size=world_size,
-        local_rank=_pick(config.local_rank, _env.read_int(_env.LOCAL_RANK_VARS), rank),
-        role=_pick(config.role, _env.read(_env.OTEL_RL_ROLE), "trainer"),
-        exporter=_pick(config.exporter, _env.read(_env.OTEL_RL_EXPORTER), "otlp"),
-        endpoint=_pick(config.endpoint, _env.read(_env.OTEL_EXPORTER_OTLP_ENDPOINT), _DEFAULT_ENDPOINTS[protocol]),
+        local_rank=pick("local_rank", config.local_rank, _env.read_int(_env.LOCAL_RANK_VARS), rank),
+        role=pick("role", config.role, _env.read_first((_env.OTEL_RL_ROLE,)), "trainer"),
+        exporter=exporter,
+        console_self_telemetry=pick(
+            "console_self_telemetry",
+            config.console_self_telemetry,
+            _env.read_bool(_env.OTEL_RL_CONSOLE_SELF_TELEMETRY),
+            False,
+        ),
+        endpoint=endpoint,
         protocol=protocol,
         headers=dict(headers),
-        certificate_file=_pick(config.certificate_file, _env.read(_env.OTEL_EXPORTER_OTLP_CERTIFICATE), None),
-        client_certificate_file=_pick(
-            config.client_certificate_file, _env.read(_env.OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE), None
+        certificate_file=pick(
+            "certificate_file", config.certificate_file, _env.read_first((_env.OTEL_EXPORTER_OTLP_CERTIFICATE,)), None
         ),
-        client_key_file=_pick(config.client_key_file, _env.read(_env.OTEL_EXPORTER_OTLP_CLIENT_KEY), None),
-        output_file=_pick(config.output_file, _env.read(_env.OTEL_RL_OUTPUT_FILE), f"otel-rl-{rank}.jsonl"),
-        export_interval_s=_pick(
-            config.export_interval_s, _env.read_float(_env.OTEL_METRIC_EXPORT_INTERVAL, scale=1e-3), 2.0
+        client_certificate_file=pick(
+            "client_certificate_file",
+            config.client_certificate_file,
+            _env.read_first((_env.OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE,)),
+            None,
         ),
-        export_timeout_s=_pick(
-            config.export_timeout_s, _env.read_float(_env.OTEL_EXPORTER_OTLP_TIMEOUT, scale=1e-3), 5.0
+        client_key_file=pick(
+            "client_key_file", config.client_key_file, _env.read_first((_env.OTEL_EXPORTER_OTLP_CLIENT_KEY,)), None
         ),
-        reward_bounds=_pick(config.reward_bounds, None, DEFAULT_REWARD_BOUNDS),
-        staleness_bounds=_pick(config.staleness_bounds, None, DEFAULT_STALENESS_BOUNDS),
+        output_file=pick(
+            "output_file", config.output_file, _env.read_first((_env.OTEL_RL_OUTPUT_FILE,)), f"otel-rl-{rank}.jsonl"
+        ),
+        export_interval_s=pick(
+            "export_interval_s",
+            config.export_interval_s,
+            _env.read_float(_env.OTEL_METRIC_EXPORT_INTERVAL, scale=1e-3),
+            2.0,
+        ),
+        export_timeout_s=pick(
+            "export_timeout_s",
+            config.export_timeout_s,
+            _env.read_float(_env.OTEL_EXPORTER_OTLP_TIMEOUT, scale=1e-3),
+            5.0,
+        ),
+        reward_bounds=config.reward_bounds if config.reward_bounds is not None else DEFAULT_REWARD_BOUNDS,
+        staleness_bounds=config.staleness_bounds if config.staleness_bounds is not None else DEFAULT_STALENESS_BOUNDS,
     )
     if config.histogram == "exponential":
         for name in ("reward_bounds", "staleness_bounds"):
@@ -264,9 +324,45 @@ def _resolve(config: TelemetryConfig) -> ResolvedConfig:
                     f'"{name}" applies to histogram="explicit" only, got {name}={describe(getattr(config, name))} with '
                     f'histogram="exponential" (exponential buckets need no bounds; set histogram="explicit")'
                 )
-    resolved = ResolvedConfig(**values)
+    resolved = ResolvedConfig(**values, sources=label.sources)
     _warn_plaintext_headers(resolved)
     return resolved
+
+
+def otlp_endpoint(value: object, protocol: str, *, label: str = '"endpoint"') -> str:
+    """The OTLP endpoint ``value`` (None: the protocol's default) as a URL whose scheme says whether TLS is used,
+    read as the OpenTelemetry SDK reads it: ``http://`` plain text, ``https://`` TLS; for gRPC also ``host:port``,
+    which is TLS unless ``OTEL_EXPORTER_OTLP_INSECURE=true``. HTTP needs a URL (the SDK would fail on every export).
+    Errors name ``label``, the argument or variable the value came from.
+
+    >>> otlp_endpoint("collector:4317", "grpc")
+    'https://collector:4317'
+    """
+    if value is None:
+        return _DEFAULT_ENDPOINTS[protocol]
+    forms = "http://host:port or https://host:port" + (" or host:port" if protocol == "grpc" else "")
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise ValueError(f"{label} must be {forms}, got {describe(value)}")
+    url = value
+    if "://" not in value:
+        if protocol != "grpc":
+            raise ValueError(
+                f'{label} must start with http:// or https:// with protocol "{protocol}" (host:port is a form of '
+                f"gRPC endpoints), got {describe(value)}"
+            )
+        insecure = _env.read_bool(_env.OTEL_EXPORTER_OTLP_INSECURE)
+        url = f"{'http' if insecure is not None and insecure[1] else 'https'}://{value}"
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a port that is not one
+    except ValueError:
+        raise ValueError(f"{label} has a port that is not a number from 0 to 65535, got {describe(value)}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{label} must be {forms}, got {describe(value)}")
+    if parts.query or parts.fragment or (protocol == "grpc" and parts.path not in ("", "/")):
+        what = "no path (a gRPC endpoint is a host and port)" if protocol == "grpc" else "no query"
+        raise ValueError(f"{label} must be {forms} with {what}, got {describe(value)}")
+    return url
 
 
 def _warn_plaintext_headers(config: ResolvedConfig) -> None:
@@ -294,21 +390,25 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _validate(config: ResolvedConfig) -> None:
-    _check_choice("exporter", config.exporter, get_args(ExporterKind))
+def _validate(config: ResolvedConfig, label: _Labels) -> None:
+    _check_choice(label("exporter"), config.exporter, get_args(ExporterKind))
     for name in ("service_name", "run_id", "role"):
         value = getattr(config, name)
         if not isinstance(value, str) or not value:
-            raise ValueError(f'"{name}" must be a non-empty string, got {describe(value)}')
+            raise ValueError(f"{label(name)} must be a non-empty string, got {describe(value)}")
     for name, minimum in (("rank", 0), ("world_size", 1), ("local_rank", 0)):
-        _check_integer(name, getattr(config, name), minimum)
+        _check_integer(label(name), getattr(config, name), minimum)
     if config.rank >= config.world_size:
-        raise ValueError(f'"rank" must be < "world_size" ({describe(config.world_size)}), got {describe(config.rank)}')
+        raise ValueError(
+            f"{label('rank')} must be < {label('world_size')} ({describe(config.world_size)}), "
+            f"got {describe(config.rank)}"
+        )
     for name in ("export_interval_s", "export_timeout_s", "shutdown_timeout_s", "extremes_hold_s"):
         value = getattr(config, name)
         if not _finite(value) or not 0 < value <= _LONGEST_S:
             raise ValueError(
-                f'"{name}" must be a positive number of seconds up to {_LONGEST_S:g}, got {describe(value)}'
+                f"{label(name)} must be a positive number of seconds up to {_LONGEST_S:g}, got {describe(value)}"
+                + (" (it is read in milliseconds)" if name in label.sources else "")
             )
     for name, minimum in (
         ("max_reward_fns", 1),
@@ -322,34 +422,35 @@ def _validate(config: ResolvedConfig) -> None:
         ("sample_text_budget_bytes", 0),
         ("sample_queue_size", 1),
     ):
-        _check_integer(name, getattr(config, name), minimum)
+        _check_integer(label(name), getattr(config, name), minimum)
     if not _finite(config.solved_reward):
         raise ValueError(f'"solved_reward" must be a finite number, got {describe(config.solved_reward)}')
     for name in ("flops_per_token", "peak_flops"):
         value = getattr(config, name)
         if value is not None and (not _finite(value) or value <= 0):
             raise ValueError(f'"{name}" must be a positive number or None, got {describe(value)}')
-    for name in ("samples_as_span_events", "distinct_prompts", "trace_phases"):
+    for name in ("samples_as_span_events", "distinct_prompts", "trace_phases", "console_self_telemetry"):
         if not isinstance(getattr(config, name), bool):
             raise ValueError(f'"{name}" must be a bool, got {describe(getattr(config, name))}')
     if (config.client_certificate_file is None) != (config.client_key_file is None):
         raise ValueError(
             '"client_certificate_file" and "client_key_file" go together (mutual TLS), got '
-            f"client_certificate_file={describe(config.client_certificate_file)} client_key_file={describe(config.client_key_file)}"
+            f"client_certificate_file={describe(config.client_certificate_file)} "
+            f"client_key_file={describe(config.client_key_file)}"
         )
     if config.redact is not None and not callable(config.redact):
         raise ValueError(f'"redact" must be a callable (field, text) -> text, got {describe(config.redact)}')
-    _check_choice("histogram", config.histogram, get_args(HistogramForm))
+    _check_choice(label("histogram"), config.histogram, get_args(HistogramForm))
     if isinstance(config.histogram_scale, bool) or config.histogram_scale not in range(MAX_SCALE + 1):
         raise ValueError(
             f'"histogram_scale" must be an integer from 0 to {MAX_SCALE}, got {describe(config.histogram_scale)}'
         )
     _check_bounds("reward_bounds", config.reward_bounds, integer=False)
     _check_bounds("staleness_bounds", config.staleness_bounds, integer=True)
-    if config.exporter == "otlp" and not (
-        isinstance(config.endpoint, str) and config.endpoint.startswith(("http://", "https://"))
+    if config.exporter == "otlp" and otlp_endpoint(config.endpoint, config.protocol, label=label("endpoint")) != (
+        config.endpoint
     ):
-        raise ValueError(f'"endpoint" must start with http:// or https://, got {describe(config.endpoint)}')
+        raise ValueError(f"{label('endpoint')} must be resolved to a URL, got {describe(config.endpoint)}")
     for key, value in config.headers.items():
         if not isinstance(key, str) or not key:
             raise ValueError(f'"headers" keys must be non-empty strings, got {describe(key)}')
@@ -372,14 +473,15 @@ def _finite(value: object) -> bool:
         return False
 
 
-def _check_integer(name: str, value: object, minimum: int) -> None:
+def _check_integer(label: str, value: object, minimum: int) -> None:
+    """``label``: how the error names the setting (``"rank"``, ``environment variable RANK``)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f'"{name}" must be an integer >= {minimum}, got {describe(value)}')
+        raise ValueError(f"{label} must be an integer >= {minimum}, got {describe(value)}")
 
 
-def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+def _check_choice(label: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ValueError(f'"{name}" must be one of {", ".join(choices)}, got {describe(value)}')
+        raise ValueError(f"{label} must be one of {', '.join(choices)}, got {describe(value)}")
 
 
 def _check_bounds(name: str, bounds: object, *, integer: bool) -> None:
@@ -390,5 +492,5 @@ def _check_bounds(name: str, bounds: object, *, integer: bool) -> None:
             raise ValueError(f'"{name}" must hold finite numbers, got {describe(value)}')
         if integer and (value != int(value) or value < 0):
             raise ValueError(f'"{name}" must hold integers >= 0, got {describe(value)}')
-    if any(b <= a for a, b in zip(bounds, bounds[1:])):
+    if any(b <= a for a, b in itertools.pairwise(bounds)):
         raise ValueError(f'"{name}" must be strictly increasing, got {describe(bounds)}')

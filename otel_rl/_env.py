@@ -10,8 +10,12 @@ import os
 from collections.abc import Mapping
 from urllib.parse import unquote
 
-#: OTLP collector endpoint, e.g. ``http://collector:4317`` (gRPC) or ``http://collector:4318`` (HTTP).
+#: OTLP collector endpoint, e.g. ``http://collector:4317`` (gRPC) or ``http://collector:4318`` (HTTP); for gRPC
+#: also ``collector:4317``, with TLS unless ``OTEL_EXPORTER_OTLP_INSECURE=true`` (as the OpenTelemetry SDK reads it).
 OTEL_EXPORTER_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
+#: ``true``: a gRPC endpoint written without a scheme (``collector:4317``) is plain text; ``false`` (default): TLS.
+#: An ``http://`` or ``https://`` scheme says it instead (the OpenTelemetry specification's rule).
+OTEL_EXPORTER_OTLP_INSECURE = "OTEL_EXPORTER_OTLP_INSECURE"
 #: ``grpc`` (default) or ``http/protobuf``.
 OTEL_EXPORTER_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 #: Comma-separated ``key=value`` pairs (URL-encoded values), e.g. ``authorization=Bearer%20abc``.
@@ -32,6 +36,8 @@ OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
 OTEL_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
 #: Where telemetry goes: ``otlp`` (default), ``console``, ``file`` or ``none``.
 OTEL_RL_EXPORTER = "OTEL_RL_EXPORTER"
+#: ``true``: with ``OTEL_RL_EXPORTER=console``, also print otel-rl's own telemetry (canary, export, rejections).
+OTEL_RL_CONSOLE_SELF_TELEMETRY = "OTEL_RL_CONSOLE_SELF_TELEMETRY"
 #: The JSON-lines file written when ``OTEL_RL_EXPORTER=file``.
 OTEL_RL_OUTPUT_FILE = "OTEL_RL_OUTPUT_FILE"
 #: The run id shared by every rank of one run (wins over the launcher's ids below).
@@ -47,6 +53,7 @@ RUN_ID_VARS = (OTEL_RL_RUN_ID, "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
 
 VARIABLES: tuple[str, ...] = (
     OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_INSECURE,
     OTEL_EXPORTER_OTLP_PROTOCOL,
     OTEL_EXPORTER_OTLP_HEADERS,
     OTEL_EXPORTER_OTLP_CERTIFICATE,
@@ -57,6 +64,7 @@ VARIABLES: tuple[str, ...] = (
     OTEL_SERVICE_NAME,
     OTEL_RESOURCE_ATTRIBUTES,
     OTEL_RL_EXPORTER,
+    OTEL_RL_CONSOLE_SELF_TELEMETRY,
     OTEL_RL_OUTPUT_FILE,
     OTEL_RL_ROLE,
     *RANK_VARS,
@@ -77,7 +85,7 @@ def read(name: str) -> str | None:
 
 
 def read_first(names: tuple[str, ...]) -> tuple[str, str] | None:
-    """The first of ``names`` that is set, as ``(name, value)``."""
+    """The first of ``names`` that is set, as ``(name, value)``: the name says where a bad value came from."""
     for name in names:
         value = read(name)
         if value is not None and not (name == "TORCHELASTIC_RUN_ID" and value == _TORCHRUN_DEFAULT_RUN_ID):
@@ -85,27 +93,38 @@ def read_first(names: tuple[str, ...]) -> tuple[str, str] | None:
     return None
 
 
-def read_int(names: tuple[str, ...]) -> int | None:
-    """The first of ``names`` that is set, as an int; raises ``ValueError`` naming the variable otherwise."""
+def read_int(names: tuple[str, ...]) -> tuple[str, int] | None:
+    """The first of ``names`` that is set, as ``(name, int)``; raises ``ValueError`` naming the variable otherwise."""
     found = read_first(names)
     if found is None:
         return None
     name, value = found
     try:
-        return int(value)
+        return name, int(value)
     except ValueError:
         raise ValueError(f"environment variable {name} must be an integer, got {value!r}") from None
 
 
-def read_float(name: str, *, scale: float = 1.0) -> float | None:
-    """The variable as a float times ``scale``; raises ``ValueError`` naming the variable otherwise."""
+def read_float(name: str, *, scale: float = 1.0) -> tuple[str, float] | None:
+    """The variable as ``(name, float times scale)``; raises ``ValueError`` naming the variable otherwise."""
     value = read(name)
     if value is None:
         return None
     try:
-        return float(value) * scale
+        return name, float(value) * scale
     except ValueError:
         raise ValueError(f"environment variable {name} must be a number, got {value!r}") from None
+
+
+def read_bool(name: str) -> tuple[str, bool] | None:
+    """The variable as ``(name, bool)`` from ``true`` or ``false`` (any case); raises ``ValueError`` naming the
+    variable otherwise (the OpenTelemetry SDK reads anything but ``true`` as false: a typo would silently flip it)."""
+    value = read(name)
+    if value is None:
+        return None
+    if value.lower() not in ("true", "false"):
+        raise ValueError(f"environment variable {name} must be true or false, got {value!r}")
+    return name, value.lower() == "true"
 
 
 def parse_headers(text: str, *, variable: str) -> Mapping[str, str]:

@@ -5,7 +5,8 @@ sends a cumulative snapshot of the metrics and the pending sample records. While
 back off (doubling from the interval up to 5 s; a flush or shutdown still tries at once), because every attempt
 encodes its batch in Python and would take the GIL from the training thread for nothing. The training thread only
 ever appends to a bounded queue and updates small in-memory totals, so a slow, hung or absent collector cannot
-block it; queue overflow drops the oldest records and counts them.
+block it; queue overflow drops the oldest records and counts them. Whether exports go through is told by
+:class:`~otel_rl._export_health.ExportHealth`: one warning when they start failing, one when they recover.
 
 Nothing can stall an export for good. A point or record that fails to encode (an exporter raising, where a
 collector's refusal is a returned failure) is found by encoding each on its own, left out from then on, and counted
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import sys
 import threading
@@ -25,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 import grpc
 import requests
@@ -46,7 +49,8 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
 from otel_rl import _names
 from otel_rl._config import ResolvedConfig
-from otel_rl._console import ConsoleLogFormatter, ConsoleMetricFormatter
+from otel_rl._console import console_exporters
+from otel_rl._export_health import ExportHealth
 from otel_rl._store import MetricStore, attributes
 
 _logger = logging.getLogger(__name__)
@@ -91,16 +95,23 @@ def build_exporters(config: ResolvedConfig, injected: Exporters = Exporters(None
     )
 
 
+def destination(config: ResolvedConfig) -> str:
+    """Where ``config`` sends telemetry, as log lines name it: ``http://localhost:4317 (OTLP/gRPC, plain text)``."""
+    if config.exporter == "otlp":
+        tls = "TLS" if config.endpoint.startswith("https://") or config.certificate_file is not None else "plain text"
+        return f"{config.endpoint} (OTLP/{'gRPC' if config.protocol == 'grpc' else 'HTTP'}, {tls})"
+    if config.exporter == "file":
+        return f"the file {config.output_file}"
+    return "the console (stdout)" if config.exporter == "console" else "nowhere (exporter none)"
+
+
 def _configured(config: ResolvedConfig) -> Exporters:
     """The exporters ``config`` asks for."""
     if config.exporter == "none":
         return Exporters(None, None)
     if config.exporter == "console":
-        return Exporters(
-            ConsoleMetricExporter(out=sys.stdout, formatter=ConsoleMetricFormatter()),
-            ConsoleLogRecordExporter(out=sys.stdout, formatter=ConsoleLogFormatter()),
-            ConsoleSpanExporter(out=sys.stdout),
-        )
+        printed = console_exporters(sys.stdout, self_telemetry=config.console_self_telemetry)
+        return Exporters(printed.metrics, printed.logs, printed.spans)
     if config.exporter == "file":
         out = open(config.output_file, "a", encoding="utf-8")  # noqa: SIM115 - closed by Telemetry.shutdown
         return Exporters(
@@ -160,7 +171,9 @@ def _otlp_exporters(config: ResolvedConfig) -> Exporters:
     from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetricExporter
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 
-    secure = endpoint.startswith("https://") or config.certificate_file is not None
+    # config.endpoint is resolved to http(s)://host:port (otel_rl._config.otlp_endpoint): the scheme says TLS
+    parts = urlsplit(endpoint)
+    secure = parts.scheme == "https" or config.certificate_file is not None
     credentials = None
     if secure:
         credentials = grpc.ssl_channel_credentials(
@@ -169,7 +182,7 @@ def _otlp_exporters(config: ResolvedConfig) -> Exporters:
             certificate_chain=_read(config.client_certificate_file),
         )
     grpc_common: dict[str, Any] = {
-        "endpoint": endpoint.split("://", 1)[1],
+        "endpoint": parts.netloc,
         "insecure": not secure,
         "credentials": credentials,
         "headers": headers,
@@ -210,7 +223,8 @@ def _read(path: str | None) -> bytes | None:
 class ExportWorker:
     """Exports metrics and queued log records from one daemon thread, every ``interval_s`` or on request.
 
-    ``clock`` gives the wall-clock time of points (ns); ``timer`` the cadence, back-off and deadlines."""
+    ``clock`` gives the wall-clock time of points (ns); ``timer`` the cadence, back-off and deadlines;
+    ``destination`` names where exports go in the warnings of :attr:`health`."""
 
     def __init__(
         self,
@@ -223,6 +237,7 @@ class ExportWorker:
         queue_size: int,
         clock: Callable[[], int] = time.time_ns,
         timer: Timer = Timer(),
+        destination: str = "the configured exporters",
     ) -> None:
         self._store = store
         self._metric_exporter = metric_exporter
@@ -245,6 +260,10 @@ class ExportWorker:
         self._stopping = False
         self._failed_cycles = 0
         self._retry_at = 0.0
+        self.health = ExportHealth(
+            destination, queue_size=queue_size, pending=lambda: len(self._queue), monotonic=timer.monotonic
+        )
+        """Says once when exports start failing and once when they recover (in place of the SDK's retry lines)."""
         for key in (
             (_names.SAMPLES_EXPORTED, ()),
             (_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL),
@@ -351,11 +370,15 @@ class ExportWorker:
             if not batch:
                 return
             began = self._timer.monotonic()
-            result = _call(lambda: exporter.export(batch), raising=True)
-            if result is _RAISED:
-                batch = self._encodable(batch)
-                result = _call(lambda: exporter.export(batch)) if batch else LogRecordExportResult.SUCCESS
+            with self.health.exporting() as errors:
+                result = _call(functools.partial(exporter.export, batch), raising=True)
+                if result is _RAISED:
+                    batch = self._encodable(batch)
+                    result = (
+                        _call(functools.partial(exporter.export, batch)) if batch else LogRecordExportResult.SUCCESS
+                    )
             if result == LogRecordExportResult.SUCCESS:
+                self.health.exported("logs", True, errors, items=len(batch))
                 self._store.add(_names.SAMPLES_EXPORTED, (), len(batch))
                 self._batch_limit = min(_BATCH, self._batch_limit * 2)
                 self._refusals = 0
@@ -363,6 +386,7 @@ class ExportWorker:
             self._store.add(_names.EXPORT_FAILURES, _SIGNAL_LOGS, 1)
             with self._lock:
                 self._queue.extendleft(reversed(batch))
+            self.health.exported("logs", False, errors)  # now that the batch is queued again
             failing_s += self._timer.monotonic() - began
             again = failing_s < self._timeout_s
             if self._metrics_up and len(batch) > 1:
@@ -400,7 +424,7 @@ class ExportWorker:
 
     def _encodable(self, batch: list[ReadableLogRecord]) -> list[ReadableLogRecord]:
         """The records of ``batch`` that encode on their own; the others are dropped and counted."""
-        kept = [record for record in batch if _encodes(lambda: encode_logs([record]))]
+        kept = [record for record in batch if _encodes(functools.partial(encode_logs, [record]))]
         if len(kept) < len(batch):
             lost = len(batch) - len(kept)
             self._store.add(_names.SAMPLES_DROPPED, _DROPPED_UNENCODABLE, lost)
@@ -416,6 +440,7 @@ class ExportWorker:
                 self._queue.popleft()
         if overflow > 0:
             self._store.add(_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL, overflow)
+            self.health.dropped(overflow)
 
     def _export_metrics(self) -> bool:
         """Export a cumulative snapshot; False when it failed (its window extremes go out with the next one)."""
@@ -427,11 +452,13 @@ class ExportWorker:
             return True
         data = self._without_unencodable(collected)
         timeout_ms = self._timeout_s * 1000
-        result = _call(lambda: exporter.export(data, timeout_millis=timeout_ms), raising=True)
-        if result is _RAISED:
-            self._find_unencodable(data)
-            data = self._without_unencodable(collected)
-            result = _call(lambda: exporter.export(data, timeout_millis=timeout_ms))
+        with self.health.exporting() as errors:
+            result = _call(lambda: exporter.export(data, timeout_millis=timeout_ms), raising=True)
+            if result is _RAISED:
+                self._find_unencodable(data)
+                data = self._without_unencodable(collected)
+                result = _call(lambda: exporter.export(data, timeout_millis=timeout_ms))
+        self.health.exported("metrics", result == MetricExportResult.SUCCESS, errors)
         if result != MetricExportResult.SUCCESS:
             self._store.restore(window)
             self._store.add(_names.EXPORT_FAILURES, _SIGNAL_METRICS, 1)
@@ -444,7 +471,7 @@ class ExportWorker:
         for resource, scope, metric in _metrics_of(data):
             for point in metric.data.data_points:
                 single = _single(resource, scope, metric, point)
-                if not _encodes(lambda: encode_metrics(single)):
+                if not _encodes(functools.partial(encode_metrics, single)):
                     self._unencodable.add((metric.name, _attributes_key(point.attributes)))
                     self._store.add(_names.EXPORT_UNENCODABLE, _SIGNAL_METRICS, 1)
                     _logger.warning("otel-rl: a point of %s could not be encoded; its stream is left out", metric.name)

@@ -23,7 +23,7 @@ import numbers
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -44,22 +44,29 @@ Reason = Literal[
     "unknown_key",
     "name_overflow",
     "name_invalid",
+    "incomplete_group",
 ]
 """Why values were rejected: ``nonfinite`` (NaN or inf), ``negative`` (below the allowed minimum), ``nonintegral``
 (a fraction where an integer is needed), ``range`` (an integer outside signed 64 bits), ``missing`` (``None``
-inside a list, or a field another needs), ``shape`` (shapes that do not fit together, or more dimensions than the
-call takes), ``dtype`` (a bool, complex or text dtype), ``type`` (not a number at all), ``layout`` (a tensor whose
-values cannot be read: nested, meta), ``phase``, ``unknown_key`` (a sample dict's key), ``name_overflow`` and
-``name_invalid`` (label names past their cap or unusable), ``invalid`` (anything else)."""
+inside a list, NaN where an integer is needed, or a field another needs), ``shape`` (shapes that do not fit
+together, or more dimensions than the call takes), ``dtype`` (complex or text, or a bool where an integer identity
+is needed: a version, a group id), ``type`` (not a number at all), ``layout`` (a tensor whose values cannot be
+read: nested, meta), ``phase``, ``unknown_key`` (a sample dict's key), ``name_overflow`` and ``name_invalid``
+(label names past their cap or unusable), ``incomplete_group`` (a usable rollout of a prompt group whose outcome
+cannot be told, because another rollout of it, or of the call, is unusable), ``invalid`` (anything else)."""
+
+REASONS: tuple[Reason, ...] = get_args(Reason)
+"""Every reason; :attr:`Values.reasons` codes a position's reason as 1 + its index here (0: usable)."""
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 _DESCRIBE_CHARS = 80
 _NUMBA_DTYPES = (torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 _FAST_ITEMS = frozenset({float, int})
+_FAST_VALUES = frozenset({float, int, bool})
 
 
-class BadInput(ValueError):
+class BadInput(ValueError):  # noqa: N818 - the name says what it is: bad input, not an error of otel-rl
     """A value, field or whole call is unusable; ``reason`` names the rule (a :data:`Reason`)."""
 
     def __init__(self, reason: Reason, message: str) -> None:
@@ -75,29 +82,39 @@ class Values:
     tensor: torch.Tensor
     usable: torch.Tensor | None = None
     dropped: Mapping[Reason, int] = field(default_factory=dict)
+    reasons: torch.Tensor | None = None
+    """Where ``usable`` is given: each position's reason, an int8 tensor of ``tensor``'s shape, 0 where usable, else
+    1 + the reason's index in :data:`REASONS` (callers that count only selected positions need it)."""
 
 
 def as_values(values: Any, *, argument: str, integers: bool = False) -> Values:
     """The numbers in ``values``: a tensor, array, number, list or nested list (at most 2-D), or anything with
     ``__dlpack__``, ``__array__`` or ``.item()``.
 
-    Python numbers and lists become float64, or int64 with ``integers=True`` (versions and ids, which must stay
-    exact beyond 2**53: an int outside signed 64 bits is then dropped as ``range``). Inside a list, ``None`` is
-    dropped as ``missing`` and a non-number (a string, a bool, a container) as ``type``; the rest are kept. Raises
-    :class:`BadInput` when the whole argument is unusable.
+    Bools (tensors, arrays, Python and numpy bools) are the numbers 0 and 1 (``pred == target`` is a reward): a bool
+    tensor or array is read as uint8, without a copy. Python numbers and lists become float64, or int64 with
+    ``integers=True`` (versions and ids, which must stay exact beyond 2**53: an int outside signed 64 bits is then
+    dropped as ``range``, a NaN as ``missing``); a list of floats only stays float64 (see :func:`as_integers`).
+    With ``integers=True`` a bool is not an integer identity: rejected as ``dtype``, whole or inside a list. Inside
+    a list, ``None`` is dropped as ``missing`` and a non-number (a string, a container) as ``type``; the rest are
+    kept. Raises :class:`BadInput` when the whole argument is unusable.
 
-    >>> v = as_values([1.0, None, 0.1, "x"], argument="rewards")
-    >>> v.tensor.dtype, v.usable.tolist(), dict(v.dropped)
-    (torch.float64, [True, False, True, False], {'missing': 1, 'type': 1})
+    >>> v = as_values([1.0, None, 0.1, "x", True], argument="rewards")
+    >>> v.tensor.tolist(), v.usable.tolist(), dict(v.dropped)
+    ([1.0, 0.0, 0.1, 0.0, 1.0], [True, False, True, False, True], {'missing': 1, 'type': 1})
+    >>> as_values(torch.tensor([True, False]), argument="rewards").tensor
+    tensor([1, 0], dtype=torch.uint8)
     """
     if isinstance(values, Values):
         return values
     if isinstance(values, torch.Tensor):
-        return Values(_readable(values, argument=argument))
+        return Values(_numeric(_readable(values, argument=argument, booleans=not integers)))
     if isinstance(values, np.ndarray):
         return _from_array(values, argument=argument, integers=integers)
     if isinstance(values, (bool, np.bool_)):
-        raise BadInput("dtype", f'"{argument}" must be numbers, got a bool')
+        if integers:
+            raise BadInput("dtype", f'"{argument}" must be integers, got a bool')
+        return Values(torch.tensor(float(values), dtype=torch.float64))
     if isinstance(values, numbers.Real):
         return _from_items([values], argument=argument, integers=integers, shape=())
     if isinstance(values, (str, bytes, bytearray, Mapping)):
@@ -107,10 +124,11 @@ def as_values(values: Any, *, argument: str, integers: bool = False) -> Values:
         return _from_items(items, argument=argument, integers=integers, shape=shape)
     if hasattr(values, "__dlpack__"):
         try:
-            return Values(_readable(torch.utils.dlpack.from_dlpack(values), argument=argument))
+            tensor = _readable(torch.utils.dlpack.from_dlpack(values), argument=argument, booleans=not integers)
+            return Values(_numeric(tensor))
         except BadInput:
             raise
-        except Exception:  # noqa: BLE001 - not every __dlpack__ is usable; the other protocols may be
+        except Exception:  # noqa: BLE001, S110 - not every __dlpack__ is usable; the other protocols may be
             pass
     if hasattr(values, "__array__"):
         try:
@@ -189,7 +207,7 @@ def as_integer(value: Any, *, argument: str, minimum: int = INT64_MIN) -> int:
             return _in_range(operator.index(value), argument=argument, minimum=minimum)
         except BadInput:
             raise
-        except Exception:  # noqa: BLE001 - a failing __index__ means "not an integer"
+        except Exception:  # noqa: BLE001, S110 - a failing __index__ means "not an integer"
             pass
     raise BadInput("type", f'"{argument}" must be an integer, got {type(value).__name__}')
 
@@ -207,6 +225,18 @@ def as_real(value: Any, *, argument: str) -> float:
     if isinstance(value, (torch.Tensor, np.ndarray)) or callable(getattr(value, "item", None)):
         return as_real(_item(value, argument=argument), argument=argument)
     raise BadInput("type", f'"{argument}" must be a number, got {type(value).__name__}')
+
+
+def as_value(value: Any, *, argument: str) -> float:
+    """A recorded value as a float: what :func:`as_real` takes, and a bool (Python, numpy, or a one-element bool
+    tensor or array) as 1 or 0, since a correctness reward is naturally ``pred == target``."""
+    if isinstance(value, (bool, np.bool_)):
+        return float(value)
+    if (isinstance(value, torch.Tensor) and value.dtype == torch.bool) or (
+        isinstance(value, np.ndarray) and value.dtype.kind == "b"
+    ):
+        return float(_item(value, argument=argument))
+    return as_real(value, argument=argument)
 
 
 def as_flag(value: Any, *, argument: str) -> bool:
@@ -251,7 +281,7 @@ def count(values: object) -> int:
             return int(values.size)
         if isinstance(values, Sequence) and not isinstance(values, (str, bytes, bytearray)):
             return sum(len(item) if _is_row(item) else 1 for item in values)
-    except Exception:  # noqa: BLE001 - an odd object still counts once
+    except Exception:  # noqa: BLE001, S110 - an odd object still counts once
         pass
     return 1
 
@@ -287,15 +317,67 @@ def _kind(tensor: torch.Tensor) -> str:
 def _from_array(array: np.ndarray, *, argument: str, integers: bool) -> Values:
     kind = array.dtype.kind
     if kind == "O":
-        items, shape = _flatten(array.tolist() if array.ndim else [array.item()], argument=argument)
+        items, _ = _flatten(array.tolist() if array.ndim else [array.item()], argument=argument)
         return _from_items(items, argument=argument, integers=integers, shape=array.shape if array.ndim else ())
-    if kind not in "iuf":
+    if kind not in "iufb" or (kind == "b" and integers):
         raise BadInput("dtype", f'"{argument}" must be numeric, got an array of dtype {array.dtype}')
-    if (kind == "f" and array.dtype.itemsize > 8) or not array.dtype.isnative:
-        array = array.astype(np.float64 if kind == "f" else np.int64)
-    elif kind == "u" and array.dtype.itemsize > 1:
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    if kind == "b":
+        array = array.view(np.uint8)
+    elif kind == "f" and array.dtype.itemsize > 8:
+        array = array.astype(np.float64)
+    elif kind == "u" and array.dtype.itemsize > 1 and not (integers and array.dtype.itemsize == 8):
         array = array.astype(np.float64 if array.dtype.itemsize == 8 else np.int64)
     return Values(torch.from_numpy(np.ascontiguousarray(array)))
+
+
+def _numeric(tensor: torch.Tensor) -> torch.Tensor:
+    """A bool tensor as the uint8 numbers 0 and 1 (a view, no copy); any other tensor as it is."""
+    return tensor.view(torch.uint8) if tensor.dtype == torch.bool else tensor
+
+
+def as_integers(values: Values, *, argument: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``values`` (from ``as_values(..., integers=True)``) as exact int64 on their device, and each position's
+    reason code (see :attr:`Values.reasons`; None when every position is usable), with no copy to the host.
+
+    Every integer dtype converts exactly; unsigned 64-bit values at or above 2**63 are ``range``. Floats must be
+    integral (``nonintegral``), finite (``nonfinite``; NaN is ``missing``) and below 2**63 in magnitude
+    (``range``). A bool tensor is ``dtype`` (a bool is not an identity).
+
+    >>> ids, codes = as_integers(Values(torch.tensor([2**63 + 1, 7], dtype=torch.uint64)), argument="group_ids")
+    >>> ids[1].item(), [REASONS[c - 1] if c else None for c in codes.tolist()]
+    (7, ['range', None])
+    """
+    tensor = values.tensor
+    codes = None if values.reasons is None else values.reasons.to(device=tensor.device, dtype=torch.int8)
+    bad: torch.Tensor | None = None
+    if tensor.dtype == torch.bool:
+        raise BadInput("dtype", f'"{argument}" must be integers, got dtype {tensor.dtype}')
+    if tensor.dtype == torch.uint64:
+        wide = tensor.view(torch.int64)  # values at or above 2**63 turn negative: exactly those are out of range
+        bad = torch.where(wide < 0, _code("range"), 0).to(torch.int8)
+    elif tensor.is_floating_point():
+        x = tensor.to(torch.float64)
+        finite = torch.isfinite(x)
+        integral = finite & (x == torch.trunc(x))
+        fits = x.abs() < 2.0**63
+        bad = torch.where(
+            torch.isnan(x),
+            _code("missing"),
+            torch.where(~finite, _code("nonfinite"), torch.where(~integral, _code("nonintegral"), _code("range"))),
+        )
+        bad = torch.where(integral & fits, 0, bad).to(torch.int8)
+        wide = torch.where(integral & fits, x, torch.zeros_like(x)).to(torch.int64)
+    else:
+        wide = tensor.to(torch.int64)
+    if bad is None:
+        return wide, codes
+    return wide, bad if codes is None else torch.where(codes != 0, codes, bad)
+
+
+def _code(reason: Reason) -> int:
+    return REASONS.index(reason) + 1
 
 
 def _flatten(values: Sequence[Any], *, argument: str) -> tuple[list[Any], tuple[int, ...]]:
@@ -319,34 +401,46 @@ def _is_row(item: object) -> bool:
 
 
 def _from_items(items: list[Any], *, argument: str, integers: bool, shape: tuple[int, ...]) -> Values:
-    """Python items to a float64 (or int64) CPU tensor of ``shape``; unusable items are zeros marked unusable."""
-    dtype = np.int64 if integers and all(type(item) is int for item in items) else np.float64
-    if set(map(type, items)) <= _FAST_ITEMS:
+    """Python items to a float64 (or int64) CPU tensor of ``shape``; unusable items are zeros marked unusable.
+
+    With ``integers``, int64 unless the items are floats without a single int (then float64, as given: the
+    caller checks them, see :func:`as_integers`), so that ids and versions stay exact beside a ``None``."""
+    kinds = set(map(type, items))
+    floats = any(issubclass(kind, (float, np.floating)) for kind in kinds)
+    ints = any(issubclass(kind, (int, np.integer)) and not issubclass(kind, bool) for kind in kinds)
+    integer = integers and (ints or not floats)
+    if kinds <= ({int} if integer else _FAST_ITEMS if integers else _FAST_VALUES):
         try:
-            return Values(torch.from_numpy(np.array(items, dtype=dtype).reshape(shape)))
+            return Values(torch.from_numpy(np.array(items, dtype=np.int64 if integer else np.float64).reshape(shape)))
         except OverflowError:
             pass  # an int too large for the dtype: item by item below
-    out = np.zeros(len(items), dtype=dtype)
-    usable = np.ones(len(items), dtype=np.bool_)
+    out = np.zeros(len(items), dtype=np.int64 if integer else np.float64)
+    codes = np.zeros(len(items), dtype=np.int8)
     dropped: dict[Reason, int] = {}
     for index, item in enumerate(items):
         try:
-            out[index] = _item_number(item, argument=argument, integer=dtype is np.int64)
+            out[index] = _item_number(item, argument=argument, integer=integer, integers=integers)
         except BadInput as error:
-            usable[index] = False
+            codes[index] = _code(error.reason)
             dropped[error.reason] = dropped.get(error.reason, 0) + 1
     tensor = torch.from_numpy(out.reshape(shape))
     if not dropped:
         return Values(tensor)
-    return Values(tensor, torch.from_numpy(usable.reshape(shape)), dropped)
+    reasons = torch.from_numpy(codes.reshape(shape))
+    return Values(tensor, reasons == 0, dropped, reasons)
 
 
-def _item_number(item: Any, *, argument: str, integer: bool) -> float | int:
+def _item_number(item: Any, *, argument: str, integer: bool, integers: bool) -> float | int:
+    """One list item as a number: an int with ``integer``, else a float; a bool is 1 or 0 unless ``integers``."""
     if item is None:
         raise BadInput("missing", f'"{argument}" holds None')
-    if integer:
+    if isinstance(item, (bool, np.bool_)) and integers:
+        raise BadInput("dtype", f'"{argument}" must be integers, got a bool')
+    if integer and not isinstance(item, (bool, np.bool_)):
+        if isinstance(item, (float, np.floating)) and math.isnan(item):
+            raise BadInput("missing", f'"{argument}" holds NaN where an integer is needed')
         return as_integer(item, argument=argument)
-    return as_real(item, argument=argument)
+    return as_value(item, argument=argument)
 
 
 def _in_range(number: int, *, argument: str, minimum: int) -> int:

@@ -142,9 +142,10 @@ def staleness_kernel(scale: int, masked: bool) -> Callable[..., tuple[int, int, 
 
     ``kernel(versions, keep, current, fine, bounds, lookup, fractions, counts)`` returns the count, exact int64
     sum and extremes of ``current - versions`` (integers) over kept elements, how many were from the future
-    (negative staleness, rejected) and how many had no version (negative versions: never counted as lag). Staleness ``s`` is counted in ``fine[s]`` while ``s < len(fine)`` (the caller
-    folds ``fine`` into buckets), else straight into ``counts`` at its slot (see :func:`_slot`). The hot loop only
-    counts; sum and extremes of the small values come from ``fine`` afterwards.
+    (negative staleness, rejected) and how many had no version (negative versions: never counted as lag). Staleness
+    ``s`` is counted in ``fine[s]`` while ``s < len(fine)`` (the caller folds ``fine`` into buckets), else straight
+    into ``counts`` at its slot (see :func:`_slot`). The hot loop only counts; sum and extremes of the small values
+    come from ``fine`` afterwards.
     """
 
     @njit(cache=True, nogil=True)
@@ -204,12 +205,12 @@ def summarize_values(
     results = _parallel.run_all(
         [
             functools.partial(kernel, values[part], bounds, lookup, fractions, tally)
-            for part, tally in zip(parts, tallies)
+            for part, tally in zip(parts, tallies, strict=True)
         ]
     )
     for tally in tallies[1:]:
         counts += tally
-    count, positive, negative, squares, minimum, maximum, nonfinite = zip(*results)
+    count, positive, negative, squares, minimum, maximum, nonfinite = zip(*results, strict=True)
     return sum(count), sum(positive), sum(negative), sum(squares), min(minimum), max(maximum), sum(nonfinite)
 
 
@@ -243,11 +244,11 @@ def summarize_staleness(
                 fractions,
                 counts_part,
             )
-            for part, (fine_part, counts_part) in zip(parts, tallies)
+            for part, (fine_part, counts_part) in zip(parts, tallies, strict=True)
         ]
     )
     for part_fine, part_counts in tallies[1:]:
         fine += part_fine
         counts += part_counts
-    count, total, minimum, maximum, future, unversioned = zip(*results)
+    count, total, minimum, maximum, future, unversioned = zip(*results, strict=True)
     return sum(count), sum(total), min(minimum), max(maximum), sum(future), sum(unversioned)

@@ -10,6 +10,7 @@ microseconds.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -31,7 +32,7 @@ def chunks(length: int) -> list[slice]:
     """Contiguous slices covering ``range(length)``, one per thread to use (a single slice for small inputs)."""
     parts = max(1, min(torch.get_num_threads(), length // MIN_CHUNK))
     edges = [length * i // parts for i in range(parts + 1)]
-    return [slice(start, stop) for start, stop in zip(edges, edges[1:])]
+    return [slice(start, stop) for start, stop in itertools.pairwise(edges)]
 
 
 def run_all(tasks: Sequence[Callable[[], T]]) -> list[T]:
@@ -42,7 +43,7 @@ def run_all(tasks: Sequence[Callable[[], T]]) -> list[T]:
         return [task() for task in tasks]
     futures = [_executor().submit(task) for task in tasks[1:]]
     results = [tasks[0]()]
-    for task, future in zip(tasks[1:], futures):
+    for task, future in zip(tasks[1:], futures, strict=True):
         results.append(task() if future.cancel() else future.result())
     return results
 

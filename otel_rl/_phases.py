@@ -22,6 +22,7 @@ was generated to when it was consumed: one trajectory's path generate → queue 
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from otel_rl import _names
 from otel_rl._inputs import BadInput
 from otel_rl._store import MetricStore, attributes
 
+_logger = logging.getLogger(__name__)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
@@ -86,15 +88,18 @@ class TrajectoryContext:
     @classmethod
     def decode(cls, text: object) -> TrajectoryContext:
         """Raises :class:`~otel_rl._inputs.BadInput` (``type``) for anything :meth:`encode` did not make."""
+        error = BadInput("type", '"links" must hold strings from Telemetry.trajectory_context()')
+        if not isinstance(text, str):
+            raise error
         try:
-            assert isinstance(text, str)
             parent, _, generated = text.partition(";")
             version, trace_hex, span_hex, _ = parent.split("-")
-            assert version == "00" and len(trace_hex) == 32 and len(span_hex) == 16
+            if version != "00" or len(trace_hex) != 32 or len(span_hex) != 16:
+                raise error
             span = SpanContext(int(trace_hex, 16), int(span_hex, 16), is_remote=True, trace_flags=_SAMPLED)
             return cls(span, int(generated))
-        except (AssertionError, ValueError):
-            raise BadInput("type", '"links" must hold strings from Telemetry.trajectory_context()') from None
+        except ValueError:
+            raise error from None
 
 
 class PhaseTracer:
@@ -128,6 +133,7 @@ class PhaseTracer:
         self._phases: list[tuple[str, trace.Span, int]] = []
         """The open phases, outermost first: name, span, and when this rank entered the phase (ns)."""
         self._reported: str | None = None
+        self._warned_unstepped = False
 
     # -- steps ----------------------------------------------------------------------------------------------------
 
@@ -176,6 +182,7 @@ class PhaseTracer:
 
     def enter(self, name: str, *, links: Sequence[TrajectoryContext] = ()) -> int:
         """Open phase ``name`` inside the current ones; returns its depth, for :meth:`leave`."""
+        self._check_stepped(name)
         now = self._clock()
         with self._lock:
             self._phases.append((name, self._start(name, now, links=links), now))
@@ -194,6 +201,7 @@ class PhaseTracer:
 
     def set(self, name: str) -> None:
         """Make ``name`` the innermost phase, in place of the innermost one (imperative style)."""
+        self._check_stepped(name)
         now = self._clock()
         with self._lock:
             if self._phases and self._phases[-1][0] == name:
@@ -207,6 +215,8 @@ class PhaseTracer:
     def completed(self, durations: Sequence[tuple[str, float]]) -> None:
         """Phases that already ran in this step, with their seconds, as spans laid end to end up to now (a trainer
         that times its own sections: durations exact, positions as if the sections ran one after the other)."""
+        if durations:
+            self._check_stepped(durations[0][0])
         now = self._clock()
         with self._lock:
             start = now - sum(int(seconds * 1e9) for _, seconds in durations)
@@ -230,6 +240,18 @@ class PhaseTracer:
             self._report(now)
 
     # -- internals ------------------------------------------------------------------------------------------------
+
+    def _check_stepped(self, name: str) -> None:
+        """Say once, when phases are traced, what a phase before any step becomes: a trace of its own."""
+        if self._step is not None or self._warned_unstepped or self._tracer is None:
+            return
+        self._warned_unstepped = True
+        _logger.warning(
+            "otel-rl: phase %r before the first step(): phases are spans of their step's trace, so until step() is "
+            "called every phase becomes a trace of its own, with no step, outside the step timeline (the phase "
+            "gauges are not affected). Call telemetry.step(n) at each training step.",
+            name,
+        )
 
     def _start(self, name: str, now: int, *, links: Sequence[TrajectoryContext]) -> trace.Span:
         parent = self._phases[-1][1] if self._phases else self._rank_span

@@ -26,13 +26,27 @@ import torch
 
 from otel_rl import _kernels, _names
 from otel_rl._buckets import Layouts
-from otel_rl._inputs import BadInput, Reason, Values, as_mask, as_selection, as_values, combined, numpy_view
+from otel_rl._inputs import (
+    REASONS,
+    BadInput,
+    Reason,
+    Values,
+    as_integers,
+    as_mask,
+    as_selection,
+    as_values,
+    combined,
+    numpy_view,
+)
 from otel_rl._names import Distribution
 from otel_rl._stats import Statistics, ValueSummarizer, first_unmasked
 
 Attributes = tuple[tuple[str, str], ...]
 _OUTCOMES = ("none", "some", "all")
 _SIGNS = ("positive", "negative", "zero")
+_NONFINITE = REASONS.index("nonfinite") + 1
+_GROUP_REASONS: tuple[Reason, ...] = ("incomplete_group", *REASONS)
+"""The reasons of the rollouts ``_groups`` leaves out, in the order it counts them."""
 _FIELDS: tuple[tuple[str, str], ...] = (
     ("advantages", _names.ADVANTAGES.histogram.name),
     ("response_lengths", _names.RESPONSE_LENGTHS.histogram.name),
@@ -56,6 +70,9 @@ class RolloutStatistics:
     rejected_parts: list[tuple[str, Reason, int]] = field(default_factory=list)
     """``(metric, reason, count)`` of values left out of a field that was kept (besides what the statistics
     carry)."""
+    grouped: int = 0
+    """Rollouts that took part in the prompt-group outcomes (``rl.groups``): with the ``rl.groups`` parts of
+    ``rejected_parts``, every offered rollout."""
 
 
 @dataclass
@@ -302,57 +319,81 @@ class RolloutSummarizer:
         )
 
         def finish(signs: list[int]) -> None:
-            for sign, count in zip(_SIGNS, signs):
+            for sign, count in zip(_SIGNS, signs, strict=True):
                 out.counts.append((_names.ADVANTAGE_SIGNS, ((_names.SIGN, sign),), int(count)))
 
         pending.append(_Pending(packed, _as_list, finish))
 
     def _groups(self, group_ids: Any, rewards: Any, masks: _Masks) -> torch.Tensor:
-        """Outcome and zero-variance counts of the prompt groups, as a device tensor: [none, some, all, zero]. A
-        rollout without any selected token counts in no group."""
+        """Prompt-group counts as one device tensor: outcomes none / some / all, zero variance, rollouts that took
+        part, then rollouts left out by reason (index 0: ``incomplete_group``, then :data:`REASONS` codes).
+
+        A rollout without any selected token is not offered. An offered rollout whose id is unusable could belong
+        to any group, so no group of the call has an exact outcome: every other offered rollout is left out as
+        ``incomplete_group``. An offered rollout whose reward is unusable (NaN, inf, None, ...) leaves its group's
+        outcome unknown: the rest of that group is left out as ``incomplete_group``. Each rollout is counted once,
+        under its id's reason when the id is unusable, else its reward's. Tensor operations only (no copy to the
+        host); per-rollout reason codes are built only for inputs that have any (lists, float or uint64 ids)."""
         if rewards is None:
             raise BadInput("missing", '"group_ids" needs "rewards" (one per rollout) to tell solved groups')
         id_values = as_values(group_ids, argument="group_ids", integers=True)
         reward_values = as_values(rewards, argument="rewards")
-        keep = masks.per_rollout(id_values, "group_ids")
-        ids = id_values.tensor
-        x = reward_values.tensor.to(device=ids.device, dtype=torch.float64)
+        masks.per_rollout(id_values, "group_ids")  # checks the shape against the mask
+        ids, id_codes = as_integers(id_values, argument="group_ids")
+        device = ids.device
+        x = reward_values.tensor.to(device=device, dtype=torch.float64)
         if x.shape != ids.shape:
             raise BadInput(
                 "shape",
                 f'"group_ids" and "rewards" must both be one per rollout, got {tuple(ids.shape)} and {tuple(x.shape)}',
             )
-        valid = torch.isfinite(x)
-        keep = combined(reward_values.usable, keep)
-        if keep is not None:
-            valid &= keep.to(device=ids.device)
-        if ids.is_floating_point():
-            known = torch.isfinite(ids) & (ids == torch.trunc(ids)) & (ids.abs() < 2.0**63)
-            if not bool(known[valid].all()):
-                raise BadInput("nonintegral", '"group_ids" must be integral')
-            ids = torch.where(known, ids, torch.zeros_like(ids)).to(torch.int64)
+        offered = torch.ones_like(ids, dtype=torch.bool) if masks.rows is None else masks.rows.to(device)
+        bad = ~torch.isfinite(x)
+        code: torch.Tensor | None = None
+        if id_codes is not None or reward_values.reasons is not None:
+            reward_code = torch.where(bad, _NONFINITE, 0)
+            if reward_values.reasons is not None:
+                reasons = reward_values.reasons.to(device=device, dtype=torch.int64)
+                reward_code = torch.where(reasons != 0, reasons, reward_code)
+            code = (
+                reward_code if id_codes is None else torch.where(id_codes != 0, id_codes.to(torch.int64), reward_code)
+            )
+            bad = code != 0
+        placed = offered if id_codes is None else offered & (id_codes == 0)
         order = torch.argsort(ids)
-        ids, x, valid = ids[order], x[order], valid[order]
+        ids, x, bad, placed = ids[order], x[order], bad[order], placed[order]
         starts = torch.ones_like(ids, dtype=torch.bool)
         starts[1:] = ids[1:] != ids[:-1]
-        segment = torch.cumsum(starts.to(torch.int64), 0) - 1
-        n = ids.numel()
-        size = torch.zeros(n, dtype=torch.int64, device=ids.device).scatter_add_(0, segment, valid.to(torch.int64))
-        solved = valid & (x >= self._solved_reward)
-        solved_n = torch.zeros_like(size).scatter_add_(0, segment, solved.to(torch.int64))
-        inf = torch.full((n,), float("inf"), dtype=torch.float64, device=ids.device)
-        low = inf.clone().scatter_reduce_(0, segment, torch.where(valid, x, inf), "amin")
-        high = (-inf).scatter_reduce_(0, segment, torch.where(valid, x, -inf), "amax")
-        exists = size > 0
-        none = (exists & (solved_n == 0)).sum()
-        every = (exists & (solved_n == size)).sum()
-        return torch.stack((none, exists.sum() - none - every, every, (exists & (low == high)).sum()))
+        segment = torch.cumsum(starts, 0) - 1
+        usable = placed & ~bad
+        tallies = torch.stack((placed, placed & bad, usable & (x >= self._solved_reward)), dim=1).to(torch.int64)
+        size, spoiled, solved = torch.zeros_like(tallies).index_add_(0, segment, tallies).unbind(1)
+        exact = (size > 0) & (spoiled == 0)
+        if id_codes is not None:
+            exact &= ~(offered & (id_codes != 0)).any()
+        inf = torch.full_like(x, float("inf"))
+        low = inf.clone().scatter_reduce_(0, segment, torch.where(usable, x, inf), "amin")
+        high = (-inf).scatter_reduce_(0, segment, torch.where(usable, x, -inf), "amax")
+        none = (exact & (solved == 0)).sum()
+        every = (exact & (solved == size)).sum()
+        left_out = torch.zeros(len(REASONS) + 1, dtype=torch.int64, device=device)
+        if code is None:
+            left_out[_NONFINITE] = spoiled.sum()
+        else:
+            left_out.scatter_add_(0, code, offered.to(torch.int64))  # slot 0 (usable) is overwritten below
+        left_out[0] = ((size - spoiled) * ~exact).sum()
+        counts = (none, exact.sum() - none - every, every, (exact & (low == high)).sum(), (size * exact).sum())
+        return torch.cat((torch.stack(counts), left_out))
 
 
 def _group_counts(counts: list[int], out: RolloutStatistics) -> None:
-    for outcome, count in zip(_OUTCOMES, counts[:3]):
+    for outcome, count in zip(_OUTCOMES, counts[:3], strict=True):
         out.counts.append((_names.GROUPS, ((_names.GROUP_OUTCOME, outcome),), int(count)))
     out.counts.append((_names.GROUPS_ZERO_VARIANCE, (), int(counts[3])))
+    out.grouped += counts[4]
+    for reason, count in zip(_GROUP_REASONS, counts[5:], strict=True):
+        if count:
+            out.rejected_parts.append((_names.GROUPS.name, reason, count))
 
 
 def _mismatch(
@@ -368,7 +409,8 @@ def _mismatch(
     if train.tensor.shape != inference.tensor.shape:
         raise BadInput(
             "shape",
-            f'"logprobs" {tuple(train.tensor.shape)} and "inference_logprobs" {tuple(inference.tensor.shape)} must have one shape',
+            f'"logprobs" {tuple(train.tensor.shape)} and "inference_logprobs" {tuple(inference.tensor.shape)} '
+            "must have one shape",
         )
     selected = combined(inference.usable, masks.per_token(train, "logprobs"))
     train_tokens, keep = _selected_tokens(train.tensor, selected)
@@ -402,7 +444,7 @@ def _finish(pending: list[_Pending]) -> None:
     on_device = [p for p in pending if isinstance(p.value, torch.Tensor) and p.value.device.type != "cpu"]
     if on_device:
         host = torch.cat([p.value.to(torch.float64) for p in on_device]).cpu()
-        for p, part in zip(on_device, torch.split(host, [p.value.numel() for p in on_device])):
+        for p, part in zip(on_device, torch.split(host, [p.value.numel() for p in on_device]), strict=True):
             p.value = part
     for p in pending:
         p.finish(p.unpack(p.value) if isinstance(p.value, torch.Tensor) else p.value)

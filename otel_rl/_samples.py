@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from otel_rl import _names
-from otel_rl._inputs import INT64_MAX, INT64_MIN, BadInput, Reason, as_integer, as_real, as_text, describe
+from otel_rl._inputs import INT64_MAX, INT64_MIN, BadInput, Reason, as_integer, as_text, as_value, describe
 
 Selection = Literal["top", "bottom", "random"]
 _TEXT_FIELDS = ("prompt", "response", "target")
@@ -99,7 +99,7 @@ class TopBottomFilter:
                 raise ValueError(f'"{name}" must be an integer >= 0, got {value!r}')
         self._top_k, self._bottom_k, self._random_k = top_k, bottom_k, random_k
         self._distinct = distinct_prompts
-        self._random = random.Random(seed)
+        self._random = random.Random(seed)  # noqa: S311 - a reproducible sample selection, not a secret
         self._order = itertools.count()
         self._reset()
 
@@ -247,7 +247,7 @@ def to_record(
     ({'response': 'h'}, True, 3)
     """
     fields = _Fields()
-    reward = as_real(sample.reward, argument="reward")
+    reward = as_value(sample.reward, argument="reward")
     identity: dict[str, str | bool | int | float] = {
         _names.SAMPLE_SELECTION: selection,
         _names.SAMPLE_TABLE: table,
@@ -328,7 +328,7 @@ class _Fields:
         if value is None:
             return None
         try:
-            return as_real(value, argument=name)
+            return as_value(value, argument=name)
         except BadInput as error:
             self._reject(error)
             return None
@@ -338,7 +338,7 @@ class _Fields:
         if isinstance(value, Mapping):
             try:
                 return list(value.items())
-            except Exception:  # noqa: BLE001 - a mapping whose items fail is not usable
+            except Exception:  # noqa: BLE001, S110 - a mapping whose items fail is not usable: rejected below
                 pass
         self._reject(BadInput("type", f'"{name}" must be a mapping'))
         return []

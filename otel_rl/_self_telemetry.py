@@ -75,7 +75,8 @@ class LabelCap:
 
     >>> from otel_rl._store import MetricStore
     >>> from opentelemetry.sdk.resources import Resource
-    >>> cap = LabelCap("rl.reward", "max_reward_fns", 1, SelfTelemetry(MetricStore(Resource({}), start_time_ns=0, version="")))
+    >>> store = MetricStore(Resource({}), start_time_ns=0, version="")
+    >>> cap = LabelCap("rl.reward", "max_reward_fns", 1, SelfTelemetry(store))
     >>> cap.label("format"), cap.label("format"), cap.label("length")
     ('format', 'format', '_overflow')
     """

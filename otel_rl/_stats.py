@@ -168,8 +168,8 @@ class ValueSummarizer:
 
     def warm_up(self) -> None:
         """Compile the CPU kernels for the common dtypes now (once per machine: numba caches them), so the first
-        record call of a training loop does not pay for it."""
-        for dtype in (torch.float32, torch.float64):
+        record call of a training loop does not pay for it. Bools too: ``pred == target`` is a common reward."""
+        for dtype in (torch.float32, torch.float64, torch.bool):
             self.summarize(torch.zeros(1, dtype=dtype), torch.ones(1, dtype=torch.bool))
             self.summarize(torch.zeros((1, 1), dtype=dtype), torch.ones((1, 1), dtype=torch.bool))
 

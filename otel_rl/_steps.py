@@ -2,13 +2,14 @@
 
 While a step runs, samples are offered to the sample filter (by default top/bottom-k by reward). When the next step
 is declared (or at shutdown), the kept ones are emitted as ``rl.sample`` log records carrying the step's trace and
-span ids (this rank's ``rl.rank.step`` span, ``otel_rl._phases``), optionally as events of that span, and as exemplars of the reward and staleness
-histograms, so a dashboard point links to the sample that explains it.
+span ids (this rank's ``rl.rank.step`` span, ``otel_rl._phases``), optionally as events of that span, and as
+exemplars of the reward and staleness histograms, so a dashboard point links to the sample that explains it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import secrets
 import threading
@@ -22,11 +23,12 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 from otel_rl import _names
 from otel_rl._config import ResolvedConfig
-from otel_rl._inputs import BadInput, as_real, describe
+from otel_rl._inputs import BadInput, as_value, describe
 from otel_rl._samples import EpisodeSample, SampleFilter, SampleRecord, sample_from_mapping, to_record
 from otel_rl._self_telemetry import LabelCap, SelfTelemetry
 from otel_rl._store import MetricStore, attributes
 
+_logger = logging.getLogger(__name__)
 _MAX_EXEMPLAR_ID = 40
 """Prometheus refuses exemplars whose labels exceed 128 characters; trace and span ids take 63 of them."""
 
@@ -59,6 +61,8 @@ class StepSamples:
         self._ids = RandomIdGenerator()
         self._lock = threading.Lock()
         self._step: int | None = None
+        self._stepped = False
+        """Whether a step was ever declared (samples offered before are warned about, once)."""
 
     def offer(self, sample: EpisodeSample | Mapping[str, Any], table: str) -> None:
         """Offer one sample to the step's filter of ``table`` (its reward as a float). Raises
@@ -74,7 +78,9 @@ class StepSamples:
                 )
         else:
             raise BadInput("type", f'"sample" must be an EpisodeSample or a mapping, got {type(sample).__name__}')
-        episode = dataclasses.replace(episode, reward=as_real(episode.reward, argument="reward"))
+        episode = dataclasses.replace(episode, reward=as_value(episode.reward, argument="reward"))
+        if not self._stepped:
+            self._warn_unstepped()
         label = self._tables.label(table)
         with self._lock:
             sample_filter = self._filters.get(label)
@@ -91,6 +97,7 @@ class StepSamples:
             kept = [(table, *item) for table, each in self._filters.items() for item in each.drain()]
             step = self._step
             self._step = next_step
+            self._stepped = self._stepped or next_step is not None
         if not kept:
             return
         if not span.get_span_context().is_valid:  # samples before the first step: ids of their own
@@ -132,6 +139,18 @@ class StepSamples:
             self._add_exemplars(record, span.get_span_context(), now)
             if events:
                 span.add_event(_names.SAMPLE_EVENT, attributes={**record.attributes, **record.body})
+
+    def _warn_unstepped(self) -> None:
+        """Say once what happens to samples offered before any step: one step's selection is all that is kept."""
+        self._stepped = True  # warned: stop checking
+        config = self._config
+        _logger.warning(
+            "otel-rl: record_sample() before the first step(): samples are selected per step (the default filter "
+            "keeps top_k + bottom_k + random_k = %d per step and table), so until step() is called all the samples of "
+            "a table compete for one step's places and the rest are dropped; the kept ones are exported without a "
+            "step number at the first step() or at shutdown. Call telemetry.step(n) at each training step.",
+            config.top_k + config.bottom_k + config.random_k,
+        )
 
     def _add_exemplars(self, record: SampleRecord, span: trace.SpanContext, now: int) -> None:
         """Link the histograms to a kept sample (its episode id, and the step's trace and span ids, which its log

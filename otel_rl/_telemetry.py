@@ -26,13 +26,22 @@ from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 
 from otel_rl import _names
 from otel_rl._buckets import Layouts
 from otel_rl._canary import MergeCanary
 from otel_rl._config import ResolvedConfig, TelemetryConfig
-from otel_rl._export import Exporters, ExportWorker, QueueLogProcessor, build_exporters, shutdown_within
+from otel_rl._console import PhaseSummary
+from otel_rl._export import (
+    Exporters,
+    ExportWorker,
+    QueueLogProcessor,
+    build_exporters,
+    destination,
+    shutdown_within,
+)
+from otel_rl._export_health import ReportingSpanExporter
 from otel_rl._guard import failed, guarded
 from otel_rl._inputs import BadInput, as_integer, as_real, describe
 from otel_rl._phases import DerivedIds, PhaseTracer, TrajectoryContext
@@ -42,6 +51,9 @@ from otel_rl._self_telemetry import LabelCap, SelfTelemetry
 from otel_rl._stats import StalenessSummarizer, Statistics, ValueSummarizer
 from otel_rl._steps import StepSamples
 from otel_rl._store import MetricStore, attributes
+
+_CONSOLE_INTERVAL_S = 1e9
+"""Console mode exports at each ``step()`` (and flush and shutdown) only, never halfway through a step."""
 
 
 def build_resource(config: ResolvedConfig) -> Resource:
@@ -92,11 +104,12 @@ class Telemetry:
         settings = self.config.resolved
         self._settings = settings
         self.resource = build_resource(settings)
+        console = settings.exporter == "console"
         self._store = MetricStore(
             self.resource,
             start_time_ns=clock(),
             version=_names.SCOPE_VERSION,
-            hold_ns=int(settings.extremes_hold_s * 1e9),
+            hold_ns=0 if console else int(settings.extremes_hold_s * 1e9),  # console: each step's own extremes
         )
         self._self_telemetry = SelfTelemetry(self._store)
         self._canary = MergeCanary(settings, self._store)
@@ -132,10 +145,11 @@ class Telemetry:
             self._store,
             metric_exporter=exporters.metrics,
             log_exporter=exporters.logs,
-            interval_s=settings.export_interval_s,
+            interval_s=_CONSOLE_INTERVAL_S if console else settings.export_interval_s,
             timeout_s=settings.export_timeout_s,
             queue_size=settings.sample_queue_size,
             clock=clock,
+            destination=destination(settings),
         )
         self._logger_provider = LoggerProvider(resource=self.resource)
         self._logger_provider.add_log_record_processor(QueueLogProcessor(self._worker))
@@ -143,7 +157,11 @@ class Telemetry:
         ids = DerivedIds()
         if (settings.trace_phases or settings.samples_as_span_events) and exporters.spans is not None:
             self._tracer_provider = TracerProvider(resource=self.resource, id_generator=ids)
-            self._tracer_provider.add_span_processor(BatchSpanProcessor(exporters.spans))
+            self._tracer_provider.add_span_processor(
+                SimpleSpanProcessor(exporters.spans)  # only appends: the step's phases are there when it prints
+                if isinstance(exporters.spans, PhaseSummary)
+                else BatchSpanProcessor(ReportingSpanExporter(exporters.spans, self._worker.health))
+            )
         self._phases = PhaseTracer(
             run_id=settings.run_id,
             rank=settings.rank,
@@ -408,10 +426,10 @@ class Telemetry:
         number = as_integer(step, argument="step", minimum=0)
         self._steps.close(number, self._phases.step_span)
         self._phases.step(number, policy_version=self._policy_version)
+        if self._settings.exporter == "console":  # print the step just finished, under its own number
+            self._worker.wait(self._worker.request(), self._settings.export_timeout_s)
         self._store.set(_names.STEP, (), number)
         self._canary.step()
-        if self._settings.exporter == "console":
-            self._worker.request()
 
     @guarded("otel_rl.flush", fallback=False)
     def flush(self, timeout_s: float | None = None) -> bool:
@@ -513,12 +531,13 @@ class _PhaseScope:
     def __enter__(self) -> None:
         telemetry = self._telemetry
         contexts = _links(telemetry, self._links)
-        self._depth = telemetry._phases.enter(telemetry._phase_names.label(self._phase), links=contexts)
+        phases, names = telemetry._phases, telemetry._phase_names  # noqa: SLF001 - Telemetry's own scope object
+        self._depth = phases.enter(names.label(self._phase), links=contexts)
 
     @guarded(_names.PHASES.name)
     def __exit__(self, *error: object) -> None:
         if self._depth is not None:
-            self._telemetry._phases.leave(self._depth)
+            self._telemetry._phases.leave(self._depth)  # noqa: SLF001 - Telemetry's own scope object
 
 
 def _links(telemetry: Telemetry, links: object) -> list[TrajectoryContext]:

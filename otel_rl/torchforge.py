@@ -196,7 +196,7 @@ def _mapping(values: Mapping[str, Any], name: str) -> dict[str, Any]:
     if isinstance(value, Mapping):
         try:
             return dict(value)
-        except Exception:  # noqa: BLE001 - a mapping that cannot be read is counted like a non-mapping
+        except Exception:  # noqa: BLE001, S110 - a mapping that cannot be read is counted like a non-mapping
             pass
     self_telemetry = _self_telemetry()
     if self_telemetry is not None:

@@ -8,25 +8,49 @@ its own key otherwise. What it can keep exactly, it does: per-sample arrays (lis
 rewards become ``rl.reward`` distributions and of lengths ``rl.metric`` distributions; the policy version sets
 ``rl.policy.version``; the step declares the step.
 
-Known keys (``stat`` is ``mean``, ``max``, ``min``, ``std`` or ``clip_ratio``):
+Known keys (``stat`` is ``mean``, ``max``, ``min``, ``std``, ``median`` or ``clip_ratio``; AReaL's ``avg`` is
+``mean``; a key without a stat is a mean), by the canonical ``rl.metric.key`` they are recorded under. W&B and
+TensorBoard keys are the trainers' keys as they reach ``wandb.log`` and ``add_scalar``, their loggers' prefixes
+included (OpenRLHF's ``train/``, slime's ``rollout/``); ``tests/integrations/test_tee.py`` names the commit of each
+trainer they were read from.
 
-=================================================================  ==========================
-logged key                                                         canonical ``rl.metric.key``
-=================================================================  ==========================
-``critic/score/<stat>`` (verl), ``reward/<stat>``, ``reward``      ``reward/<stat>`` (``reward`` alone: mean)
-``critic/rewards/<stat>`` (verl: score with the KL penalty)        ``reward_penalized/<stat>``
-``critic/advantages/<stat>``                                       ``advantage/<stat>``
-``response_length/<stat>``, ``response_length`` (OpenRLHF)         ``response_length/<stat>``
-``prompt_length/<stat>``                                           ``prompt_length/<stat>``
-``...staleness.../<stat>``                                         ``staleness/<stat>``
-=================================================================  ==========================
+- ``reward/<stat>``: ``critic/score/<stat>`` (verl), ``reward/<stat>``, ``reward``, ``train/reward`` and
+  ``train/rollout/reward_std`` (OpenRLHF), ``train/agg/all/<agent>/reward/<stat>`` (prime-rl),
+  ``reward/avg_raw_reward`` (SkyRL), ``rollout/raw_reward`` (slime), ``ppo_actor/task_reward/<stat>`` (AReaL).
+- ``reward_penalized/<stat>``: ``critic/rewards/<stat>`` (verl: the score with the KL penalty).
+- ``advantage/<stat>``: ``critic/advantages/<stat>``.
+- ``response_length/<stat>``: ``response_length/<stat>``, ``response_length`` and ``train/response_length``
+  (OpenRLHF), ``train/agg/all/<agent>/num_output_tokens/<stat>`` (prime-rl), ``generate/<avg|min|max|std>_num_tokens``
+  (SkyRL), ``rollout/response_len/<stat>`` (slime).
+- ``prompt_length/<stat>``: ``prompt_length/<stat>``, ``ppo_actor/prompt_len/<stat>`` (AReaL).
+- ``entropy/<stat>``: ``actor/entropy`` (verl), ``entropy_loss``/``train/entropy_loss`` (OpenRLHF and slime: the mean
+  token entropy), ``policy/policy_entropy`` (SkyRL), ``entropy/all/<stat>`` (prime-rl),
+  ``ppo_actor/update/entropy/<stat>`` (AReaL).
+- ``kl/<stat>``, KL to the reference policy: ``actor/kl_loss`` (verl), ``kl``/``train/kl`` (OpenRLHF),
+  ``kl_loss``/``train/kl_loss`` (slime), ``policy/policy_kl``, ``loss/avg_kl`` and ``loss/avg_kl_max`` (SkyRL).
+- ``ppo_kl/<stat>``, KL to the policy that sampled the batch: ``actor/ppo_kl`` (verl), ``ppo_kl``/``train/ppo_kl``
+  (OpenRLHF, slime), ``ppo_actor/update/approx_kl/<stat>`` (AReaL).
+- ``mismatch_kl/<stat>``, KL between the trainer's and the inference engine's log-probs: ``mismatch_kl/all/<stat>``
+  (prime-rl), ``vllm_kl``/``train/vllm_kl`` (OpenRLHF).
+- ``staleness/<stat>``: ``off_policy/<stat>`` (prime-rl), ``async/staleness_<stat>`` (SkyRL),
+  ``ppo_actor/update/version_stats/sample_staleness_theta_<stat>`` (AReaL: per token, against the version being
+  trained), any other ``...staleness.../<stat>``; ``staleness_in_queue/<stat>`` and ``staleness_in_flight/<stat>``:
+  prime-rl's ``off_policy/in_queue/<stat>`` and ``off_policy/in_flight/<stat>``; ``staleness/dropped``: prime-rl's
+  ``off_policy/dropped`` (queued samples dropped as too stale since the last step).
+- ``zero_std_groups/<reward>``: slime's ``rollout/zero_std/count_<reward>`` (groups whose samples all scored
+  ``<reward>``, so they teach nothing).
+
+Where a trainer logs one quantity twice (OpenRLHF's ``train/rollout/reward_mean`` beside ``train/reward``, slime's
+``rollout/response_lengths`` beside ``rollout/response_len/mean``, the ``effective`` subset of prime-rl's ``all``),
+one of them is canonical and the other keeps its own key, so a canonical key holds one value per trainer step.
 
 verl's timed sections (``timing_s/gen``, ``timing_s/update_actor``, ...) also become phase spans of the step
 (``generate``, ``train``, ...: durations exact, laid end to end up to the log), and ``perf/total_num_tokens``
 counts tokens trained on (``rl.tokens.trained``), so the performance row works for verl as for any otel-rl
 trainer.
 
-Keys naming a policy version (``current_param_version``, ``policy_version``, ``fully_async/count/...``) set
+Keys naming a policy version (``current_param_version``, ``policy_version``, ``fully_async/count/...``, AReaL's
+``version_stats/v_theta``) set
 ``rl.policy.version`` (an integral float counts; a fraction is rejected as ``nonintegral``). Distinct keys are
 capped by ``max_metric_keys`` (512: a verl step with rollout correction and validation fits) like every
 ``record_metric`` key, and a key whose values are all rejected takes no slot. Every value keeps float64 precision;
@@ -56,21 +80,45 @@ __all__ = ["MetricsDictLogger"]
 
 _METRIC = "otel_rl.tracking"
 """Where a metrics dict that cannot be read at all is counted (``otel_rl.values.rejected{otel_rl.metric}``)."""
-_STAT = r"(?P<stat>mean|max|min|std|clip_ratio)"
+_STAT = r"(?P<stat>mean|max|min|std|median|clip_ratio|avg)"
+_STAT_ALIASES = {"avg": "mean"}
+"""Statistics named otherwise by some trainers (AReaL's ``avg``), under the name the canonical key uses."""
 _CANONICAL: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern), canonical)
     for pattern, canonical in (
         (rf"^(critic/score|reward)/{_STAT}$", "reward/{stat}"),
-        (r"^reward$", "reward/mean"),
+        (r"^(train/)?reward$", "reward/mean"),
+        (r"^(train/)?rollout/reward_std$", "reward/std"),
+        (rf"^train/agg/all/[^/]+/reward/{_STAT}$", "reward/{stat}"),
+        (r"^reward/avg_raw_reward$", "reward/mean"),
+        (r"^rollout/raw_reward$", "reward/mean"),
+        (rf"^ppo_actor/task_reward/{_STAT}$", "reward/{stat}"),
         (rf"^critic/rewards/{_STAT}$", "reward_penalized/{stat}"),
         (rf"^critic/advantages/{_STAT}$", "advantage/{stat}"),
         (rf"^response_length/{_STAT}$", "response_length/{stat}"),
-        (r"^response_length$", "response_length/mean"),
-        (rf"^prompt_length/{_STAT}$", "prompt_length/{stat}"),
+        (r"^(train/)?response_length$", "response_length/mean"),
+        (rf"^train/agg/all/[^/]+/num_output_tokens/{_STAT}$", "response_length/{stat}"),
+        (r"^generate/(?P<stat>avg|min|max|std)_num_tokens$", "response_length/{stat}"),
+        (rf"^rollout/response_len/{_STAT}$", "response_length/{stat}"),
+        (rf"^(ppo_actor/)?prompt_len(gth)?/{_STAT}$", "prompt_length/{stat}"),
+        (r"^(actor/entropy|(train/)?entropy_loss|policy/policy_entropy)$", "entropy/mean"),
+        (rf"^(entropy/all|ppo_actor/update/entropy)/{_STAT}$", "entropy/{stat}"),
+        (r"^(actor/kl_loss|(train/)?kl|(train/)?kl_loss|policy/policy_kl|loss/avg_kl)$", "kl/mean"),
+        (r"^loss/avg_kl_max$", "kl/max"),
+        (r"^(actor/ppo_kl|(train/)?ppo_kl)$", "ppo_kl/mean"),
+        (rf"^ppo_actor/update/approx_kl/{_STAT}$", "ppo_kl/{stat}"),
+        (rf"^mismatch_kl/all/{_STAT}$", "mismatch_kl/{stat}"),
+        (r"^(train/)?vllm_kl$", "mismatch_kl/mean"),
+        (rf"^off_policy/{_STAT}$", "staleness/{stat}"),
+        (rf"^off_policy/(?P<part>in_queue|in_flight)/{_STAT}$", "staleness_{part}/{stat}"),
+        (r"^off_policy/dropped$", "staleness/dropped"),
+        (r"^async/staleness_(?P<stat>mean|max|min)$", "staleness/{stat}"),
+        (r"^ppo_actor/update/version_stats/sample_staleness_theta_(?P<stat>avg|max|min)$", "staleness/{stat}"),
         (rf"^.*staleness.*/{_STAT}$", "staleness/{stat}"),
+        (r"^(rollout/)?zero_std/count_(?P<reward>.+)$", "zero_std_groups/{reward}"),
     )
 )
-_VERSION = re.compile(r"(^|/)(current_param_version|param_version|policy_version)$")
+_VERSION = re.compile(r"(^|/)(current_param_version|param_version|policy_version|v_theta)$")
 _TIMING = "timing_s/"
 _PHASES = {
     "gen": "generate",
@@ -169,13 +217,16 @@ def _timed_phases(items: list[tuple[Any, Any]]) -> dict[str, Any]:
 def canonical_key(key: str) -> str:
     """The ``rl.metric.key`` a logged key is recorded under (see the module's table).
 
-    >>> canonical_key("critic/score/mean"), canonical_key("reward"), canonical_key("actor/entropy")
-    ('reward/mean', 'reward/mean', 'actor/entropy')
+    >>> canonical_key("critic/score/mean"), canonical_key("ppo_actor/task_reward/avg"), canonical_key("actor/pg_loss")
+    ('reward/mean', 'reward/mean', 'actor/pg_loss')
     """
     for pattern, canonical in _CANONICAL:
         found = pattern.match(key)
         if found:
-            return canonical.format(**found.groupdict())
+            groups = found.groupdict()
+            if "stat" in groups:
+                groups["stat"] = _STAT_ALIASES.get(groups["stat"], groups["stat"])
+            return canonical.format(**groups)
     return key
 
 

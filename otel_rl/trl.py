@@ -64,7 +64,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 from otel_rl import _names
 from otel_rl._global import get_telemetry
 from otel_rl._guard import guarded
-from otel_rl._inputs import BadInput, as_real
+from otel_rl._inputs import BadInput, as_value
 from otel_rl._samples import EpisodeSample
 from otel_rl._self_telemetry import SelfTelemetry
 from otel_rl._telemetry import Telemetry
@@ -245,7 +245,11 @@ class OtelRLCallback(TrainerCallback):
 
         totals: list[float] = []
         for row in range(rows):
-            terms = [w * rewards[name][row] for name, w in zip(names, weights) if not math.isnan(rewards[name][row])]
+            terms = [
+                w * rewards[name][row]
+                for name, w in zip(names, weights, strict=False)
+                if not math.isnan(rewards[name][row])
+            ]
             totals.append(math.fsum(terms) if terms else math.nan)
         for name in names:
             self.telemetry.record_rewards(_finite(rewards[name]), fn=name)
@@ -312,7 +316,7 @@ def _last(column: Iterable[Any], count: int) -> list[Any]:
 def _reward(value: Any) -> float:
     """A reward function's value as a float; ``None`` (the function does not apply, NaN in TRL) as NaN."""
     try:
-        return as_real(value, argument="reward")
+        return as_value(value, argument="reward")
     except BadInput:
         return math.nan
 

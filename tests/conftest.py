@@ -1,19 +1,66 @@
-"""Shared fixtures: recording exporters that subclass the SDK's real interfaces."""
+"""Shared fixtures: recording exporters that subclass the SDK's real interfaces, typed accessors of their points."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
+from itertools import pairwise
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
-from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.metrics.export import (
+    ExponentialHistogramDataPoint,
+    HistogramDataPoint,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    NumberDataPoint,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.util.types import AnyValue
+
+    from otel_rl.ops.query import Prometheus
+
+DataPoint = NumberDataPoint | HistogramDataPoint | ExponentialHistogramDataPoint
+"""Any point an otel-rl meter exports: counters and gauges, explicit and exponential histograms."""
+Labels = tuple[tuple[str, str], ...]
+"""A stream's attributes, sorted by name (otel-rl's metric attributes are all strings)."""
+Stream = tuple[str, Labels]
+"""A metric name and the attributes of one of its streams."""
+_Point = TypeVar("_Point", NumberDataPoint, HistogramDataPoint, ExponentialHistogramDataPoint)
+
+
+def _show(name: str, labels: Labels) -> str:
+    """``name{key=value,...}``, how a stream reads in an assertion message."""
+    return f"{name}{{{','.join(f'{key}={value}' for key, value in labels)}}}"
+
+
+def _labels(name: str, point: DataPoint) -> Labels:
+    """The point's attributes, sorted; asserts they are strings, as every otel-rl metric attribute is."""
+    labels: list[tuple[str, str]] = []
+    for key, value in sorted((point.attributes or {}).items()):
+        assert isinstance(value, str), f"{name} has the attribute {key}={value!r}, not a string"
+        labels.append((key, value))
+    return tuple(labels)
+
+
+def _narrow(kind: type[_Point], name: str, labels: Labels, point: DataPoint) -> _Point:
+    """``point`` as a ``kind``; fails naming the stream when it is another kind of point."""
+    if not isinstance(point, kind):
+        raise AssertionError(f"{_show(name, labels)} is exported as {type(point).__name__}, not {kind.__name__}")
+    return point
 
 
 class RecordingMetricExporter(MetricExporter):
-    """Keeps every exported MetricsData; ``fail`` makes exports fail (as an unreachable collector does)."""
+    """Keeps every exported MetricsData; ``fail`` makes exports fail (as an unreachable collector does).
+
+    Read the points back typed: :meth:`number`, :meth:`histogram_point`, :meth:`exponential_point` (one stream, by
+    name and attributes), :meth:`streams` and :meth:`numbers` (every stream of a name), :meth:`latest` (all)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -34,16 +81,55 @@ class RecordingMetricExporter(MetricExporter):
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
         return None
 
-    def latest(self) -> dict[tuple[str, tuple[tuple[str, object], ...]], object]:
+    def latest(self) -> dict[Stream, DataPoint]:
         """The last exported point of every (metric, attributes) stream."""
-        points: dict[tuple[str, tuple[tuple[str, object], ...]], object] = {}
-        for data in self.exports:
+        points: dict[Stream, DataPoint] = {}
+        with self.lock:
+            exports = list(self.exports)
+        for data in exports:
             for rm in data.resource_metrics:
                 for sm in rm.scope_metrics:
                     for metric in sm.metrics:
                         for point in metric.data.data_points:
-                            points[(metric.name, tuple(sorted(point.attributes.items())))] = point
+                            points[(metric.name, _labels(metric.name, point))] = point
         return points
+
+    def streams(self, name: str) -> dict[Labels, DataPoint]:
+        """The last point of every stream of metric ``name``, by its attributes (none: an empty dict)."""
+        return {labels: point for (metric, labels), point in self.latest().items() if metric == name}
+
+    def point(self, name: str, attributes: Mapping[str, str] | None = None) -> DataPoint:
+        """The last point of the stream ``name`` with exactly ``attributes``; fails naming the stream when none was
+        exported."""
+        labels = tuple(sorted((attributes or {}).items()))
+        streams = self.streams(name)
+        if labels not in streams:
+            others = ", ".join(_show(name, other) for other in streams) or "none"
+            raise AssertionError(f"no point of {_show(name, labels)} was exported; streams of {name}: {others}")
+        return streams[labels]
+
+    def _typed(self, kind: type[_Point], name: str, attributes: Mapping[str, str] | None) -> _Point:
+        return _narrow(kind, name, tuple(sorted((attributes or {}).items())), self.point(name, attributes))
+
+    def number(self, name: str, attributes: Mapping[str, str] | None = None) -> int | float:
+        """The value of the counter or gauge stream ``name`` with ``attributes``."""
+        return self._typed(NumberDataPoint, name, attributes).value
+
+    def numbers(self, name: str) -> dict[Labels, int | float]:
+        """The value of every stream of the counter or gauge ``name``, by its attributes."""
+        return {
+            labels: _narrow(NumberDataPoint, name, labels, point).value for labels, point in self.streams(name).items()
+        }
+
+    def histogram_point(self, name: str, attributes: Mapping[str, str] | None = None) -> HistogramDataPoint:
+        """The explicit-bucket histogram point of the stream ``name`` with ``attributes``."""
+        return self._typed(HistogramDataPoint, name, attributes)
+
+    def exponential_point(
+        self, name: str, attributes: Mapping[str, str] | None = None
+    ) -> ExponentialHistogramDataPoint:
+        """The exponential histogram point of the stream ``name`` with ``attributes``."""
+        return self._typed(ExponentialHistogramDataPoint, name, attributes)
 
 
 class EncodingMetricExporter(RecordingMetricExporter):
@@ -53,6 +139,45 @@ class EncodingMetricExporter(RecordingMetricExporter):
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object) -> MetricExportResult:
         encode_metrics(metrics_data)
         return super().export(metrics_data, timeout_millis)
+
+
+class _Attributed(Protocol):
+    """A log record, span or span event: whatever has the SDK's optional ``attributes``."""
+
+    @property
+    def attributes(self) -> Mapping[str, AnyValue] | None: ...
+
+
+def attributes_of(item: _Attributed) -> Mapping[str, AnyValue]:
+    """The attributes of a log record, span or span event, which the SDK types as optional; fails when it has none."""
+    assert item.attributes is not None, f"{item!r} has no attributes"
+    return item.attributes
+
+
+def duration_s(span: ReadableSpan) -> float:
+    """How long the finished ``span`` lasted, in seconds."""
+    assert span.start_time is not None and span.end_time is not None, f"span {span.name} has not ended"
+    return (span.end_time - span.start_time) / 1e9
+
+
+def parent_id(span: ReadableSpan) -> int:
+    """The span id of ``span``'s parent; fails when it is a root."""
+    assert span.parent is not None, f"span {span.name} has no parent"
+    return span.parent.span_id
+
+
+def never_decreasing(
+    prometheus: Prometheus, promql: str, start: float, end: float | None = None, *, step: float = 0.5
+) -> list[float]:
+    """The values of the one series ``promql`` returns, every ``step`` seconds from ``start`` to ``end`` (None: now);
+    asserts that none is below the one before it: a cumulative count never dips, across exports, a rank's restart
+    or a gateway's failover."""
+    result = prometheus.range(promql, start, time.time() if end is None else end, step=step)
+    assert len(result) == 1, f"{promql} returned {len(result)} series, not one: {[s['metric'] for s in result]}"
+    values = [float(value) for _, value in result[0]["values"]]
+    dips = [(before, after) for before, after in pairwise(values) if after < before]
+    assert not dips, f"{promql} decreased {len(dips)} times (first {dips[0]}): {values}"
+    return values
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -65,8 +190,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 @pytest.fixture
-def metric_exporter() -> Iterator[RecordingMetricExporter]:
-    yield RecordingMetricExporter()
+def metric_exporter() -> RecordingMetricExporter:
+    return RecordingMetricExporter()
 
 
 # The real stack ------------------------------------------------------------------------------------------------
@@ -83,6 +208,17 @@ STACK_RERUNS: Final = 1
 real processes on a shared 2-core machine, where a run's timing can stretch by half; a test must still pass in one
 whole run of its own, and every rerun is listed in the summary line (``N rerun``). Tests without the stack (unit,
 property, fuzz) are deterministic and never rerun."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep the tests that share a module- or class-scoped fixture on one xdist worker (``--dist loadgroup``), so a
+    live run or a private stack set up for a module is set up once; every other test goes to whichever worker is
+    free."""
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        definitions = fixtures.name2fixturedefs.values() if fixtures is not None else ()
+        if any(definition[-1].scope in ("module", "class") for definition in definitions):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

@@ -11,8 +11,13 @@ quote, a backslash, a brace or a newline selects that run and no other.
 
 Counters and histograms are read over a ``window``: a PromQL duration (``"$__rate_interval"``, ``"10m"``), as a
 rate or an increase over that range; or ``None``, their cumulative values (everything since the series began), for
-exact read-backs that subtract two instants. A ``selector`` is the label matchers without braces, e.g.
-``rl_run_id="r1",rl_rank=""`` (see :func:`matchers`); ``by`` names the labels an aggregation keeps (``""``: none).
+exact read-backs that subtract two instants. Ratios of counters (means, shares, fractions, the effective sample size)
+divide exact increases (:func:`exact_increase`: each series' value now minus its value a window ago), never
+``rate()``s or ``increase()``s: those extrapolate each series on its own, so the parts of one ratio are scaled
+differently and the ratio leaves its bounds (an ESS fraction above 1, shares not adding up to 1).
+
+A ``selector`` is the label matchers without braces, e.g. ``rl_run_id="r1",rl_rank=""`` (see :func:`matchers`);
+``by`` names the labels an aggregation keeps (``""``: none).
 """
 
 from __future__ import annotations
@@ -119,33 +124,68 @@ def increase(counter: str, selector: str, *, by: str = "", window: str | None) -
     return _sum(by, _over("increase", f"{counter}{{{selector}}}", window))
 
 
+def _since(series: str, window: str | None, function: str = "") -> str:
+    """Each series' exact increase over ``window`` (its cumulative value when None), ``function`` (e.g.
+    ``histogram_count``) applied to the series first: its value now minus its value ``window`` ago, both the last
+    points at or before those instants; its whole value where it has no point a window ago (it began inside the
+    window, from 0: the collector counts a rank's first point whole) or where it went down (a reset: what it counted
+    since). No extrapolation, so the counters of one ratio cover the same flushes, hence the same recorded values.
+
+    >>> print(_since("c{S}", "5m"))
+    (c{S} - c{S} offset 5m >= 0 or c{S})
+    """
+    now = f"{function}({series})" if function else series
+    if window is None:
+        return now
+    before = f"{function}({series} offset {window})" if function else f"{series} offset {window}"
+    return f"({now} - {before} >= 0 or {now})"
+
+
+def _nonzero(denominator: str, window: str | None) -> str:
+    """``denominator`` where it is above 0 over a ``window``, so that a window without values gives no ratio (a gap)
+    rather than NaN; unchanged for cumulative read-backs (None)."""
+    return denominator if window is None else f"({denominator} > 0)"
+
+
+def exact_increase(counter: str, selector: str, *, by: str = "", window: str | None) -> str:
+    """Exact increase of ``counter`` over ``window`` (its cumulative value when None), summed by ``by``: the sum of
+    its series' :func:`_since`. The parts of a ratio of counters.
+
+    >>> print(exact_increase("rl_groups_total", "S", by="rl_group_outcome", window="1m"))
+    sum by (rl_group_outcome) ((rl_groups_total{S} - rl_groups_total{S} offset 1m >= 0 or rl_groups_total{S}))
+    """
+    return _sum(by, _since(f"{counter}{{{selector}}}", window))
+
+
 def count(metric: str, selector: str, *, by: str = "", window: str | None) -> str:
-    """Values recorded into histogram ``metric``: per second over ``window`` (cumulative when None), from the native
-    histogram's count, else the classic ``_count``."""
+    """Values recorded into histogram ``metric`` over ``window`` (an exact increase; cumulative when None), from the
+    native histogram's count, else the classic ``_count``."""
     group = _group(by)
-    native = _over("rate", f"{metric}{{{selector}}}", window)
-    classic = _over("rate", f"{metric}_count{{{selector}}}", window)
-    return f"(sum{group} (histogram_count({native})) or sum{group} ({classic}))"
+    native = _since(f"{metric}{{{selector}}}", window, "histogram_count")
+    classic = _since(f"{metric}_count{{{selector}}}", window)
+    return f"(sum{group} ({native}) or sum{group} ({classic}))"
 
 
 def signed_sum(metric: str, selector: str, *, by: str = "", window: str | None) -> str:
-    """Sum of the values of ``metric`` (per second over ``window``, cumulative when None) from its exact
+    """Sum of the values of ``metric`` over ``window`` (an exact increase; cumulative when None) from its exact
     ``_positive_total`` and ``_negative_total`` counters: a histogram's own sum decreases with negative values,
     which ``rate()`` reads as a counter reset."""
     group = _group(by)
-    positive = _over("rate", f"{metric}_positive_total{{{selector}}}", window)
-    negative = _over("rate", f"{metric}_negative_total{{{selector}}}", window)
+    positive = _since(f"{metric}_positive_total{{{selector}}}", window)
+    negative = _since(f"{metric}_negative_total{{{selector}}}", window)
     return f"(sum{group} ({positive}) - sum{group} ({negative}))"
 
 
 def mean(metric: str, selector: str, *, by: str = "", window: str | None) -> str:
     """Mean of the values recorded into ``metric`` over ``window`` (since the beginning when None): the exact signed
-    sum over the count, so exact for negative values too.
+    sum over the count of the same window, so exact for negative values too, and within the extremes of the values
+    recorded. No value for a window without values.
 
     >>> print(mean("rl_reward", "S", window=None))
     (sum (rl_reward_positive_total{S}) - sum (rl_reward_negative_total{S})) / (sum (histogram_count(rl_reward{S})) or sum (rl_reward_count{S}))
     """
-    return f"{signed_sum(metric, selector, by=by, window=window)} / {count(metric, selector, by=by, window=window)}"
+    values = _nonzero(count(metric, selector, by=by, window=window), window)
+    return f"{signed_sum(metric, selector, by=by, window=window)} / {values}"
 
 
 def buckets(metric: str, selector: str, *, by: str = "", window: str | None) -> tuple[str, str]:
@@ -202,32 +242,34 @@ def quantile(q: float, metric: str, selector: str, *, by: str = "", window: str,
 
 
 def share(counter: str, label: str, selector: str, *, window: str | None) -> str:
-    """Each ``label`` value's share of ``counter`` over ``window``: its increase over the total increase
-    (``on () group_left ()``: one total for every value). NaN, a gap, where nothing was counted."""
-    return (
-        f"{increase(counter, selector, by=label, window=window)}"
-        f" / on () group_left () {increase(counter, selector, window=window)}"
-    )
+    """Each ``label`` value's share of ``counter`` over ``window``: its exact increase over the total's
+    (``on () group_left ()``: one total for every value), so the shares are in [0, 1] and add up to 1. No value, a
+    gap, where nothing was counted."""
+    total = _nonzero(exact_increase(counter, selector, window=window), window)
+    return f"{exact_increase(counter, selector, by=label, window=window)} / on () group_left () {total}"
 
 
 def fraction(part: str, whole: str, selector: str, *, window: str | None) -> str:
-    """Counter ``part``'s increase over counter ``whole``'s over ``window`` (``part`` counts a subset of ``whole``).
+    """Counter ``part``'s exact increase over counter ``whole``'s over ``window`` (``part`` counts a subset of
+    ``whole``, so the fraction is in [0, 1]). No value where ``whole`` counted nothing.
 
-    >>> fraction("rl_groups_zero_variance_total", "rl_groups_total", "S", window="5m")
-    'sum(increase(rl_groups_zero_variance_total{S}[5m])) / sum(increase(rl_groups_total{S}[5m]))'
+    >>> print(fraction("rl_groups_zero_variance_total", "rl_groups_total", "S", window=None))
+    sum(rl_groups_zero_variance_total{S}) / sum(rl_groups_total{S})
     """
-    return f"{increase(part, selector, window=window)} / {increase(whole, selector, window=window)}"
+    whole_increase = _nonzero(exact_increase(whole, selector, window=window), window)
+    return f"{exact_increase(part, selector, window=window)} / {whole_increase}"
 
 
 def effective_sample_size(metric: str, selector: str, *, window: str | None) -> str:
     """Effective sample size fraction of the importance ratios ``r`` recorded over ``window``,
     ``(Σr)^2 / (n Σr^2)``: 1 when every ratio is equal, ``1/n`` when one token carries all the weight. Kish's
     formula from the exact counters (Σr from ``_positive_total``, the ratios being positive; Σr² from
-    ``_squares_total``) and the histogram's count. The window's rates scale all three alike, so it is the ratio of
-    the window's sums."""
-    sums = f"sum({_over('rate', f'{metric}_positive_total{{{selector}}}', window)})"
-    squares = f"sum({_over('rate', f'{metric}_squares_total{{{selector}}}', window)})"
-    return f"{sums} ^ 2 / ({count(metric, selector, window=window)} * {squares})"
+    ``_squares_total``) and the histogram's count, all three exact increases over the same flushes, so it is in
+    (0, 1] (Cauchy-Schwarz). No value for a window without ratios."""
+    sums = f"sum({_since(f'{metric}_positive_total{{{selector}}}', window)})"
+    squares = f"sum({_since(f'{metric}_squares_total{{{selector}}}', window)})"
+    values = _nonzero(count(metric, selector, window=window), window)
+    return f"{sums} ^ 2 / ({values} * {squares})"
 
 
 def distribution(metric: str, selector: str, *, window: str) -> str:
@@ -304,10 +346,11 @@ def phase_quantile(q: float, selector: str, *, by: str = "rl_phase_name", window
 
 
 def phase_mean(selector: str, *, by: str = "rl_phase_name", window: str) -> str:
-    """The mean phase duration over ``window``, per ``by``: exact (the durations' sum over their count)."""
-    sums = _sum(by, f"rate({PHASE_DURATION}_sum{{{selector}}}[{window}])")
-    counts = _sum(by, f"rate({PHASE_DURATION}_count{{{selector}}}[{window}])")
-    return f"{sums} / {counts}"
+    """The mean phase duration over ``window``, per ``by``: exact (the exact increases of the durations' sum and of
+    their count, over the same flushes). No value for a window without spans."""
+    sums = _sum(by, _since(f"{PHASE_DURATION}_sum{{{selector}}}", window))
+    counts = _sum(by, _since(f"{PHASE_DURATION}_count{{{selector}}}", window))
+    return f"{sums} / {_nonzero(counts, window)}"
 
 
 def mfu(selector: str, *, window: str) -> str:

@@ -10,7 +10,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -93,7 +93,9 @@ def test_grouped_by_run_and_inhibitions_page_once() -> None:
     }
     assert missing["source_matchers"] == ['alertname="RLRanksMissing"'] and missing["equal"] == ["rl_run_id"]
     (target,) = missing["target_matchers"]
-    targets = set(re.fullmatch(r'alertname=~"([\w|]+)"', target).group(1).split("|"))  # type: ignore[union-attr]
+    names = re.fullmatch(r'alertname=~"([\w|]+)"', target)
+    assert names is not None, target
+    targets = set(names.group(1).split("|"))
     alerts = {rule["alert"] for rule in rules() if "alert" in rule}
     assert alerts >= LIFECYCLE
     assert targets == alerts - LIFECYCLE, (
@@ -119,7 +121,7 @@ def test_notification_templates_render(amtool: Path) -> None:
 def _runbook_sections() -> dict[str, str]:
     """docs/runbooks.md: heading anchor (GitHub's: the heading in lower case) -> its section's text."""
     parts = re.split(r"^## (\w+)\n", RUNBOOKS.read_text(encoding="utf-8"), flags=re.M)
-    return {name.lower(): body for name, body in zip(parts[1::2], parts[2::2])}
+    return {name.lower(): body for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
 def test_every_alert_links_its_runbook_and_the_dashboard_of_its_run() -> None:
@@ -197,7 +199,7 @@ def test_alert_urls_must_be_urls(setting: str, value: object) -> None:
     """A webhook, Grafana or runbook setting that is not an http(s) URL (file: too for the runbook) is a ValueError
     naming it."""
     with pytest.raises(ValueError, match=rf'"{setting}" must be a URL starting with one of .*, got {value!r}'):
-        StackConfig(**{setting: value})  # type: ignore[arg-type]
+        StackConfig(**{setting: cast(Any, value)})
 
 
 def test_compose_runs_the_alertmanager_of_the_secure_stack() -> None:

@@ -249,11 +249,9 @@ def _check_staleness_notification(notification: Notification, run_id: str, *, th
     labels, annotations = alert["labels"], alert["annotations"]
     assert labels["rl_run_id"] == run_id and labels["signal"] == "staleness_p99" and labels["severity"] == "warning"
     assert labels["job"] == "otel-rl-test" and labels["rl_role"] == "trainer"
-    value = float(
-        re.fullmatch(rf"RL run {re.escape(run_id)}: staleness p99 is ([\d.]+) versions", annotations["summary"]).group(
-            1
-        )
-    )  # type: ignore[union-attr]
+    summary = re.fullmatch(rf"RL run {re.escape(run_id)}: staleness p99 is ([\d.]+) versions", annotations["summary"])
+    assert summary is not None, annotations["summary"]
+    value = float(summary.group(1))
     assert threshold < value <= PEAK_LAG + 1
     assert f"is {value:.1f} versions, above the run's threshold of {threshold:g} versions" in annotations["description"]
     assert annotations["runbook_url"] == f"{RUNBOOKS}#rlstalenesshigh"
@@ -345,7 +343,9 @@ def test_silence_from_the_cli_holds_the_notification_back(world: World) -> None:
     in Prometheus, Alertmanager holds it as silenced by that silence (2 hours, an exact match on its run id), and no
     notification of the run reaches the webhook by the time the runaway run's second one (resolved) did."""
     run = world.runs["silenced"]
-    silence_id = re.search(r"\(silence ([0-9a-f-]+),", world.silence_output).group(1)  # type: ignore[union-attr]
+    silenced = re.search(r"\(silence ([0-9a-f-]+),", world.silence_output)
+    assert silenced is not None, world.silence_output
+    silence_id = silenced.group(1)
     (silence,) = [s for s in world.alertmanager.silences() if s["id"] == silence_id]
     assert silence["matchers"] == [{"name": "rl_run_id", "value": run.run_id, "isRegex": False, "isEqual": True}]
     assert silence["status"]["state"] == "active"
@@ -445,6 +445,7 @@ def test_killed_run_pages_once(world: World) -> None:
     assert held[0].held_by == ("RLRunEndedUncleanly",)
     assert not any(n.alerts_named("RLTelemetryAbsent") for n in world.webhook.notifications())
     print(
-        f"\nkilled run: SIGKILL -> RLRunEndedUncleanly at the webhook {notification.received_at - world.killed_at:.1f} s "
+        "\nkilled run: SIGKILL -> RLRunEndedUncleanly at the webhook "
+        f"{notification.received_at - world.killed_at:.1f} s "
         "(5 minutes of absence, then for: 15 s and Alertmanager's group_wait)"
     )

@@ -23,7 +23,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One quick run of every section, read back from its JSON file."""
     out: Path = tmp_path_factory.mktemp("bench") / "results.json"
     assert main(["--quick", "--out", str(out)]) == 0
-    return json.loads(out.read_text(encoding="utf-8"))
+    results: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    return results
 
 
 def test_ingest_reports_positive_times_and_ratios(results: dict[str, Any]) -> None:

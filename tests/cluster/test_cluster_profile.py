@@ -6,11 +6,18 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import yaml
 
-from otel_rl.ops.stack.components import COMPONENTS, SPECS, active_components, collector_environment
+from otel_rl.ops.stack.components import (
+    COMPONENTS,
+    SPECS,
+    ComponentName,
+    active_components,
+    collector_environment,
+)
 from otel_rl.ops.stack.config import StackConfig, StackPorts
 from otel_rl.ops.stack.install import Binaries
 from otel_rl.ops.stack.services import Stack
@@ -33,7 +40,7 @@ THANOS = dataclasses.replace(BINARIES, thanos=Path("/bin/thanos"))
 def test_cluster_flags_must_be_bools(flag: str) -> None:
     """The profile flags are validated at construction: a non-bool is a TypeError showing it."""
     with pytest.raises(TypeError, match=rf"\"{flag}\" must be a bool, got 'yes'"):
-        StackConfig(**{flag: "yes"})
+        StackConfig(**{flag: cast(Any, "yes")})
 
 
 def test_single_node_profile_is_unchanged(tmp_path: Path) -> None:
@@ -55,7 +62,7 @@ def test_cluster_profile_routes_the_front_to_two_storage_nodes(tmp_path: Path) -
     assert f"-storageNode=127.0.0.1:{ports.vlstorage_0},127.0.0.1:{ports.vlstorage_1}" in front
     assert not any(arg.startswith(("-storageDataPath", "-retentionPeriod")) for arg in front)
     for index, port in enumerate((ports.vlstorage_0, ports.vlstorage_1)):
-        argv = SPECS[f"vlstorage-{index}"].command(config, BINARIES, tmp_path).argv  # type: ignore[index]
+        argv = SPECS[cast(ComponentName, f"vlstorage-{index}")].command(config, BINARIES, tmp_path).argv
         assert f"-storageDataPath={tmp_path / 'data' / f'vlstorage-{index}'}" in argv
         assert f"-httpListenAddr=127.0.0.1:{port}" in argv and "-inmemoryDataFlushInterval=1s" in argv
 
@@ -77,7 +84,7 @@ def test_tsdb_cluster_profile_replaces_prometheus_by_thanos(tmp_path: Path) -> N
             (ports.thanos_receive_1_write, ports.thanos_receive_1_http),
         ]
     ):
-        command = SPECS[f"thanos-receive-{index}"].command(config, THANOS, tmp_path)  # type: ignore[index]
+        command = SPECS[cast(ComponentName, f"thanos-receive-{index}")].command(config, THANOS, tmp_path)
         assert command.argv[:2] == ("/bin/thanos", "receive")
         assert f"--tsdb.path={tmp_path / 'data' / f'thanos-receive-{index}'}" in command.argv
         assert f"--remote-write.address=127.0.0.1:{write}" in command.argv

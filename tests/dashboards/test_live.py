@@ -15,6 +15,7 @@ flushes every second).
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from typing import Any
 import pytest
 import requests
 
+from otel_rl.ops import promql
 from otel_rl.ops.query import Prometheus, VictoriaLogs
 from otel_rl.ops.report.dashboard import substitute
 from tests.dashboards.conftest import ROOT, dashboard_targets, metric_names, rules
@@ -498,6 +500,161 @@ def test_health_panels_hold_their_invariants_on_the_real_run(live_run: LiveRun) 
     crashed = _panel_query("Run state", run_id=CRASHED_RUN_ID)
     assert live_run.prometheus.value(crashed, live_run.crashed_span[1]) == 0  # running (hung, still reporting)
     assert live_run.prometheus.value(crashed, live_run.crashed_span[1] + 400) == 2  # stopped without a clean finish
+
+
+ROUNDING = 1e-12
+"""Relative slack of a bound for floating-point rounding: the counters are float sums, differenced and divided. A
+ratio of extrapolated rate()s left its bounds by far more (an ESS fraction of 1.16: rules/tests/health.yml)."""
+RATIO_PANELS: dict[tuple[str, str], str] = {
+    # (panel title, refId) -> the bound it promises: "ess" (0, 1], "fraction" [0, 1], "shares" each in [0, 1] and
+    # adding up to 1, "mean" within the exact extremes of the values of its window, "phase_mean" within the buckets
+    # the phase's durations fell in.
+    ("Effective sample size fraction", "A"): "ess",
+    ("Zero-variance groups (fraction)", "A"): "fraction",
+    ("Prompt groups: outcome and zero variance", "A"): "shares",
+    ("Prompt groups: outcome and zero variance", "B"): "fraction",
+    ("Advantage sign shares", "A"): "shares",
+    ("Reward (total): mean and percentiles", "A"): "mean",
+    ("Mean reward by reward function", "A"): "mean",
+    ("Mean reward by dataset", "A"): "mean",
+    ("Recorded metrics (mean by key)", "A"): "mean",
+    ("Advantage: mean and percentiles", "A"): "mean",
+    ("Response length: mean and percentiles", "A"): "mean",
+    ("Entropy per token: mean and percentiles", "A"): "mean",
+    ("Mismatch KL(π_inference ‖ π_train): mean per estimator", "A"): "mean",
+    ("Weight-sync latency", "A"): "phase_mean",
+}
+NOT_RATIOS_OF_COUNTERS = {
+    # (panel title, refId): one counter's rate over gauges (no two counters to keep in step)
+    ("Time split by phase", "A"),
+    ("Idle: waiting for data and for weights", "A"),
+    ("MFU", "A"),
+}
+RATIO_RULES: dict[str, tuple[str, str]] = {
+    # recording rule -> (its bound, as RATIO_PANELS, its window)
+    "rl:importance_ratio_ess:rate5m": ("ess", "5m"),
+    "rl:groups_zero_variance_fraction:rate10m": ("fraction", "10m"),
+    "rl:reward_mean:rate1m": ("mean", "1m"),
+    "rl:reward_mean:rate10m": ("mean", "10m"),
+    "rl:metric_mean:rate10m": ("mean", "10m"),
+    "rl:mismatch_kl_mean:rate5m": ("mean", "5m"),
+    "rl:entropy_mean:rate10m": ("mean", "10m"),
+    "rl:reward_stddev:rate10m": ("stddev", "10m"),
+}
+
+
+def _by_series(result: list[dict[str, Any]]) -> dict[frozenset[tuple[str, str]], dict[float, float]]:
+    """A range query's finite values: labels (without the name) -> time -> value."""
+    return {
+        frozenset((k, v) for k, v in item["metric"].items() if k != "__name__"): {
+            float(t): float(v) for t, v in item["values"] if v not in ("NaN", "+Inf", "-Inf")
+        }
+        for item in result
+    }
+
+
+def _slack(bound: float) -> float:
+    return ROUNDING * max(1.0, abs(bound))
+
+
+def _extremes_of_mean(expr: str, window: str) -> tuple[str, str]:
+    """The exact extremes, over ``window``, of the values a mean query of ``promql.mean`` (or a mean rule) averages:
+    the same metric, selector and grouping."""
+    found = re.search(r"sum(?: by \(([^)]*)\))? \(\(?(\w+)_positive_total\{([^}]*)\}", expr)
+    assert found, expr
+    by, metric, selector = found.groups()
+    return promql.extremes(metric, selector, by=by or "", window=window)
+
+
+def _phase_mean_bounds(live_run: LiveRun, expr: str) -> tuple[float, float]:
+    """The bounds of the buckets every duration of the phase the mean ``expr`` reads fell in, over the whole run."""
+    (selector,) = set(re.findall(r"rl_phase_duration_seconds_sum\{([^}]*)\}", expr))
+    buckets = live_run.prometheus.by_label(f"sum by (le) (rl_phase_duration_seconds_bucket{{{selector}}})", "le")
+    bounds = sorted((float(le), count) for le, count in buckets.items())
+    total = bounds[-1][1]
+    assert total > 0, buckets
+    first = next(i for i, (_, count) in enumerate(bounds) if count > 0)
+    last = next(le for le, count in bounds if count == total)
+    return (bounds[first - 1][0] if first else 0.0), last
+
+
+def _assert_within_bounds(
+    live_run: LiveRun, name: str, kind: str, expr: str, window: str, start: float, end: float, runs: tuple[str, ...]
+) -> None:
+    """Evaluate ``expr`` at every step from ``start`` to ``end`` and assert that each value of the ``runs`` (a
+    panel's query reads one run: its series carry no run id) keeps the bound ``kind``."""
+    values = {
+        labels: series
+        for labels, series in _by_series(live_run.prometheus.range(expr, start, end, step=STEP_S)).items()
+        if dict(labels).get("rl_run_id", runs[0]) in runs
+    }
+    assert any(values.values()), f"{name}: no values for {runs}"
+    bad: list[tuple[float, object]]
+    every = [(labels, t, v) for labels, series in values.items() for t, v in series.items()]
+    if kind == "ess":
+        bad = [(t, v) for _, t, v in every if not 0 < v <= 1 + ROUNDING]
+    elif kind in ("fraction", "shares"):
+        bad = [(t, v) for _, t, v in every if not -ROUNDING <= v <= 1 + ROUNDING]
+    elif kind == "stddev":
+        bad = [(t, v) for _, t, v in every if not v >= 0]
+    elif kind == "phase_mean":
+        low, high = _phase_mean_bounds(live_run, expr)
+        bad = [(t, v) for _, t, v in every if not low - _slack(low) <= v <= high + _slack(high)]
+    else:
+        assert kind == "mean", kind
+        low_query, high_query = _extremes_of_mean(expr, window)
+        lows = _by_series(live_run.prometheus.range(low_query, start, end, step=STEP_S))
+        highs = _by_series(live_run.prometheus.range(high_query, start, end, step=STEP_S))
+        bad = []
+        for labels, t, v in every:
+            low, high = lows.get(labels, {}).get(t, math.inf), highs.get(labels, {}).get(t, -math.inf)
+            if not low - _slack(low) <= v <= high + _slack(high):
+                bad.append((t, (low, v, high)))
+    assert not bad, (name, sorted(bad, key=str)[:10])
+    if kind == "shares":
+        totals: dict[tuple[str, float], float] = {}
+        for labels, t, v in every:
+            run = dict(labels).get("rl_run_id", runs[0])
+            totals[(run, t)] = totals.get((run, t), 0.0) + v
+        assert all(abs(total - 1) <= ROUNDING for total in totals.values()), (name, sorted(set(totals.values())))
+
+
+def test_every_ratio_panel_keeps_its_bounds_at_every_step_of_the_run(live_run: LiveRun) -> None:
+    """Each panel query dividing counters (ESS fraction, fractions, shares, means), evaluated as Grafana does at every
+    step over the whole run, stays within the bounds it promises: ESS in (0, 1], fractions in [0, 1], shares in [0, 1]
+    adding up to 1, each mean within the exact extremes of its window's values (a phase mean within its buckets)."""
+    divides = {
+        (panel["title"], target["refId"])
+        for _, panel, target in dashboard_targets()
+        if target["datasource"]["type"] == "prometheus" and " / " in target["expr"]
+    }
+    assert divides == set(RATIO_PANELS) | NOT_RATIOS_OF_COUNTERS, "give every ratio panel its bounds"
+    end = max(live_run.last, live_run.phases_last) + 10
+    for (title, ref_id), kind in RATIO_PANELS.items():
+        expr = _panel_query(title, ref_id)
+        _assert_within_bounds(live_run, title, kind, expr, RATE_INTERVAL, live_run.first, end, (RUN_ID,))
+        if HISTOGRAM.search(expr):
+            classic = _panel_query(title, ref_id, CLASSIC_RUN_ID)
+            start, stop = live_run.classic_span
+            _assert_within_bounds(live_run, title, kind, classic, RATE_INTERVAL, start, stop + 10, (CLASSIC_RUN_ID,))
+
+
+def test_every_ratio_rule_keeps_its_bounds_at_every_step_of_the_run(live_run: LiveRun) -> None:
+    """Each recording rule dividing counters, its expression evaluated at every step over the demo run and the
+    classic-histogram run, stays within its bounds (as the panels': ESS in (0, 1], the zero-variance fraction in
+    [0, 1], each mean within the exact extremes of its window's values, a standard deviation never negative)."""
+    divides = {
+        rule["record"] for rule in rules() if "record" in rule and "_total{" in rule["expr"] and "/" in rule["expr"]
+    }
+    assert divides == set(RATIO_RULES), "give every ratio rule its bounds"
+    start = min(live_run.first, live_run.classic_span[0])
+    end = max(live_run.last, live_run.classic_span[1]) + 30
+    for rule in rules():
+        if rule.get("record") in RATIO_RULES:
+            kind, window = RATIO_RULES[rule["record"]]
+            _assert_within_bounds(
+                live_run, rule["record"], kind, rule["expr"], window, start, end, (RUN_ID, CLASSIC_RUN_ID)
+            )
 
 
 def test_every_metric_name_in_dashboards_and_rules_exists_for_the_run(live_run: LiveRun) -> None:

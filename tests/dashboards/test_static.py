@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import yaml
@@ -231,7 +231,7 @@ def _distribution(metric: str) -> Any:
     return found
 
 
-def _layout(metric: str, histogram: str) -> Any:
+def _layout(metric: str, histogram: Literal["exponential", "explicit"]) -> Any:
     """The bucket layout the library emits for ``metric`` in the histogram form ``histogram``."""
     from otel_rl import TelemetryConfig
     from otel_rl._telemetry import layouts
@@ -444,8 +444,8 @@ def test_every_panel_query_gives_the_exact_value_on_a_native_and_a_classic_run(p
                     else [{"labels": f'{{le="{le}"}}', "value": v} for le, v in _classic(metric, value, count).items()]
                 )
             else:
-                value = _EXPECTED[key]
-                samples = value if isinstance(value, dict) else {"{}": value}
+                wanted = _EXPECTED[key]
+                samples = wanted if isinstance(wanted, dict) else {"{}": wanted}
                 expected = [{"labels": labels, "value": v} for labels, v in samples.items()]
             cases.append({"expr": query, "eval_time": "5m", "exp_samples": expected})
     series = _synthetic_series("native") + _synthetic_series("classic")

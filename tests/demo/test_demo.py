@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
@@ -167,7 +168,7 @@ def test_summary_time_split_and_slowest_step_match_the_ranks(
     )
     # Each step's root span starts inside step(): between the times taken before and after that call.
     rank0 = [record["stepped_ns"] for record in records[:STEPS]]  # rank-0.jsonl comes first
-    bounds = {step: ((b[0] - a[1]) / 1e9, (b[1] - a[0]) / 1e9) for step, (a, b) in enumerate(zip(rank0, rank0[1:]))}
+    bounds = {step: ((b[0] - a[1]) / 1e9, (b[1] - a[0]) / 1e9) for step, (a, b) in enumerate(itertools.pairwise(rank0))}
     step = performance["slowest_step"]
     assert step["trace_id"] == f"{step_trace('demo-test', step['step'])[0]:032x}"
     if step["step"] in bounds:  # the last step's end is not in the records

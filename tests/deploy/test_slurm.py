@@ -60,7 +60,9 @@ def test_the_sbatch_recipe_runs_an_agent_per_node_and_the_ranks_through_it(
     env = {
         "OTEL_RL": str(OTEL_RL),
         "OTEL_RL_GATEWAYS": f"[{gateway.endpoint}]",
-        "OTEL_RL_AGENT_OPTIONS": f"--grpc-port {grpc} --http-port {http} --health-port {health} --metrics-port {metrics}",
+        "OTEL_RL_AGENT_OPTIONS": (
+            f"--grpc-port {grpc} --http-port {http} --health-port {health} --metrics-port {metrics}"
+        ),
         "OTEL_METRIC_EXPORT_INTERVAL": "1000",
         "OTEL_SERVICE_NAME": "slurm-test",
     }

@@ -30,11 +30,18 @@ RECORDINGS = ROOT / "tests" / "fixtures" / "inference"
 ENGINES = {"vllm": "vllm-qwen3-0.6b.metrics", "sglang": "sglang-llama-3.1-8b.metrics"}
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    """Serves one recorded exposition, its ``body``."""
+
+    body = b""
+
+
 class _Recording(http.server.BaseHTTPRequestHandler):
     """Answers GET /metrics with one recorded exposition (the server's ``body``)."""
 
     def do_GET(self) -> None:
-        body: bytes = self.server.body  # type: ignore[attr-defined]
+        assert isinstance(self.server, _Server)
+        body = self.server.body
         self.send_response(200 if self.path == "/metrics" else 404)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.end_headers()
@@ -49,8 +56,8 @@ def servers() -> Iterator[dict[str, str]]:
     """One HTTP server per recording on a free port of 127.0.0.1: engine -> host:port."""
     running = {}
     for engine, name in ENGINES.items():
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recording)
-        server.body = (RECORDINGS / name).read_bytes()  # type: ignore[attr-defined]
+        server = _Server(("127.0.0.1", 0), _Recording)
+        server.body = (RECORDINGS / name).read_bytes()
         threading.Thread(target=server.serve_forever, daemon=True).start()
         running[engine] = server
     yield {engine: f"127.0.0.1:{server.server_address[1]}" for engine, server in running.items()}

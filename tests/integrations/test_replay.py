@@ -5,17 +5,18 @@ value is exact to float64. The inputs (keys, order and value types) come from th
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
-from typing import Any
 
 import numpy as np
 import pytest
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
+from opentelemetry.sdk.metrics.export import ExponentialHistogramDataPoint, HistogramDataPoint
 
 import otel_rl
 from otel_rl import _names
 from otel_rl.tracking import MetricsDictLogger, canonical_key
-from tests.conftest import EncodingMetricExporter
+from tests.conftest import EncodingMetricExporter, attributes_of, duration_s
 from tests.fixtures import trainer_inputs
 
 _VERSION_KEYS = ("current_param_version", "param_version", "policy_version")
@@ -25,23 +26,19 @@ def _telemetry(exporter: EncodingMetricExporter, logs: InMemoryLogRecordExporter
     return otel_rl.Telemetry(
         otel_rl.TelemetryConfig(run_id="replay", exporter="none", export_interval_s=60),
         metric_exporter=exporter,
-        log_exporter=logs or InMemoryLogRecordExporter(),  # type: ignore[no-untyped-call]
+        log_exporter=logs or InMemoryLogRecordExporter(),
     )
 
 
-def _metric_points(exporter: EncodingMetricExporter) -> dict[str, dict[str, Any]]:
+def _metric_points(exporter: EncodingMetricExporter) -> dict[str, dict[str, float]]:
     """key -> {"count", "sum", "max", "min"} of every exported ``rl.metric`` stream."""
-    out: dict[str, dict[str, Any]] = defaultdict(dict)
-    for (name, attrs), point in exporter.latest().items():
-        key = dict(attrs).get(_names.METRIC_KEY)
-        if key is None:
-            continue
-        if name == _names.METRICS.histogram.name:
-            out[key]["count"], out[key]["sum"] = point.count, point.sum  # type: ignore[attr-defined]
-        elif name == _names.METRICS.maximum.name:
-            out[key]["max"] = point.value  # type: ignore[attr-defined]
-        elif name == _names.METRICS.minimum.name:
-            out[key]["min"] = point.value  # type: ignore[attr-defined]
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for labels, point in exporter.streams(_names.METRICS.histogram.name).items():
+        assert isinstance(point, HistogramDataPoint | ExponentialHistogramDataPoint), labels
+        out[dict(labels)[_names.METRIC_KEY]].update(count=point.count, sum=point.sum)
+    for field, metric in (("max", _names.METRICS.maximum), ("min", _names.METRICS.minimum)):
+        for labels, value in exporter.numbers(metric.name).items():
+            out[dict(labels)[_names.METRIC_KEY]][field] = value
     return dict(out)
 
 
@@ -67,7 +64,7 @@ def test_a_verl_step_keeps_every_key_exact(rollout_correction: bool) -> None:
     assert set(points) == set(expected)
     for key, value in expected.items():
         assert points[key] == {"count": 1, "sum": float(value), "max": float(value), "min": float(value)}, key
-    assert not [k for k in exporter.latest() if k[0] == _names.VALUES_REJECTED.name and exporter.latest()[k].value]  # type: ignore[attr-defined]
+    assert not {labels: n for labels, n in exporter.numbers(_names.VALUES_REJECTED.name).items() if n}
     telemetry.shutdown(5)
 
 
@@ -119,7 +116,7 @@ def test_torchforge_calls_record_every_key_and_sample() -> None:
     from otel_rl.torchforge import Reduce, record_metric
 
     exporter = EncodingMetricExporter()
-    logs = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
+    logs = InMemoryLogRecordExporter()
     telemetry = otel_rl.setup(
         otel_rl.TelemetryConfig(
             run_id="forge", exporter="none", export_interval_s=60, top_k=8, bottom_k=8, distinct_prompts=False
@@ -177,7 +174,7 @@ def test_verl_timings_become_phase_spans_and_tokens_a_counter() -> None:
         otel_rl.TelemetryConfig(run_id="replay", exporter="none", export_interval_s=60),
         metric_exporter=exporter,
         log_exporter=InMemoryLogRecordExporter(),
-        span_exporter=spans,  # type: ignore[no-untyped-call]
+        span_exporter=spans,
     )
     step = trainer_inputs.verl_grpo_step(4, rollout_correction=False)
     MetricsDictLogger(telemetry).log(step, step=4)
@@ -195,9 +192,8 @@ def test_verl_timings_become_phase_spans_and_tokens_a_counter() -> None:
     assert set(phases) == set(sections)
     for phase, section in sections.items():
         span = phases[phase]
-        assert abs((span.end_time - span.start_time) / 1e9 - step[f"timing_s/{section}"]) < 1e-6, phase  # type: ignore[operator]
-        assert span.attributes["rl.step"] == 4  # type: ignore[index]
+        assert abs(duration_s(span) - step[f"timing_s/{section}"]) < 1e-6, phase
+        assert attributes_of(span)["rl.step"] == 4
     ordered = sorted(phases.values(), key=lambda s: s.start_time or 0)
-    assert all(a.end_time == b.start_time for a, b in zip(ordered, ordered[1:]))
-    tokens = exporter.latest()[(_names.TOKENS_TRAINED.name, ())]
-    assert tokens.value == step["perf/total_num_tokens"]  # type: ignore[attr-defined]
+    assert all(a.end_time == b.start_time for a, b in itertools.pairwise(ordered))
+    assert exporter.number(_names.TOKENS_TRAINED.name) == step["perf/total_num_tokens"]

@@ -72,7 +72,7 @@ def test_verl_metrics_dicts_become_series(shared_stack: Any) -> None:
     eventually(lambda: metric("rl_metric_count", "reward/mean") == STEPS, what="the canonical reward mean")
     means = [d["critic/score/mean"] for d in logged]
     assert metric("rl_metric_positive_total", "reward/mean") == sum(means)
-    for key, source in (
+    for key, _source in (
         ("reward/max", "critic/score/max"),
         ("reward_penalized/mean", "critic/rewards/mean"),
         ("advantage/mean", "critic/advantages/mean"),

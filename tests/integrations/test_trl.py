@@ -8,7 +8,7 @@ import statistics
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import pytest
 import torch
@@ -52,7 +52,7 @@ class Rollout:
     @property
     def total(self) -> float:
         """TRL's total: the weighted sum over the functions that scored it."""
-        terms = [w * r for w, r in zip(WEIGHTS, self.rewards.values()) if r is not None]
+        terms = [w * r for w, r in zip(WEIGHTS, self.rewards.values(), strict=True) if r is not None]
         return math.fsum(terms)
 
 
@@ -102,7 +102,7 @@ def train(stack: Any, output_dir: Path, *, steps: int, accumulation: int, iterat
     def length(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float | None]:
         step = kwargs["trainer_state"].global_step + 1
         values = [len(c.split()) / 4 for c in completions]
-        batch[:] = [Rollout(step, p, c, {"length": v}) for p, c, v in zip(prompts, completions, values)]
+        batch[:] = [Rollout(step, p, c, {"length": v}) for p, c, v in zip(prompts, completions, values, strict=True)]
         rollouts.extend(batch)
         return list(values)
 
@@ -110,9 +110,9 @@ def train(stack: Any, output_dir: Path, *, steps: int, accumulation: int, iterat
         assert [r.completion for r in batch] == list(completions)  # called right after length, on the same batch
         values = [
             None if p.startswith("skip") else (1.0 if any(w.startswith("w1") for w in c.split()) else -6.0)
-            for p, c in zip(prompts, completions)
+            for p, c in zip(prompts, completions, strict=True)
         ]
-        for rollout, value in zip(batch, values):
+        for rollout, value in zip(batch, values, strict=True):
             rollout.rewards["keyword"] = value
         return values
 
@@ -239,7 +239,7 @@ def test_every_rollout_is_a_sample_with_its_texts_rewards_and_advantage(shared_s
         for record in records
     )
     assert [row for row, _ in got] == [row for row, _ in expected]
-    for (_, advantage), (_, reference) in zip(got, expected):
+    for (_, advantage), (_, reference) in zip(got, expected, strict=True):
         assert advantage == pytest.approx(reference, rel=1e-4, abs=1e-4)
     assert len({record["rl.episode.id"] for record in records}) == len(records)
 
@@ -287,7 +287,7 @@ def test_attach_rejects_a_trainer_without_grpo_rollout_logs(metric_exporter: Rec
         match=r"\"trainer\" must keep GRPOTrainer's per-rollout logs \(attributes "
         r"\['_logs', '_metrics', 'reward_func_names', 'reward_weights'\] are missing\), got 'object'",
     ):
-        callback.attach(object())  # type: ignore[arg-type]
+        callback.attach(cast(Any, object()))
     callback.telemetry.shutdown()
 
 
@@ -297,8 +297,15 @@ def test_without_a_trainer_the_logged_reward_means_become_metrics(metric_exporte
     callback = OtelRLCallback(telemetry=telemetry)
     args, state = TrainingArguments(output_dir="unused", use_cpu=True, report_to=[]), TrainerState()
     callback.on_train_begin(args, state, TrainerControl())
-    logs = {"loss": 0.5, "reward": 1.5, "rewards/length/mean": 2.0, "epoch": 1.0, "train_runtime": 3.0, "note": "x"}
-    callback.on_log(args, state, TrainerControl(), logs=logs)  # type: ignore[arg-type]
+    logs: dict[str, Any] = {
+        "loss": 0.5,
+        "reward": 1.5,
+        "rewards/length/mean": 2.0,
+        "epoch": 1.0,
+        "train_runtime": 3.0,
+        "note": "x",
+    }
+    callback.on_log(args, state, TrainerControl(), logs=logs)
     assert telemetry.flush(5)
     keys = {dict(a)["rl.metric.key"] for name, a in metric_exporter.latest() if name == "rl.metric"}
     assert (callback.exact, callback.errors, keys) == (False, 0, {"loss", "reward", "rewards/length/mean"})
@@ -310,8 +317,8 @@ def test_a_failure_in_the_callback_is_counted_not_raised(metric_exporter: Record
 
     class BrokenTrainer:
         _logs = None
-        _metrics = {"train": {"reward": [1.0]}}
-        reward_func_names = ["length"]
+        _metrics: ClassVar = {"train": {"reward": [1.0]}}
+        reward_func_names: ClassVar = ["length"]
         reward_weights = torch.ones(1)
 
     trainer: Any = BrokenTrainer()

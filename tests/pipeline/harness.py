@@ -258,7 +258,7 @@ def cumulative_buckets(counts: Sequence[int], bounds: Sequence[float]) -> dict[s
     """Prometheus ``le`` label -> cumulative count, as ``rl_*_bucket`` holds it."""
     out: dict[str, float] = {}
     running = 0
-    for bound, count in zip([*bounds, float("inf")], counts):
+    for bound, count in zip([*bounds, float("inf")], counts, strict=True):
         running += count
         out["+Inf" if bound == float("inf") else _le(bound)] = running
     return out

@@ -78,7 +78,8 @@ def test_reward_histogram_is_the_exact_sum_over_ranks(
     assert prometheus.value(f"min_over_time(rl_reward_min{selector}[10m])") == min(values)
     positive = prometheus.value(f"rl_reward_positive_total{selector}")
     negative = prometheus.value(f"rl_reward_negative_total{selector}")
-    assert positive - negative == pytest.approx(sum(values), rel=1e-12, abs=1e-9)  # type: ignore[operator]
+    assert positive is not None and negative is not None
+    assert positive - negative == pytest.approx(sum(values), rel=1e-12, abs=1e-9)
     squares = prometheus.value(f"rl_reward_squares_total{selector}")
     assert squares == pytest.approx(sum(v * v for v in values), rel=1e-12)
 
@@ -129,7 +130,7 @@ def _negative_phase_checks(
 ) -> None:
     selector = f'{{rl_run_id="{run_id}",rl_reward_fn="total"}}'
     first = [rng.uniform(-1, 3, 20).round(3).tolist() for _ in ranks]
-    for rank, values in zip(ranks, first):
+    for rank, values in zip(ranks, first, strict=True):
         rank.rewards(values)
         rank.flush()
     eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == 20 * RANKS, what="the first phase")
@@ -137,7 +138,7 @@ def _negative_phase_checks(
     gap = time.time()
     time.sleep(2)
     second = [(-rng.uniform(0.1, 5, 30)).round(3).tolist() for _ in ranks]
-    for rank, values in zip(ranks, second):
+    for rank, values in zip(ranks, second, strict=True):
         rank.rewards(values)
         rank.flush()
     eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == 50 * RANKS, what="the negative phase")
@@ -154,9 +155,10 @@ def _negative_phase_checks(
     )
     negatives = [v for values in second for v in values]
     assert mean == pytest.approx(sum(negatives) / len(negatives), rel=1e-9)
-    histogram_sum_decreased = prometheus.value(f"rl_reward_sum{selector}", at=end) < prometheus.value(  # type: ignore[operator]
-        f"rl_reward_sum{selector} {offset}", at=end
-    )
+    histogram_sum = prometheus.value(f"rl_reward_sum{selector}", at=end)
+    histogram_sum_before = prometheus.value(f"rl_reward_sum{selector} {offset}", at=end)
+    assert histogram_sum is not None and histogram_sum_before is not None
+    histogram_sum_decreased = histogram_sum < histogram_sum_before
     assert histogram_sum_decreased  # why the sum also goes out as two monotone counters
 
 

@@ -128,7 +128,7 @@ def point_spec(values: Sequence[Fraction], scale: int) -> dict[str, Any]:
 
 def _dyadic(values: np.ndarray, denominator: int) -> list[Fraction]:
     """``values`` rounded to multiples of ``1/denominator``: exact in float64, so sums are exact too."""
-    return [Fraction(int(round(v * denominator)), denominator) for v in values]
+    return [Fraction(round(v * denominator), denominator) for v in values]
 
 
 def rank_values(rank: int, export: int, rng: np.random.Generator) -> dict[str, list[Fraction]]:
@@ -143,7 +143,7 @@ def rank_values(rank: int, export: int, rng: np.random.Generator) -> dict[str, l
     zeros = [Fraction(0)] * (rank % 2 == 0)
     return {
         REWARD.metric.name: _dyadic(np.concatenate((positive, negative)), 1 << 12) + zeros,
-        STALENESS.metric.name: _dyadic(2.0 ** rng.uniform(0, math.log2(5000), 12), 1) + [Fraction(0)],
+        STALENESS.metric.name: [*_dyadic(2.0 ** rng.uniform(0, math.log2(5000), 12), 1), Fraction(0)],
         METRIC.metric.name: _dyadic(rng.uniform(-3, 3, 8) * 2.0 ** rng.integers(-6, 2, 8), 1 << 16),
     }
 
@@ -311,7 +311,7 @@ def test_a_patch_that_does_not_apply_is_an_install_error_naming_it(tmp_path: Pat
         encoding="utf-8",
     )
     with pytest.raises(InstallError, match=r"collector patch .*broken\.patch' does not apply to .*coreinternal@v0"):
-        collector_build._patched_manifest(manifest, go=go_executable(), scratch=tmp_path / "scratch")  # noqa: SLF001
+        collector_build._patched_manifest(manifest, go=go_executable(), scratch=tmp_path / "scratch")
 
 
 @pytest.mark.stack  # runs the go command
@@ -320,7 +320,7 @@ def test_patched_modules_pass_their_go_tests(tmp_path: Path) -> None:
     its patch touches."""
     manifest = layout.collector_manifest(ROOT)
     go = go_executable()
-    effective = yaml.safe_load(collector_build._patched_manifest(manifest, go=go, scratch=tmp_path).read_text())  # noqa: SLF001
+    effective = yaml.safe_load(collector_build._patched_manifest(manifest, go=go, scratch=tmp_path).read_text())
     # The copies are named relative to the builder's output folder, scratch/dist (collector_build._patched_manifest).
     copies = {
         module: (tmp_path / "dist" / path).resolve()
@@ -382,7 +382,7 @@ def _rank_main(spec: dict[str, Any]) -> None:
     scope = InstrumentationScope(_names.SCOPE_NAME, _names.SCOPE_VERSION)
     exporter = OTLPMetricExporter(endpoint=spec["endpoint"], insecure=True, timeout=10)
     start = time.time_ns()
-    for points, _ in zip(spec["points"], sys.stdin):
+    for points, _ in zip(spec["points"], sys.stdin, strict=True):
         now = time.time_ns()
         metrics = [
             Metric(

@@ -180,7 +180,7 @@ def record_rollouts(rank: RankProcess, rng: np.random.Generator, step: int, ref:
             rewards[np.flatnonzero(group_ids == group_ids[-1])[0]] = np.nan  # and one NaN in another group
         fields |= {"rewards": rewards.tolist(), "group_ids": group_ids.tolist()}
         members: dict[int, list[float]] = defaultdict(list)
-        for group, reward, length in zip(group_ids.tolist(), rewards.tolist(), lengths.tolist()):
+        for group, reward, length in zip(group_ids.tolist(), rewards.tolist(), lengths.tolist(), strict=True):
             if math.isfinite(reward) and length > 0:
                 members[group].append(reward)
         ref.nan_groups += sum(bool(np.isnan(rewards[group_ids == group]).all()) for group in set(group_ids.tolist()))
@@ -250,11 +250,11 @@ def health_run(shared_stack: Any) -> Iterator[HealthRun]:
         for name, series in SERIES.items():
             count = f"histogram_count({series.selector(run_id)})"
             n = len(ref.values[name])
-            eventually(
-                lambda count=count, n=n: prometheus.value(count) == n,  # type: ignore[misc]
-                what=f"the merged {name} histogram",
-                timeout_s=WAIT_S,
-            )
+
+            def merged(count: str = count, n: int = n) -> bool:
+                return prometheus.value(count) == n
+
+            eventually(merged, what=f"the merged {name} histogram", timeout_s=WAIT_S)
         # Each rank's last record call: once every rank's last drops are in, so is everything each rank recorded
         # (cumulative snapshots), and the tests may compare any series.
         eventually(

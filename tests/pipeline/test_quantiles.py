@@ -61,13 +61,12 @@ def quantile_run(shared_stack: Any) -> Iterator[tuple[str, dict[str, np.ndarray]
             recorded["staleness"] += lags[mask].astype(float).tolist()
             assert rank.flush()
         prometheus = Prometheus(shared_stack.prometheus_url)
-        for name, values in recorded.items():
-            eventually(
-                lambda name=name, values=values: (
-                    prometheus.value(f"histogram_count({_series(run_id, name)})") == len(values)
-                ),
-                what=f"the merged {name} histogram",
-            )
+        for name, kept in recorded.items():
+
+            def merged(name: str = name, count: int = len(kept)) -> bool:
+                return prometheus.value(f"histogram_count({_series(run_id, name)})") == count
+
+            eventually(merged, what=f"the merged {name} histogram")
         yield run_id, {name: np.array(values) for name, values in recorded.items()}
     finally:
         for rank in ranks:
@@ -102,6 +101,7 @@ def test_quantiles_are_within_the_bucket_resolution(
     low = prometheus.value(f"min_over_time({minimum}[10m])")
     high = prometheus.value(f"max_over_time({maximum}[10m])")
     assert (low, high) == (values.min(), values.max())
+    assert low is not None and high is not None
     for q in QUANTILES:
         expected = float(np.quantile(values, q, method="inverted_cdf"))
         estimate = f"histogram_quantile({q}, sum by (rl_run_id) ({series}))"

@@ -111,4 +111,7 @@ def test_an_exemplar_leads_to_the_sample_record(shared_stack: Any, histogram: st
 
 
 def logs_for(stack: Any, query: str) -> list[dict[str, Any]]:
-    return eventually(lambda: VictoriaLogs(stack.victorialogs_url).query(query), what=f"log records for {query}")  # type: ignore[no-any-return]
+    records: list[dict[str, Any]] = eventually(
+        lambda: VictoriaLogs(stack.victorialogs_url).query(query), what=f"log records for {query}"
+    )
+    return records

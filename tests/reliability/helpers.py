@@ -47,4 +47,4 @@ def slope_per_minute(times: Sequence[float], values: Sequence[float]) -> float:
     var = sum((t - mean_t) ** 2 for t in times)
     if var == 0:
         return 0.0
-    return 60.0 * sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values)) / var
+    return 60.0 * sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values, strict=True)) / var

@@ -130,7 +130,7 @@ def run_soak(
                     report.reward_count_recorded += reply["reward_count"]
                     report.reward_sum_recorded += reply["reward_sum"]
                     report.staleness_count_recorded += reply["staleness_count"]
-                    reward_buckets = [a + b for a, b in zip(reward_buckets, reply["reward_buckets"])]
+                    reward_buckets = [a + b for a, b in zip(reward_buckets, reply["reward_buckets"], strict=True)]
                 if fault_at is not None and time.monotonic() - fault_at >= outage_s:
                     fault_at = None
                     if stack.status()["collector"].state == "paused":

@@ -13,16 +13,18 @@ import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import yaml
+from opentelemetry.sdk.metrics.export import ExponentialHistogramDataPoint
 
 from otel_rl import _names
 from otel_rl.ops import promql
 from otel_rl.ops.query import Prometheus
 from otel_rl.ops.stack import collector_build, layout
 from otel_rl.ops.stack.env import otel_rl_home
+from tests.conftest import RecordingMetricExporter
 from tests.pipeline.harness import ROOT, eventually, private_stack, start_ranks
 
 RANKS = 4
@@ -114,17 +116,24 @@ def test_the_rule_is_the_promql_builders_expression_and_its_test_data_the_contra
         for s in test["tests"][0]["input_series"]
         if s["series"].startswith("otel_rl_merge_canary{") and 'rl_run_id="exact"' in s["series"]
     ]
-    offset, buckets = re.search(r"\+\{\{schema:5 .*offset:(-?\d+) buckets:\[([\d ]+)\]", exact).groups()  # type: ignore[union-attr]
+    canary = re.search(r"\+\{\{schema:5 .*offset:(-?\d+) buckets:\[([\d ]+)\]", exact)
+    assert canary is not None, exact
+    offset, buckets = canary.groups()
     filled = {int(offset) + position for position, count in enumerate(buckets.split()) if int(count)}
     assert filled == {index + 1 for pair in _names.MERGE_CANARY_BUCKETS for index in pair}
 
 
-def test_no_canary_with_explicit_histograms(metric_exporter: Any) -> None:
+def test_no_canary_with_explicit_histograms(metric_exporter: RecordingMetricExporter) -> None:
     """histogram="explicit" records no canary (explicit histograms merge exactly on any collector); the default
     records its rank's two values at every step, in one stream at the canary's scale."""
     from otel_rl import Telemetry, TelemetryConfig
 
-    for form, rank, expected in (("explicit", 0, None), ("exponential", 0, (-100, 72)), ("exponential", 3, (-40, 100))):
+    cases: list[tuple[Literal["explicit", "exponential"], int, tuple[int, int] | None]] = [
+        ("explicit", 0, None),
+        ("exponential", 0, (-100, 72)),
+        ("exponential", 3, (-40, 100)),
+    ]
+    for form, rank, expected in cases:
         metric_exporter.exports.clear()
         telemetry = Telemetry(
             TelemetryConfig(run_id="c", rank=rank, world_size=4, histogram=form, export_interval_s=60),
@@ -134,11 +143,12 @@ def test_no_canary_with_explicit_histograms(metric_exporter: Any) -> None:
         telemetry.step(2)
         telemetry.flush(5)
         telemetry.shutdown()
-        points = [p for (name, _), p in metric_exporter.latest().items() if name == _names.MERGE_CANARY.name]
+        points = list(metric_exporter.streams(_names.MERGE_CANARY.name).values())
         if expected is None:
             assert points == [], form
             continue
         (point,) = points
+        assert isinstance(point, ExponentialHistogramDataPoint), point
         filled = [point.positive.offset + i for i, count in enumerate(point.positive.bucket_counts) if count]
         assert (point.scale, point.count, tuple(filled)) == (_names.MERGE_CANARY_SCALE, 4, expected)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 
@@ -19,16 +20,16 @@ def test_headers_must_be_a_mapping_of_strings_and_errors_hide_values() -> None:
     """headers=<not a mapping> is a TypeError naming "headers"; a non-string value a ValueError naming its key
     but not showing the value."""
     with pytest.raises(TypeError, match='"headers" must be a mapping of str to str, got a builtin_function'):
-        otel_rl.TelemetryConfig(run_id="r", exporter="none", headers=print)  # type: ignore[arg-type]
+        otel_rl.TelemetryConfig(run_id="r", exporter="none", headers=cast(Any, print))
     with pytest.raises(ValueError, match="\"headers\" values must be strings, got a int for 'x-secret'") as info:
-        otel_rl.TelemetryConfig(run_id="r", exporter="none", headers={"x-secret": 912873})  # type: ignore[dict-item]
+        otel_rl.TelemetryConfig(run_id="r", exporter="none", headers={"x-secret": cast(Any, 912873)})
     assert "912873" not in str(info.value)
 
 
 def test_unhashable_protocol_is_a_value_error_naming_it() -> None:
     """protocol=[] raises ValueError naming "protocol" (it raised an anonymous TypeError)."""
     with pytest.raises(ValueError, match='"protocol" must be one of grpc, http/protobuf, got'):
-        otel_rl.TelemetryConfig(run_id="r", exporter="none", protocol=[])  # type: ignore[arg-type]
+        otel_rl.TelemetryConfig(run_id="r", exporter="none", protocol=cast(Any, []))
 
 
 def test_header_names_are_lower_cased_for_grpc() -> None:
@@ -36,7 +37,9 @@ def test_header_names_are_lower_cased_for_grpc() -> None:
     (test_security.py shows it against the real collector, for HTTP too)."""
     config = otel_rl.TelemetryConfig(run_id="r", headers={"Authorization": "Bearer t", "X-Tenant": "a"})
     exporters = _export.build_exporters(config.resolved)
-    headers = exporters.metrics._headers  # type: ignore[union-attr]  # noqa: SLF001
+    assert isinstance(exporters.metrics, OTLPMetricExporter)
+    headers = exporters.metrics._headers
+    assert isinstance(headers, tuple), headers  # gRPC metadata: (key, value) pairs
     assert dict(headers) == {"authorization": "Bearer t", "x-tenant": "a"}
 
 
@@ -45,7 +48,7 @@ def test_certificate_file_wins_over_requests_ca_bundle(monkeypatch: pytest.Monke
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/ssl/other-bundle.pem")
     ca = tmp_path / "ca.pem"
     ca.write_text("not used here", encoding="utf-8")
-    session = _export._PinnedCASession()  # noqa: SLF001
+    session = _export._PinnedCASession()
     session.verify = str(ca)
     settings = session.merge_environment_settings("https://collector:4318/v1/logs", {}, None, None, None)
     assert settings["verify"] == str(ca)
@@ -85,7 +88,7 @@ def test_log_exports_are_split_by_size() -> None:
     finally:
         telemetry.shutdown(10)
     assert sum(exporter.batches) == 40
-    assert max(exporter.batches) * 900_000 <= _export._BATCH_BYTES  # noqa: SLF001
+    assert max(exporter.batches) * 900_000 <= _export._BATCH_BYTES
     assert len(exporter.batches) >= 9
 
 
@@ -94,5 +97,5 @@ def test_victorialogs_flags_must_be_flags() -> None:
     from otel_rl.ops.stack.config import StackConfig
 
     with pytest.raises(ValueError, match='"victorialogs_flags" must be a tuple of "-flag=value" strings'):
-        StackConfig(victorialogs_flags=["memory.allowedPercent=25"])  # type: ignore[arg-type]
+        StackConfig(victorialogs_flags=cast(Any, ["memory.allowedPercent=25"]))
     assert "-memory.allowedPercent=25" in StackConfig().victorialogs_flags

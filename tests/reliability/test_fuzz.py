@@ -184,11 +184,11 @@ def telemetry(tmp_path: Path) -> Iterator[otel_rl.Telemetry]:
     assert _exports(instance)[-1].get(("rl.run.finished", ())) == 1
 
 
-_READ: dict[str, tuple[int, list[dict[tuple[str, tuple[tuple[str, Any], ...]], Any]]]] = {}
+_READ: dict[str, tuple[int, list[dict[tuple[str, tuple[tuple[str, Any], ...]], float]]]] = {}
 """Per output file: how far it was read, and the metrics exports read so far (the file only grows)."""
 
 
-def _exports(telemetry: otel_rl.Telemetry) -> list[dict[tuple[str, tuple[tuple[str, Any], ...]], Any]]:
+def _exports(telemetry: otel_rl.Telemetry) -> list[dict[tuple[str, tuple[tuple[str, Any], ...]], float]]:
     """Every metrics export the file holds: (metric, attributes) -> the point's value (histograms: their count)."""
     path = telemetry.config.resolved.output_file
     offset, exports = _READ.get(path, (0, []))
@@ -200,7 +200,7 @@ def _exports(telemetry: otel_rl.Telemetry) -> list[dict[tuple[str, tuple[tuple[s
         data = json.loads(line)
         if "resource_metrics" not in data:
             continue
-        points: dict[tuple[str, tuple[tuple[str, Any], ...]], Any] = {}
+        points: dict[tuple[str, tuple[tuple[str, Any], ...]], float] = {}
         for rm in data["resource_metrics"]:
             for sm in rm["scope_metrics"]:
                 for metric in sm["metrics"]:
@@ -327,6 +327,70 @@ def test_record_staleness_accounts_for_every_token(telemetry: otel_rl.Telemetry,
     telemetry.record_staleness(versions, current)
     assert state() - before == offered(versions)
     _encodes(telemetry)
+
+
+def _groups_rejected(telemetry: otel_rl.Telemetry) -> float:
+    assert telemetry.flush(10)
+    latest = _exports(telemetry)[-1]
+    return float(
+        sum(
+            value
+            for (name, attrs), value in latest.items()
+            if name == _names.VALUES_REJECTED.name and dict(attrs)[_names.SELF_METRIC] == _names.GROUPS.name
+        )
+    )
+
+
+def _grouped(telemetry: otel_rl.Telemetry, group_ids: Any, rewards: Any, mask: Any) -> int | None:
+    """Rollouts that take part in group outcomes for these arguments (None when the call is rejected whole)."""
+    result = telemetry._rollouts.summarize(group_ids=group_ids, rewards=rewards, mask=mask)
+    return None if result.rejected else result.grouped
+
+
+@FUZZ
+@given(
+    data=st.data(),
+    rows=st.integers(0, 8),
+)
+def test_every_rollout_offered_to_groups_is_grouped_or_counted(
+    telemetry: otel_rl.Telemetry, data: st.DataObject, rows: int
+) -> None:
+    """group_ids and rewards of any content (lists of any scalars, tensors and arrays of any dtype, bools), with
+    or without a row mask: each rollout offered takes part in an exact group outcome or is counted under
+    rl.groups, and a call rejected whole counts every id."""
+    one_per_rollout = st.one_of(
+        st.lists(scalars, min_size=rows, max_size=rows),
+        tensors().filter(lambda t: t.dim() == 1 and t.shape[0] == rows),
+        st.just(torch.randint(-2, 3, (rows,))),
+        st.just(np.random.default_rng(rows).integers(0, 3, rows).astype(np.uint64) + np.uint64(2**63 - 2)),
+        st.just(torch.rand(rows) > 0.5),
+    )
+    group_ids, rewards = data.draw(one_per_rollout), data.draw(one_per_rollout)
+    mask = data.draw(st.none() | st.just(torch.arange(rows) % 2 == 0))
+    before = _groups_rejected(telemetry)
+    quiet = _quiet()
+    try:
+        telemetry.record_rollouts(group_ids=group_ids, rewards=rewards, mask=mask)
+        grouped = _grouped(telemetry, group_ids, rewards, mask)
+    finally:
+        quiet.__exit__(None, None, None)
+    rejected = _groups_rejected(telemetry) - before
+    if grouped is None:
+        assert rejected == offered(group_ids)
+    else:
+        assert grouped + rejected == (rows if mask is None else int(mask.sum()))
+    _encodes(telemetry)
+
+
+@FUZZ
+@given(values=st.one_of(tensors().filter(lambda t: t.dtype == torch.bool), st.lists(st.booleans(), max_size=8)))
+def test_bools_are_recorded_as_ones_and_zeros(telemetry: otel_rl.Telemetry, values: Any) -> None:
+    """Bool tensors of any shape and layout, and lists of bools, are recorded whole by record_metric (nothing
+    rejected): the histogram's count grows by every element."""
+    recorded, rejected = _tally(telemetry, "rl.metric")
+    telemetry.record_metric("flags", values)
+    after_recorded, after_rejected = _tally(telemetry, "rl.metric")
+    assert (after_recorded - recorded, after_rejected - rejected) == (offered(values), 0)
 
 
 @FUZZ

@@ -1,6 +1,6 @@
 """Gateway failover (issue 13): agents with the DNS resolver (agent.yaml + agent-dns.yaml) move the runs of a
-SIGKILLed gateway to the live one, and the run's totals in Prometheus, read with the failover PromQL of docs/reliability.md ("Gateway
-failover"), equal the ranks' records.
+SIGKILLed gateway to the live one, and the run's totals in Prometheus, read with the failover PromQL of
+docs/reliability.md ("Gateway failover"), equal the ranks' records.
 
 Topology: two gateways (collector.yaml + gateway.yaml) on 127.0.0.2 and 127.0.0.3, same port; two agents that
 resolve one name, ``otel-rl-gateways``, to the gateways. The name lives in a private hosts file that each agent sees
@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from otel_rl.ops.query import Prometheus
+from tests.conftest import never_decreasing
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, expected_buckets
 from tests.pipeline.test_scale_out import Collector
 
@@ -140,7 +141,7 @@ def _shared_port() -> int:
         try:
             sockets[0].bind((ADDRESSES[0], 0))
             port = sockets[0].getsockname()[1]
-            for sock, address in zip(sockets[1:], ADDRESSES[1:]):
+            for sock, address in zip(sockets[1:], ADDRESSES[1:], strict=True):
                 sock.bind((address, port))
             return int(port)
         except OSError:
@@ -288,9 +289,8 @@ def test_killed_gateway_fails_over_and_the_run_totals_stay_exact(
 
         # Never above the truth and never decreasing across the failover (no double count, no dip).
         start = killed_at - 10.0
-        history = prometheus.range(promql["count"], start, time.time(), step=0.5)
-        values = [float(v) for _, v in history[0]["values"]]
-        assert values == sorted(values) and values[-1] == len(recorded), values
+        values = never_decreasing(prometheus, promql["count"], start)
+        assert values[-1] == len(recorded), values
         assert max(values) <= len(recorded)
         # Measured, not asserted: the dashboards' form (increase() summed over the gateways' series) is not exact across
         # a failover; Prometheus extrapolates the new series' start toward zero, so it may count part of the recount

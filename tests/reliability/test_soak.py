@@ -3,17 +3,16 @@ one rank restart; `make soak` runs the full one (tests/reliability/soak.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.reliability.soak import run_soak
 
 
-def test_short_soak_with_faults_loses_nothing_promised(stack_binaries: Any, tmp_path: pytest.TempPathFactory) -> None:
+def test_short_soak_with_faults_loses_nothing_promised(stack_binaries: Any, tmp_path: Path) -> None:
     """Counts, buckets and sums exact in Prometheus; every exported sample in VictoriaLogs (duplicates allowed:
     delivery is at least once); no sample dropped by a rank."""
-    report = run_soak(stack_binaries, tmp_path, ranks=2, steps=60, step_s=0.3, fault_every=15)  # type: ignore[arg-type]
+    report = run_soak(stack_binaries, tmp_path, ranks=2, steps=60, step_s=0.3, fault_every=15)
     assert report.failures == []
     assert report.reward_count_prometheus == report.reward_count_recorded == 2 * 60 * 512
     assert report.staleness_count_prometheus == report.staleness_count_recorded

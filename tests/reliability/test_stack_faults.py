@@ -207,7 +207,7 @@ def test_prometheus_down_totals_exact_after_recovery_and_rank_memory_flat(health
         run.assert_buckets(run.recorded)
         assert run.prometheus.value(f"rl_reward_sum{run.selector}") == pytest.approx(sum(run.recorded), abs=1e-9)
         rss_after = [rank.rss_kib() for rank in run.ranks]
-        growth = max(after_ - before_ for before_, after_ in zip(rss_before, rss_after))
+        growth = max(after_ - before_ for before_, after_ in zip(rss_before, rss_after, strict=True))
         assert growth < 8 * 1024, f"rank RSS grew by {growth} KiB over the outage"
     finally:
         run.close()

@@ -97,13 +97,13 @@ def test_the_image_is_built_by_the_stacks_build_script_from_files_in_the_context
             )
             assert all(_context_includes(str(f.relative_to(ROOT))) for f in files), source
     needed = [
-        collector_build.__file__,
-        layout.__file__,
+        Path(collector_build.__file__),
+        Path(layout.__file__),
         ROOT / "collector_config" / "builder.yaml",
-        *collector_build.collector_patches(layout.collector_manifest(ROOT)),
+        *(patch.path for patch in collector_build.collector_patches(layout.collector_manifest(ROOT))),
     ]
     for path in needed:
-        assert _context_includes(str(Path(getattr(path, "path", path)).relative_to(ROOT))), path
+        assert _context_includes(str(path.relative_to(ROOT))), path
     assert not _context_includes(".venv/bin/python") and not _context_includes("tests/conftest.py")
     assert ["collector_config/*.yaml", "/etc/otel-rl/"] in copied
 
@@ -114,7 +114,9 @@ def test_the_builder_image_has_the_go_the_builder_needs() -> None:
     (image,) = [
         arguments.split()[0] for keyword, arguments in _instructions() if keyword == "FROM" and "golang" in arguments
     ]
-    image_go = tuple(int(part) for part in re.match(r"golang:(\d+)\.(\d+)\.(\d+)", image).groups())  # type: ignore[union-attr]
+    go = re.match(r"golang:(\d+)\.(\d+)\.(\d+)", image)
+    assert go is not None, image
+    image_go = tuple(int(part) for part in go.groups())
     version = collector_build.collector_core_version(layout.collector_manifest(ROOT))
     result = subprocess.run(
         [str(go_executable()), "mod", "download", "-json", f"go.opentelemetry.io/collector/cmd/builder@{version}"],

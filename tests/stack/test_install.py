@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import zipfile
 from pathlib import Path
 
 import pytest
 
+from otel_rl.ops import cli
 from otel_rl.ops.stack import collector_build, install, layout, versions
-from otel_rl.ops.stack.gotools import InstallError, ensure_go_binary
+from otel_rl.ops.stack.env import OTEL_RL_HOME
+from otel_rl.ops.stack.gotools import InstallError, ensure_go_binary, go_cache_dir
 from otel_rl.ops.stack.versions import GoBinary
 
 PINS = {name: value for name, value in vars(versions).items() if isinstance(value, GoBinary)}
@@ -32,39 +35,96 @@ def test_go_install_pins_name_the_binary_go_install_writes(name: str) -> None:
     assert pin.binary == (pin.package or pin.module).rsplit("/", 1)[-1]
 
 
-def test_install_all_reuses_what_home_holds(tmp_path: Path) -> None:
-    """Binaries whose version stamps match their pins, and a collector at its manifest digest, are returned as they
-    are; Thanos only with cluster=True."""
-    bin_dir = layout.bin_dir(tmp_path)
-    bin_dir.mkdir()
-    for pin in (
-        versions.PROMETHEUS,
-        versions.PROMTOOL,
-        versions.VICTORIALOGS,
-        versions.ALERTMANAGER,
-        versions.AMTOOL,
-        versions.JAEGER,
-        versions.THANOS,
-    ):
+def _stamp(home: Path, *pins: GoBinary) -> Path:
+    """Put an (empty) executable with its version stamp for each of ``pins`` into ``home``'s bin folder."""
+    bin_dir = layout.bin_dir(home)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for pin in pins:
         (bin_dir / pin.binary).write_bytes(b"")
         (bin_dir / f"{pin.binary}.version").write_text(pin.stamp + "\n", encoding="utf-8")
-    root = layout.repository_root()
-    collector = collector_build.collector_binary_path(layout.collector_manifest(root), home=tmp_path)
+    return bin_dir
+
+
+def _with_collector(home: Path) -> Path:
+    """Put an (empty) collector at the repository manifest's digest into ``home``; return its path."""
+    collector = collector_build.collector_binary_path(layout.collector_manifest(layout.repository_root()), home=home)
     collector.parent.mkdir(parents=True)
     collector.write_bytes(b"")
-    expected = install.Binaries(
+    return collector
+
+
+DEMO_PINS = (versions.PROMETHEUS, versions.VICTORIALOGS, versions.ALERTMANAGER, versions.JAEGER)
+"""What the demo and ``otel-rl stack up`` run, besides the collector."""
+
+
+def test_default_install_is_what_the_stack_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the stack's own binaries in place, the default install builds nothing more: no promtool, amtool or
+    Thanos (GOPROXY=off makes any attempt fail at once instead of fetching)."""
+    monkeypatch.setenv("GOPROXY", "off")
+    bin_dir = _stamp(tmp_path, *DEMO_PINS)
+    collector = _with_collector(tmp_path)
+    assert install.install_all(root=layout.repository_root(), home=tmp_path) == install.Binaries(
         collector=collector,
         victorialogs=bin_dir / "victoria-logs",
         prometheus=bin_dir / "prometheus",
-        promtool=bin_dir / "promtool",
         alertmanager=bin_dir / "alertmanager",
-        amtool=bin_dir / "amtool",
         jaeger=bin_dir / "jaeger",
     )
-    assert install.install_all(root=root, home=tmp_path) == expected
-    assert install.install_all(root=root, home=tmp_path, cluster=True) == dataclasses.replace(
-        expected, thanos=bin_dir / "thanos"
+    assert sorted(path.name for path in bin_dir.iterdir() if path.suffix != ".version") == [
+        "alertmanager",
+        "jaeger",
+        "prometheus",
+        "victoria-logs",
+    ]
+
+
+def test_tools_and_cluster_add_their_binaries(tmp_path: Path) -> None:
+    """Binaries whose version stamps match their pins are returned as they are; promtool and amtool only with
+    tools=True, Thanos only with cluster=True."""
+    bin_dir = _stamp(tmp_path, *versions.GO_BINARIES)
+    root = layout.repository_root()
+    stack = install.Binaries(
+        collector=_with_collector(tmp_path),
+        victorialogs=bin_dir / "victoria-logs",
+        prometheus=bin_dir / "prometheus",
+        alertmanager=bin_dir / "alertmanager",
+        jaeger=bin_dir / "jaeger",
     )
+    tools = dataclasses.replace(stack, promtool=bin_dir / "promtool", amtool=bin_dir / "amtool")
+    assert install.install_all(root=root, home=tmp_path) == stack
+    assert install.install_all(root=root, home=tmp_path, tools=True) == tools
+    assert install.install_all(root=root, home=tmp_path, cluster=True) == dataclasses.replace(
+        stack, thanos=bin_dir / "thanos"
+    )
+    assert install.install_all(root=root, home=tmp_path, tools=True, cluster=True) == dataclasses.replace(
+        tools, thanos=bin_dir / "thanos"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "printed"),
+    [
+        ((), {"collector", "victorialogs", "prometheus", "alertmanager", "jaeger"}),
+        (("--tools",), {"collector", "victorialogs", "prometheus", "promtool", "alertmanager", "amtool", "jaeger"}),
+        (("--cluster",), {"collector", "victorialogs", "prometheus", "alertmanager", "jaeger", "thanos"}),
+    ],
+)
+def test_stack_install_command_lists_what_it_installed(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flags: tuple[str, ...],
+    printed: set[str],
+) -> None:
+    """``otel-rl stack install`` installs and prints the stack's five binaries; --tools adds promtool and amtool,
+    --cluster adds Thanos."""
+    monkeypatch.setenv(OTEL_RL_HOME, str(tmp_path))
+    _stamp(tmp_path, *versions.GO_BINARIES)
+    _with_collector(tmp_path)
+    assert cli.main(["stack", "install", *flags]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert {line.split()[0] for line in lines[:-1]} == printed
+    assert lines[-1].startswith("ready in ")
 
 
 def test_manifest_core_version() -> None:
@@ -97,13 +157,13 @@ def test_manifest_must_be_a_mapping(tmp_path: Path) -> None:
     """A manifest that is not a YAML mapping is a ValueError naming the file."""
     manifest = tmp_path / "builder.yaml"
     manifest.write_text("- just a list\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="collector manifest .* must be a YAML mapping, got list"):
+    with pytest.raises(ValueError, match=r"collector manifest .* must be a YAML mapping, got list"):
         collector_build.collector_core_version(manifest)
 
 
 def test_missing_manifest_is_reported(tmp_path: Path) -> None:
     """Building from a manifest that does not exist is a FileNotFoundError naming it."""
-    with pytest.raises(FileNotFoundError, match="collector manifest .*nope.yaml' does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"collector manifest .*nope\.yaml' does not exist"):
         collector_build.ensure_collector(tmp_path / "nope.yaml", home=tmp_path)
 
 
@@ -131,3 +191,56 @@ def test_alertmanager_is_built_with_placeholders_for_the_web_ui_it_embeds() -> N
         "ui/app/dist/mantine/index.html",
     ]
     assert versions.ALERTMANAGER.version == versions.AMTOOL.version == "v0.35.0"
+
+
+def _module_proxy(folder: Path, module: str, *versions_: str, zips: bool = True) -> str:
+    """Write a file-based Go module proxy holding ``module`` at ``versions_``: two commands (``cmd/one``,
+    ``cmd/two``) that share a package; without ``zips`` it lists the versions but cannot serve their code. Return
+    its GOPROXY URL."""
+    files = {
+        "go.mod": f"module {module}\n\ngo 1.22\n",
+        "shared/shared.go": "package shared\n\nfunc Code() int { return 3 }\n",
+        "cmd/one/main.go": f'package main\n\nimport "{module}/shared"\n\nfunc main() {{ _ = shared.Code() }}\n',
+        "cmd/two/main.go": f'package main\n\nimport "{module}/shared"\n\nfunc main() {{ _ = shared.Code() + 1 }}\n',
+    }
+    at = folder / module / "@v"
+    at.mkdir(parents=True)
+    (at / "list").write_text("".join(f"{version}\n" for version in versions_), encoding="utf-8")
+    for version in versions_:
+        (at / f"{version}.info").write_text(f'{{"Version":"{version}","Time":"2026-01-01T00:00:00Z"}}', "utf-8")
+        (at / f"{version}.mod").write_text(files["go.mod"], encoding="utf-8")
+        if not zips:
+            continue
+        with zipfile.ZipFile(at / f"{version}.zip", "w") as archive:
+            for name, text in files.items():
+                archive.writestr(f"{module}@{version}/{name}", text)
+    return folder.resolve().as_uri()
+
+
+@pytest.mark.stack
+def test_tools_of_one_module_share_its_caches_until_all_are_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module's caches are kept after its first tool and a version change removes the old version's; the second
+    tool builds from the module download the first left (its proxy lacks the code), then the caches go (real go runs
+    on a two-command module served by a local file proxy)."""
+    module = "example.com/twotools"
+    monkeypatch.setenv("GOPROXY", _module_proxy(tmp_path / "proxy", module, "v1.0.0", "v1.1.0"))
+    monkeypatch.setenv("GOSUMDB", "off")
+    monkeypatch.setenv("GOTOOLCHAIN", "local")
+    home = tmp_path / "home"
+    old = GoBinary(module=module, package="cmd/one", version="v1.0.0", binary="one")
+    one = dataclasses.replace(old, version="v1.1.0")
+    two = dataclasses.replace(one, package="cmd/two", binary="two")
+    caches = go_cache_dir(home, one)
+
+    ensure_go_binary(old, home=home, pins=(old, dataclasses.replace(two, version="v1.0.0")))
+    assert [path.name for path in caches.parent.iterdir()] == [go_cache_dir(home, old).name]
+    ensure_go_binary(one, home=home, pins=(one, two))
+    assert [path.name for path in caches.parent.iterdir()] == [caches.name]
+    assert (caches / "mod" / "cache" / "download" / module / "@v" / "v1.1.0.zip").is_file()
+    assert (caches / "build").is_dir()
+
+    monkeypatch.setenv("GOPROXY", _module_proxy(tmp_path / "no-code", module, "v1.0.0", "v1.1.0", zips=False))
+    assert ensure_go_binary(two, home=home, pins=(one, two)) == home / "bin" / "two"
+    assert list(caches.parent.iterdir()) == []

@@ -30,7 +30,8 @@ class Report:
         for item in items:
             print("DESELECTED " + json.dumps([item.nodeid, reruns(item)]))
 
-sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", "not stack", "tests"], plugins=[Report()]))
+arguments = ["--collect-only", "-q", "-p", "no:cacheprovider", "-m", "not stack", "tests"]
+sys.exit(pytest.main(arguments, plugins=[Report()]))
 """
 """A child pytest that collects ``tests`` with ``-m "not stack"`` and prints each selected test with every fixture
 it uses (pytest's own fixture closure, not the marker hook's reading of it) and its reruns, and each deselected

@@ -6,6 +6,7 @@ import base64
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any, cast
 
 import bcrypt
 import pytest
@@ -69,17 +70,16 @@ def test_bad_secret_settings_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r'"secure" is the single-node profile: .*tsdb_cluster=True'):
         StackConfig(secure=True, tsdb_cluster=True)
     with pytest.raises(TypeError, match=r'"secure" must be a bool, got 1'):
-        StackConfig(secure=1)  # type: ignore[arg-type]
+        StackConfig(secure=cast(Any, 1))
 
 
 def test_openssl_failures_name_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A failing openssl is a RuntimeError naming the step and the folder."""
-    from otel_rl.ops.stack import secrets as module
 
-    def failing(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    def failing(*args: Any, **kwargs: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(args, 1, "", "unknown option -pkeyopt")
 
-    monkeypatch.setattr(module.subprocess, "run", failing)
+    monkeypatch.setattr(subprocess, "run", failing)  # how otel_rl.ops.stack.secrets runs openssl
     with pytest.raises(RuntimeError, match=r"openssl req failed in .*: unknown option -pkeyopt"):
         ensure_secrets(tmp_path / "s", hosts=("localhost",))
 

@@ -16,7 +16,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -93,14 +93,14 @@ def test_ports_must_be_distinct() -> None:
 
 def test_ports_must_be_in_range() -> None:
     """A port outside 1..65535 is a ValueError naming the field."""
-    with pytest.raises(ValueError, match='"prometheus" must be in 1..65535, got 70000'):
+    with pytest.raises(ValueError, match=r'"prometheus" must be in 1\.\.65535, got 70000'):
         StackPorts(prometheus=70000)
 
 
 def test_ports_must_be_int() -> None:
     """A non-int port is a TypeError naming the field."""
     with pytest.raises(TypeError, match="\"victorialogs\" must be an int, got '9428'"):
-        StackPorts(victorialogs="9428")  # type: ignore[arg-type]
+        StackPorts(victorialogs=cast(Any, "9428"))
 
 
 def test_config_rejects_bad_timeout() -> None:
@@ -117,8 +117,8 @@ def test_config_rejects_overriding_stack_variables() -> None:
 
 def test_unknown_component_is_rejected(tmp_path: Path) -> None:
     """Component methods reject names outside COMPONENTS."""
-    with pytest.raises(ValueError, match="\"name\" must be one of .*, got 'grafana'"):
-        Stack(StackConfig(state_dir=tmp_path)).pid("grafana")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"\"name\" must be one of .*, got 'grafana'"):
+        Stack(StackConfig(state_dir=tmp_path)).pid(cast(Any, "grafana"))
 
 
 def test_health_urls_follow_the_component_specs(tmp_path: Path) -> None:
@@ -176,14 +176,14 @@ def test_prometheus_template_must_be_a_mapping(tmp_path: Path) -> None:
     """A Prometheus template that is not a YAML mapping is a ValueError naming the file."""
     template = tmp_path / "prometheus.yml"
     template.write_text("42\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="Prometheus config template .* must be a YAML mapping, got 42"):
+    with pytest.raises(ValueError, match=r"Prometheus config template .* must be a YAML mapping, got 42"):
         render_prometheus_config(template, StackConfig())
 
 
 def test_missing_collector_config_is_reported(tmp_path: Path, stack_binaries: Binaries) -> None:
     """Starting the collector without its config file is a StackError naming the file."""
     config = StackConfig(ports=StackPorts.free(), state_dir=tmp_path, collector_configs=(tmp_path / "none.yaml",))
-    with pytest.raises(StackError, match="cannot start collector: config file .*none.yaml' does not exist"):
+    with pytest.raises(StackError, match=r"cannot start collector: config file .*none\.yaml' does not exist"):
         Stack(config, binaries=stack_binaries).start_component("collector")
 
 
@@ -321,6 +321,7 @@ def test_port_in_use_is_reported(stack: Stack, tmp_path: Path, stack_binaries: B
 
 def test_unhealthy_component_error_names_it_and_tails_log(tmp_path: Path, stack_binaries: Binaries) -> None:
     """A component that exits at once fails with its name, exit status and log tail."""
+    assert stack_binaries.promtool is not None
     broken = Binaries(
         collector=stack_binaries.collector,
         victorialogs=stack_binaries.victorialogs,

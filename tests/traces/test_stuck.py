@@ -56,7 +56,8 @@ def _step(ranks: list[RankProcess], step: int) -> None:
 
 
 def _recorded(stack: Any, selector: str, evaluations: int) -> bool:
-    """Whether the rule evaluator recorded ``selector`` (a recorded series of the run) at least ``evaluations`` times."""
+    """Whether the rule evaluator recorded ``selector`` (a recorded series of the run) ``evaluations`` times or
+    more."""
     answer = requests.get(
         f"{stack.prometheus_url}/api/v1/query", params={"query": f"{selector}[5m]"}, timeout=10
     ).json()

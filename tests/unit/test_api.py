@@ -20,12 +20,15 @@ def test_public_api_is_pinned() -> None:
         "EpisodeSample",
         "ResolvedConfig",
         "SampleFilter",
+        "Tee",
         "Telemetry",
         "TelemetryConfig",
         "TopBottomFilter",
         "get_telemetry",
         "reset",
         "setup",
+        "tee_tensorboard",
+        "tee_wandb",
     ]
     assert otel_rl.__all__ == sorted(otel_rl.__all__)
 
@@ -66,8 +69,8 @@ def test_the_architecture_document_names_every_module() -> None:
     """docs/architecture.md maps the code: every module of the package is named there (it omitted _buckets,
     _parallel and _rollouts)."""
     text = (_PACKAGE.parent / "docs" / "architecture.md").read_text()
-    modules = {path.stem for path in _PACKAGE.glob("*.py") if path.stem != "__init__"}
-    modules |= {f"{path.parent.name}/" for path in _PACKAGE.glob("*/__init__.py")}
+    modules = {path.stem for path in _PACKAGE.rglob("*.py") if path.stem != "__init__"}
+    modules |= {f"{path.parent.name}/" for path in _PACKAGE.rglob("*/__init__.py")}
     assert sorted(name for name in modules if name not in text) == []
 
 

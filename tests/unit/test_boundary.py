@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -27,7 +27,7 @@ def exporter() -> EncodingMetricExporter:
 
 @pytest.fixture
 def logs() -> InMemoryLogRecordExporter:
-    return InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
+    return InMemoryLogRecordExporter()
 
 
 @pytest.fixture
@@ -41,16 +41,10 @@ def telemetry(exporter: EncodingMetricExporter, logs: InMemoryLogRecordExporter)
     instance.shutdown(5)
 
 
-def _value(exporter: EncodingMetricExporter, name: str, **attrs: str) -> Any:
-    point = exporter.latest()[(name, tuple(sorted(attrs.items())))]
-    return getattr(point, "value", point)
-
-
 def _rejected(exporter: EncodingMetricExporter) -> dict[tuple[str, str], float]:
     return {
-        (dict(attrs)[_names.SELF_METRIC], dict(attrs)[_names.SELF_REASON]): point.value  # type: ignore[attr-defined]
-        for (name, attrs), point in exporter.latest().items()
-        if name == _names.VALUES_REJECTED.name
+        (dict(labels)[_names.SELF_METRIC], dict(labels)[_names.SELF_REASON]): value
+        for labels, value in exporter.numbers(_names.VALUES_REJECTED.name).items()
     }
 
 
@@ -75,14 +69,14 @@ def test_a_bad_sample_field_never_breaks_step_or_shutdown(
     telemetry.step(1)
     telemetry.record_rewards([0.5])
     telemetry.record_staleness([3], 4)
-    telemetry.record_sample(otel_rl.EpisodeSample(reward=0.5, staleness=staleness, response="r"))  # type: ignore[arg-type]
+    telemetry.record_sample(otel_rl.EpisodeSample(reward=0.5, staleness=cast(Any, staleness), response="r"))
     telemetry.step(2)
     assert telemetry.shutdown(5)
     (record,) = logs.get_finished_logs()
     attributes = dict(record.log_record.attributes or {})
     assert _names.SAMPLE_STALENESS not in attributes
     assert attributes[_names.SAMPLE_REWARD] == 0.5 and attributes[_names.SAMPLE_STEP] == 1
-    assert _value(exporter, _names.RUN_FINISHED.name) == 1
+    assert exporter.number(_names.RUN_FINISHED.name) == 1
     assert sum(count for (metric, _), count in _rejected(exporter).items() if metric == _names.SAMPLE_EVENT) == 1
 
 
@@ -105,7 +99,7 @@ def test_integers_beyond_int64_are_rejected_and_exports_keep_encoding(
     call(telemetry)
     telemetry.record_rewards([1.0])
     assert telemetry.flush(5)
-    assert _value(exporter, _names.STEP.name) == 5
+    assert exporter.number(_names.STEP.name) == 5
     assert sum(count for (name, _), count in _rejected(exporter).items() if name == metric) >= 1
 
 
@@ -116,16 +110,16 @@ def test_a_counter_that_outgrows_int64_is_exported_as_a_double(
     for _ in range(3):
         telemetry.record_staleness_drops(2**62)
     assert telemetry.flush(5)
-    assert _value(exporter, _names.STALENESS_DROPPED.name) == float(3 * 2**62)
+    assert exporter.number(_names.STALENESS_DROPPED.name) == float(3 * 2**62)
 
 
 def test_set_phase_with_an_unprintable_name_is_counted(
     telemetry: otel_rl.Telemetry, exporter: EncodingMetricExporter
 ) -> None:
     """A phase whose repr raises becomes ``_overflow`` and is counted; the call returns."""
-    telemetry.set_phase(_BrokenRepr())  # type: ignore[arg-type]
+    telemetry.set_phase(cast(Any, _BrokenRepr()))  # as from a caller without type checks
     assert telemetry.flush(5)
-    assert _value(exporter, _names.PHASES.name, **{_names.PHASE: _names.OVERFLOW}) == 1
+    assert exporter.number(_names.PHASES.name, {_names.PHASE: _names.OVERFLOW}) == 1
     assert _rejected(exporter)[(_names.PHASES.name, "name_invalid")] == 1
 
 
@@ -147,20 +141,20 @@ def test_python_and_float64_values_stay_exact(
         (_names.METRICS, {_names.METRIC_KEY: "key"}),
         (_names.REWARDS, {_names.REWARD_FN: "total"}),
     ):
-        assert _value(exporter, distribution.maximum.name, **attrs) == max(values)
-        assert _value(exporter, distribution.minimum.name, **attrs) == min(values)
-        histogram = _value(exporter, distribution.histogram.name, **attrs)
+        assert exporter.number(distribution.maximum.name, attrs) == max(values)
+        assert exporter.number(distribution.minimum.name, attrs) == min(values)
+        histogram = exporter.exponential_point(distribution.histogram.name, attrs)
         assert histogram.sum == math.fsum(values) and histogram.count == len(values)
 
 
 def test_none_inside_a_list_is_dropped_alone(telemetry: otel_rl.Telemetry, exporter: EncodingMetricExporter) -> None:
     """TRL reward functions return None for completions they do not score: each None is counted ("missing"), a
-    string or bool inside the list too ("type"), and every number of the list is kept."""
-    telemetry.record_rewards([1.0, None, 0.25, "x", True, None], fn="accuracy")
+    string inside the list too ("type"), and every number of the list is kept (a bool is 1 or 0)."""
+    telemetry.record_rewards([1.0, None, 0.25, "x", True, None, False], fn="accuracy")
     assert telemetry.flush(5)
-    histogram = _value(exporter, _names.REWARDS.histogram.name, **{_names.REWARD_FN: "accuracy"})
-    assert (histogram.count, histogram.sum) == (2, 1.25)
-    assert _rejected(exporter) == {("rl.reward", "missing"): 2, ("rl.reward", "type"): 2}
+    histogram = exporter.exponential_point(_names.REWARDS.histogram.name, {_names.REWARD_FN: "accuracy"})
+    assert (histogram.count, histogram.sum) == (4, 2.25)
+    assert _rejected(exporter) == {("rl.reward", "missing"): 2, ("rl.reward", "type"): 1}
 
 
 def test_rollout_fields_that_disagree_with_the_mask_are_rejected(
@@ -180,18 +174,18 @@ def test_rollout_fields_that_disagree_with_the_mask_are_rejected(
     rejected = _rejected(exporter)
     assert rejected[(_names.RESPONSE_LENGTHS.histogram.name, "shape")] == 3
     assert rejected[(_names.GROUPS.name, "shape")] == 3
-    assert _value(exporter, _names.ENTROPY.histogram.name).count == 12
-    assert (_names.GROUPS.name, (("rl.group.outcome", "none"),)) not in exporter.latest()
+    assert exporter.exponential_point(_names.ENTROPY.histogram.name).count == 12
+    assert (("rl.group.outcome", "none"),) not in exporter.streams(_names.GROUPS.name)
 
 
-@pytest.mark.parametrize("advantages", [torch.tensor([True, False]), torch.zeros(2, 2, 2)])
+@pytest.mark.parametrize("advantages", [torch.tensor([1j, 2j]), torch.zeros(2, 2, 2)])
 def test_rejected_advantages_count_no_signs(
     telemetry: otel_rl.Telemetry, exporter: EncodingMetricExporter, advantages: torch.Tensor
 ) -> None:
-    """Advantages rejected whole (bool dtype, three dimensions) count no advantage signs either."""
+    """Advantages rejected whole (complex dtype, three dimensions) count no advantage signs either."""
     telemetry.record_rollouts(advantages=advantages)
     assert telemetry.flush(5)
-    assert not [key for key in exporter.latest() if key[0] == _names.ADVANTAGE_SIGNS.name]
+    assert not exporter.streams(_names.ADVANTAGE_SIGNS.name)
     assert (
         sum(n for (metric, _), n in _rejected(exporter).items() if metric == _names.ADVANTAGES.histogram.name)
         == advantages.numel()
@@ -212,10 +206,10 @@ def test_sparse_and_strided_tensors_are_read_like_dense_ones(
         advantages=torch.arange(8.0)[::4],
     )
     assert telemetry.flush(5)
-    entropy = _value(exporter, _names.ENTROPY.histogram.name)
+    entropy = exporter.exponential_point(_names.ENTROPY.histogram.name)
     assert (entropy.count, entropy.sum) == (4, 2.5)
-    assert _value(exporter, _names.IMPORTANCE_RATIO.histogram.name).count == 4
-    assert _value(exporter, _names.ADVANTAGES.maximum.name) == 4.0
+    assert exporter.exponential_point(_names.IMPORTANCE_RATIO.histogram.name).count == 4
+    assert exporter.number(_names.ADVANTAGES.maximum.name) == 4.0
     assert not _rejected(exporter)
 
 
@@ -243,7 +237,9 @@ def test_a_sample_with_hundreds_of_extras_keeps_its_identity(
     ):
         assert key in attributes, key
     assert exported.dropped_attributes == 0 and len(attributes) <= 128
-    body_extra = record.body["extra"]  # type: ignore[index]
+    assert isinstance(record.body, Mapping), record.body
+    body_extra = record.body["extra"]
+    assert isinstance(body_extra, str), body_extra
     assert '"x199": 199' in body_extra and '"fn199": 199.0' in body_extra
 
 
@@ -284,9 +280,7 @@ def test_metric_keys_take_a_cap_slot_only_with_a_kept_value(exporter: EncodingMe
     telemetry.record_metric("loss", 0.5)
     telemetry.record_metric("kl", 0.1)
     assert telemetry.flush(5)
-    keys = {
-        dict(attrs)[_names.METRIC_KEY] for name, attrs in exporter.latest() if name == _names.METRICS.histogram.name
-    }
+    keys = {dict(labels)[_names.METRIC_KEY] for labels in exporter.streams(_names.METRICS.histogram.name)}
     assert keys == {"loss", "kl"}
     telemetry.shutdown(5)
 
@@ -314,5 +308,90 @@ def test_flush_with_a_zero_timeout_does_not_wait(exporter: EncodingMetricExporte
         assert not flushing.is_alive() and results == [False]
     finally:
         release.set()
-    assert telemetry.shutdown("soon") is True  # type: ignore[arg-type]
+    assert telemetry.shutdown(cast(Any, "soon")) is True  # as from a caller without type checks
     assert _rejected(stuck)[("otel_rl.timeout", "type")] == 1
+
+
+_PRED = np.array([3, 1, 4, 1, 5, 9])
+_TARGET = np.array([3, 0, 4, 0, 5, 0])
+_BOOLS: dict[str, Callable[[], Any]] = {
+    "torch": lambda: torch.from_numpy(_PRED) == torch.from_numpy(_TARGET),
+    "torch-strided": lambda: (torch.from_numpy(np.repeat(_PRED, 2)) == torch.from_numpy(np.repeat(_TARGET, 2)))[::2],
+    "numpy": lambda: _PRED == _TARGET,
+    "list": lambda: [bool(v) for v in (_PRED == _TARGET)],
+    "numpy-scalars": lambda: list(_PRED == _TARGET),
+}
+"""``pred == target`` (three of six correct) in every form a caller has it."""
+
+
+@pytest.mark.parametrize("form", sorted(_BOOLS))
+def test_bools_are_rewards_and_metrics(
+    telemetry: otel_rl.Telemetry, exporter: EncodingMetricExporter, form: str
+) -> None:
+    """A correctness mask is a reward and a metric of ones and zeros: record_rewards, record_metric and every value
+    field of record_rollouts take bool tensors, arrays and lists, and record what 1.0/0.0 would; nothing is
+    rejected."""
+    correct = _BOOLS[form]
+    telemetry.record_rewards(correct(), fn="correct")
+    telemetry.record_rewards(correct(), fn="masked", mask=np.array([1, 1, 1, 0, 0, 0]))
+    telemetry.record_metric("accuracy", correct())
+    telemetry.record_rollouts(
+        group_ids=[0, 0, 1, 1, 2, 2],
+        rewards=correct(),
+        advantages=correct(),
+        response_lengths=correct(),
+        versions_spanned=correct(),
+        entropy=correct(),
+        logprobs=correct(),
+        inference_logprobs=correct(),
+    )
+    telemetry.record_rewards(True, fn="scalar")
+    telemetry.record_metric("flag", np.bool_(False))
+    assert telemetry.flush(5)
+    rewards = exporter.exponential_point(_names.REWARDS.histogram.name, {_names.REWARD_FN: "correct"})
+    masked = exporter.exponential_point(_names.REWARDS.histogram.name, {_names.REWARD_FN: "masked"})
+    accuracy = exporter.exponential_point(_names.METRICS.histogram.name, {_names.METRIC_KEY: "accuracy"})
+    assert (rewards.count, rewards.sum, rewards.min, rewards.max) == (6, 3.0, 0.0, 1.0)
+    assert (masked.count, masked.sum) == (3, 2.0)
+    assert (accuracy.count, accuracy.sum) == (6, 3.0)
+    for distribution in (_names.ADVANTAGES, _names.RESPONSE_LENGTHS, _names.TRAJECTORY_VERSIONS, _names.ENTROPY):
+        histogram = exporter.exponential_point(distribution.histogram.name)
+        assert (histogram.count, histogram.sum) == (6, 3.0), distribution
+    ratio = exporter.exponential_point(_names.IMPORTANCE_RATIO.histogram.name)
+    assert ratio.sum == 6.0  # exp(0): equal log-probabilities
+    signs = {
+        dict(labels)[_names.SIGN]: value for labels, value in exporter.numbers(_names.ADVANTAGE_SIGNS.name).items()
+    }
+    assert signs == {"positive": 3, "negative": 0, "zero": 3}
+    outcomes = {
+        dict(labels)[_names.GROUP_OUTCOME]: value for labels, value in exporter.numbers(_names.GROUPS.name).items()
+    }
+    assert outcomes == {"none": 0, "some": 3, "all": 0}
+    assert exporter.exponential_point(_names.REWARDS.histogram.name, {_names.REWARD_FN: "scalar"}).sum == 1.0
+    assert exporter.exponential_point(_names.METRICS.histogram.name, {_names.METRIC_KEY: "flag"}).count == 1
+    assert _rejected(exporter) == {}
+
+
+def test_bool_rewards_take_the_device_path_too() -> None:
+    """The torch path (tensors off the CPU) reads a bool tensor as the CPU kernels do, per rollout and per token."""
+    from otel_rl._buckets import ExponentialLayout
+    from otel_rl._stats import ValueSummarizer
+
+    class TorchValues(ValueSummarizer):
+        kernel_devices = frozenset()
+
+    correct = torch.tensor([[True, False], [False, True], [True, True]])
+    for summarizer in (ValueSummarizer(ExponentialLayout(5)), TorchValues(ExponentialLayout(5))):
+        rollouts = summarizer.summarize(correct, None)
+        tokens = summarizer.summarize(correct, None, per_token=True)
+        assert (rollouts.count, rollouts.total, tokens.count, tokens.total) == (3, 2.0, 6, 4.0)
+
+
+@pytest.mark.parametrize("versions", [torch.tensor([True, False]), np.array([True, False]), [True, False], True])
+def test_bool_versions_are_rejected_as_dtype(
+    telemetry: otel_rl.Telemetry, exporter: EncodingMetricExporter, versions: Any
+) -> None:
+    """A policy version is an identity, not a truth value: record_staleness rejects bools as dtype, each counted."""
+    telemetry.record_staleness(versions, 3)
+    assert telemetry.flush(5)
+    assert _rejected(exporter) == {(_names.STALENESS.histogram.name, "dtype"): 1 if versions is True else 2}

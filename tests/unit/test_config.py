@@ -7,6 +7,7 @@ import dataclasses
 import inspect
 import logging
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -42,7 +43,7 @@ def test_resolved_config_is_derived_from_the_user_form() -> None:
     user = {f.name for f in dataclasses.fields(TelemetryConfig)}
     assert issubclass(ResolvedConfig, TelemetryConfig)
     assert {f.name for f in dataclasses.fields(ResolvedConfig)} == user
-    redeclared = set(ResolvedConfig.__annotations__)
+    redeclared = {name for name, kind in ResolvedConfig.__annotations__.items() if "InitVar" not in str(kind)}
     assert redeclared < user and len(redeclared) <= 16
     resolved = TelemetryConfig(run_id="r", exporter="none", top_k=7).resolved
     assert resolved.resolved is resolved and resolved.top_k == 7 and resolved.rank == 0
@@ -72,7 +73,7 @@ def test_headers_never_show(caplog: pytest.LogCaptureFixture) -> None:
         )
     assert not [r for r in caplog.records if "s3cret" in r.getMessage()]
     with pytest.raises(ValueError, match='"headers" values must be strings') as error:
-        TelemetryConfig(run_id="r", headers={"authorization": b"Bearer s3cret"})  # type: ignore[dict-item]
+        TelemetryConfig(run_id="r", headers={"authorization": cast(Any, b"Bearer s3cret")})
     assert "s3cret" not in str(error.value)
 
 
@@ -183,7 +184,17 @@ def test_torchrun_default_rendezvous_id_is_not_a_run_id(monkeypatch: pytest.Monk
         ({"histogram_scale": True}, r'"histogram_scale" must be an integer from 0 to 8, got True'),
         ({"max_datasets": 0}, r'"max_datasets" must be an integer >= 1, got 0'),
         ({"solved_reward": float("nan")}, r'"solved_reward" must be a finite number, got nan'),
-        ({"endpoint": "collector:4317"}, r'"endpoint" must start with http:// or https://'),
+        (
+            {"endpoint": "collector:4318", "protocol": "http/protobuf"},
+            r'"endpoint" must start with http:// or https:// with protocol "http/protobuf" \(host:port is a form of '
+            r"gRPC endpoints\), got 'collector:4318'",
+        ),
+        (
+            {"endpoint": "grpc://collector:4317"},
+            r"\"endpoint\" must be http://host:port or https://host:port or host:port",
+        ),
+        ({"endpoint": "http://collector:4317/v1"}, r'"endpoint" must be .* with no path'),
+        ({"endpoint": "http://collector:99999"}, r'"endpoint" has a port that is not a number from 0 to 65535'),
         ({"role": ""}, r'"role" must be a non-empty string'),
         ({"max_reward_fns": 0}, r'"max_reward_fns" must be an integer >= 1, got 0'),
         ({"max_metric_keys": True}, r'"max_metric_keys" must be an integer >= 1, got True'),
@@ -191,10 +202,10 @@ def test_torchrun_default_rendezvous_id_is_not_a_run_id(monkeypatch: pytest.Monk
         ({"redact": "mask"}, r'"redact" must be a callable \(field, text\) -> text, got \'mask\''),
     ],
 )
-def test_bad_settings_raise_naming_setting_and_value(kwargs: dict[str, object], message: str) -> None:
+def test_bad_settings_raise_naming_setting_and_value(kwargs: dict[str, Any], message: str) -> None:
     """Each invalid setting raises ValueError naming the setting and showing the value."""
     with pytest.raises(ValueError, match=message):
-        TelemetryConfig(run_id="r", **kwargs)  # type: ignore[arg-type]
+        TelemetryConfig(run_id="r", **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -202,7 +213,16 @@ def test_bad_settings_raise_naming_setting_and_value(kwargs: dict[str, object], 
     [
         ("RANK", "zero", "environment variable RANK must be an integer, got 'zero'"),
         ("OTEL_METRIC_EXPORT_INTERVAL", "soon", "OTEL_METRIC_EXPORT_INTERVAL must be a number, got 'soon'"),
-        ("OTEL_RL_EXPORTER", "kafka", '"exporter" must be one of'),
+        ("OTEL_RL_EXPORTER", "kafka", "environment variable OTEL_RL_EXPORTER must be one of otlp, console"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http", "environment variable OTEL_EXPORTER_OTLP_PROTOCOL must be one of"),
+        ("RANK", "-1", "environment variable RANK must be an integer >= 0, got -1"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "0", "OTEL_METRIC_EXPORT_INTERVAL must be a positive .* in milliseconds"),
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "collector 4317",
+            "environment variable OTEL_EXPORTER_OTLP_ENDPOINT must be http://host:port or https://host:port or "
+            "host:port, got 'collector 4317'",
+        ),
     ],
 )
 def test_bad_environment_raises_naming_variable(
@@ -217,7 +237,7 @@ def test_bad_environment_raises_naming_variable(
 def test_unknown_setting_is_an_error() -> None:
     """A misspelled setting is a TypeError, not silently ignored."""
     with pytest.raises(TypeError, match="top_kk"):
-        TelemetryConfig(top_kk=3)  # type: ignore[call-arg]
+        TelemetryConfig(**cast(dict[str, Any], {"top_kk": 3}))
 
 
 def test_instance_ids_are_unique_per_process_config() -> None:

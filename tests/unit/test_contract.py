@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import yaml
+from opentelemetry.sdk.metrics.export import ExponentialHistogramDataPoint, HistogramDataPoint
 
 from otel_rl import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS, Telemetry, TelemetryConfig, _names
 from tests.conftest import RecordingMetricExporter
@@ -120,12 +121,14 @@ _ROLE_BOUNDS = {
     ],
 )
 def test_histogram_forms_are_pinned(
-    form: str, expected: dict[str, tuple[str, object]], metric_exporter: RecordingMetricExporter
+    form: Literal["exponential", "explicit"],
+    expected: dict[str, tuple[str, object]],
+    metric_exporter: RecordingMetricExporter,
 ) -> None:
     """Both histogram forms of every distribution are part of the contract: exponential (default, scale 5) and
     explicit, with the bounds of the distribution's role (lengths do not get reward bounds)."""
     telemetry = Telemetry(
-        TelemetryConfig(run_id="forms", histogram=form, export_interval_s=60),  # type: ignore[arg-type]
+        TelemetryConfig(run_id="forms", histogram=form, export_interval_s=60),
         metric_exporter=metric_exporter,
     )
     telemetry.record_rewards([0.5, -1.0])
@@ -144,7 +147,11 @@ def test_histogram_forms_are_pinned(
     forms: dict[str, tuple[str, object]] = {}
     for (name, _), point in metric_exporter.latest().items():
         if name in expected:
-            shape = getattr(point, "scale", None) if form == "exponential" else tuple(point.explicit_bounds)  # type: ignore[attr-defined]
+            shape: object = None
+            if isinstance(point, ExponentialHistogramDataPoint):
+                shape = point.scale
+            elif isinstance(point, HistogramDataPoint):
+                shape = tuple(point.explicit_bounds)
             forms[name] = (type(point).__name__.removesuffix("DataPoint"), shape)
     assert forms == expected
 

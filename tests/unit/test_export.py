@@ -3,6 +3,7 @@ for good: an unencodable point or record, a record too large to send, a record t
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, LogRecordExportResult
-from opentelemetry.sdk.metrics.export import MetricExportResult, MetricsData, NumberDataPoint
+from opentelemetry.sdk.metrics.export import Gauge, MetricExportResult, MetricsData, NumberDataPoint, Sum
 from opentelemetry.sdk.resources import Resource
 
 from otel_rl import _names
@@ -115,7 +116,9 @@ class _BadPointStore(MetricStore):
 
     def collect(self, now_ns: int) -> Any:
         data, window = super().collect(now_ns)
+        assert data is not None
         metric = next(m for m in data.resource_metrics[0].scope_metrics[0].metrics if m.name == _names.STEP.name)
+        assert isinstance(metric.data, Gauge | Sum) and isinstance(metric.data.data_points, list)
         metric.data.data_points.append(
             NumberDataPoint(attributes={"bad": "1"}, start_time_unix_nano=1, time_unix_nano=now_ns, value=2**70)
         )
@@ -131,10 +134,9 @@ def test_an_unencodable_point_is_left_out_and_counted(clock: FakeClock) -> None:
     worker = _worker(store, clock, metrics=exporter)
     assert worker.wait(worker.request(), 30)
     assert worker.wait(worker.request(), 30)
-    latest = exporter.latest()
-    assert latest[(_names.STEP.name, ())].value == 7  # type: ignore[attr-defined]
-    assert (_names.STEP.name, (("bad", "1"),)) not in latest
-    assert latest[(_names.EXPORT_UNENCODABLE.name, ((_names.SELF_SIGNAL, "metrics"),))].value == 1  # type: ignore[attr-defined]
+    assert exporter.number(_names.STEP.name) == 7
+    assert (("bad", "1"),) not in exporter.streams(_names.STEP.name)
+    assert exporter.number(_names.EXPORT_UNENCODABLE.name, {_names.SELF_SIGNAL: "metrics"}) == 1
     assert len(exporter.exports) == 2
     assert worker.shutdown(30)
 
@@ -142,12 +144,14 @@ def test_an_unencodable_point_is_left_out_and_counted(clock: FakeClock) -> None:
 class EncodingLogExporter(InMemoryLogRecordExporter):
     """Encodes like the OTLP log exporters before keeping the batch; ``refuse`` makes it refuse any batch holding a
     record whose body says so (as a collector refuses a request over its size limit); ``hang`` makes every export
-    fail after its whole timeout has passed on ``clock`` (as a SIGSTOPped collector does)."""
+    fail after its whole timeout has passed on ``clock`` (as a SIGSTOPped collector does); ``fail`` makes every export
+    fail at once (as an absent collector does)."""
 
     def __init__(self, clock: FakeClock | None = None) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
+        InMemoryLogRecordExporter.__init__(self)  # named: mypy's untyped_calls_exclude does not apply through super()
         self.refuse = False
         self.hang = False
+        self.fail = False
         self.clock = clock
         self.batches: list[int] = []
 
@@ -157,9 +161,10 @@ class EncodingLogExporter(InMemoryLogRecordExporter):
         if self.hang and self.clock is not None:
             self.clock.now += 1.0  # the worker's timeout_s
             return LogRecordExportResult.FAILURE
-        if self.refuse and any(record.log_record.body == "refused" for record in batch):
+        if self.fail or (self.refuse and any(record.log_record.body == "refused" for record in batch)):
             return LogRecordExportResult.FAILURE
-        return super().export(batch)  # type: ignore[no-any-return]
+        kept: LogRecordExportResult = super().export(batch)  # the SDK leaves this method unannotated
+        return kept
 
 
 def _records(worker: ExportWorker, *bodies: Any) -> None:
@@ -232,3 +237,32 @@ def test_a_counter_refuses_to_go_down() -> None:
     """A negative amount is a caller's bug, raised (it was silently ignored); the callers check their input first."""
     with pytest.raises(ValueError, match=r'"amount" of \'rl.staleness.dropped\' must be >= 0, got -1'):
         _store().add(_names.STALENESS_DROPPED, (), -1)
+
+
+def test_an_outage_is_told_once_when_it_starts_and_once_when_it_ends(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Metrics and samples failing for a while: one warning when the first export fails, none while it lasts
+    (back-off cycles included), one when every signal exports again, with how long it lasted on the worker's
+    clock, the sample records sent late and those dropped from the full queue."""
+    store = _store()
+    metrics, logs = CountingExporter(clock), EncodingLogExporter()
+    worker = _worker(store, clock, metrics=metrics, logs=logs)
+    metrics.fail = logs.fail = True
+    with caplog.at_level(logging.WARNING, logger="otel_rl"):
+        _records(worker, *[f"r{i}" for i in range(60)])
+        for _ in range(10):
+            clock.advance(1.0)
+        _records(worker, *[f"s{i}" for i in range(60)])  # 120 queued: the 20 oldest are dropped
+        for _ in range(10):
+            clock.advance(1.0)
+        assert worker.health.failing
+        metrics.fail = logs.fail = False
+        assert worker.wait(worker.request(), 30)
+        assert worker.shutdown(30)
+    messages = [r.getMessage() for r in caplog.records if r.name == "otel_rl._export_health"]
+    assert len(messages) == 2, messages
+    assert "are failing (logs)" in messages[0] and "queue of 100 (60 now" in messages[0]
+    assert messages[1].startswith("otel-rl: exports to the configured exporters recovered after 19.0s")
+    assert "sent late: 100 sample record(s)" in messages[1] and "lost: 20 sample record(s)" in messages[1]
+    assert len(logs.get_finished_logs()) == 100 and _dropped(store, "queue_full") == 20

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import otel_rl
 from otel_rl import _names
 from otel_rl._phases import step_trace
-from tests.conftest import EncodingMetricExporter
+from tests.conftest import EncodingMetricExporter, RecordingMetricExporter, attributes_of, duration_s, parent_id
 
 
 class Clock:
@@ -55,7 +55,7 @@ def _rank(
             peak_flops=1e15 if rank == 0 else None,
         ),
         metric_exporter=metrics or EncodingMetricExporter(),
-        log_exporter=InMemoryLogRecordExporter(),  # type: ignore[no-untyped-call]
+        log_exporter=InMemoryLogRecordExporter(),
         span_exporter=spans,
         clock=clock,
     )
@@ -97,20 +97,21 @@ def test_every_rank_puts_its_phases_in_the_steps_one_trace(
     assert {s.context.trace_id for s in finished} == {trace_id}
     (root,) = [s for s in finished if s.name == "rl.step"]
     assert root.context.span_id == root_id and root.parent is None
-    rank_spans = {s.attributes["rl.rank"]: s for s in finished if s.name == "rl.rank.step"}  # type: ignore[index]
+    rank_spans = {attributes_of(s)["rl.rank"]: s for s in finished if s.name == "rl.rank.step"}
     assert set(rank_spans) == {0, 1} and all(s.parent and s.parent.span_id == root_id for s in rank_spans.values())
-    for rank_number, rank_span in rank_spans.items():
+    for rank_number in (0, 1):
+        rank_span = rank_spans[rank_number]
         mine = {
             s.name: s
             for s in finished
-            if s.attributes.get("rl.rank") == rank_number and s.name not in ("rl.step", "rl.rank.step")
-        }  # type: ignore[union-attr]
+            if attributes_of(s).get("rl.rank") == rank_number and s.name not in ("rl.step", "rl.rank.step")
+        }
         assert set(mine) == {"generate", "train", "sync"}
-        assert mine["generate"].parent.span_id == mine["train"].parent.span_id == rank_span.context.span_id  # type: ignore[union-attr]
-        assert mine["sync"].parent.span_id == mine["train"].context.span_id  # type: ignore[union-attr]
-        assert (mine["generate"].end_time - mine["generate"].start_time) / 1e9 == 2.0 + rank_number  # type: ignore[operator]
-        assert (mine["train"].end_time - mine["train"].start_time) / 1e9 == 1.5  # type: ignore[operator]
-        assert mine["sync"].attributes["rl.phase.name"] == "sync"  # type: ignore[index]
+        assert parent_id(mine["generate"]) == parent_id(mine["train"]) == rank_span.context.span_id
+        assert parent_id(mine["sync"]) == mine["train"].context.span_id
+        assert duration_s(mine["generate"]) == 2.0 + rank_number
+        assert duration_s(mine["train"]) == 1.5
+        assert attributes_of(mine["sync"])["rl.phase.name"] == "sync"
 
 
 def test_an_imperative_phase_carries_over_into_the_next_step(
@@ -129,23 +130,19 @@ def test_an_imperative_phase_carries_over_into_the_next_step(
     rank.step(3)
     finished = _finished(spans, ranks)
     trains = sorted((s for s in finished if s.name == "train"), key=lambda s: s.start_time or 0)
-    assert [s.attributes["rl.step"] for s in trains] == [1, 2]  # type: ignore[index]
+    assert [attributes_of(s)["rl.step"] for s in trains] == [1, 2]
     assert [s.context.trace_id for s in trains] == [step_trace("phases", 1)[0], step_trace("phases", 2)[0]]
     assert [
-        s.name for s in finished if s.attributes.get("rl.step") == 1 and s.name not in ("rl.step", "rl.rank.step")
-    ] == ["generate", "train"]  # type: ignore[union-attr]
+        s.name for s in finished if attributes_of(s).get("rl.step") == 1 and s.name not in ("rl.step", "rl.rank.step")
+    ] == ["generate", "train"]
     started = rank._store.collect(clock())[0]
     assert started is not None
-    gauges = {
-        (m.name, tuple(sorted(p.attributes.items()))): p.value
-        for m in started.resource_metrics[0].scope_metrics[0].metrics
-        if m.name in (_names.PHASES.name, _names.PHASE_STARTED.name)
-        for p in m.data.data_points
-    }  # type: ignore[attr-defined]
-    assert gauges[(_names.PHASES.name, (("rl.phase.name", "train"),))] == 1
-    assert gauges[(_names.PHASES.name, (("rl.phase.name", "generate"),))] == 0
-    assert gauges[(_names.PHASE_STARTED.name, (("rl.phase.name", "train"),))] == (clock() - 2 * 10**9) / 1e9
-    assert (_names.PHASE_STARTED.name, (("rl.phase.name", "generate"),)) not in gauges
+    gauges = RecordingMetricExporter()
+    gauges.export(started)
+    assert gauges.number(_names.PHASES.name, {"rl.phase.name": "train"}) == 1
+    assert gauges.number(_names.PHASES.name, {"rl.phase.name": "generate"}) == 0
+    assert gauges.number(_names.PHASE_STARTED.name, {"rl.phase.name": "train"}) == (clock() - 2 * 10**9) / 1e9
+    assert (("rl.phase.name", "generate"),) not in gauges.streams(_names.PHASE_STARTED.name)
 
 
 def test_a_trajectory_is_linked_to_the_phase_that_consumes_it(
@@ -169,8 +166,8 @@ def test_a_trajectory_is_linked_to_the_phase_that_consumes_it(
     (train,) = [s for s in finished if s.name == "train"]
     (queue,) = [s for s in finished if s.name == "queue"]
     assert [link.context.span_id for link in train.links] == [generate.context.span_id]
-    assert queue.parent.span_id == generate.context.span_id and queue.context.trace_id == generate.context.trace_id  # type: ignore[union-attr]
-    assert (queue.end_time - queue.start_time) / 1e9 == 3.0  # type: ignore[operator]
+    assert parent_id(queue) == generate.context.span_id and queue.context.trace_id == generate.context.trace_id
+    assert duration_s(queue) == 3.0
     assert trainer.self_telemetry.rejected("rl.trajectory") == 1
 
 
@@ -182,7 +179,8 @@ def test_phases_never_raise_and_never_swallow(ranks: list[otel_rl.Telemetry]) ->
         def __repr__(self) -> str:
             raise RuntimeError("no repr")
 
-    with rank.phase(Hostile(), links=Hostile()):  # type: ignore[arg-type]
+    hostile: Any = Hostile()  # as from a caller without type checks
+    with rank.phase(hostile, links=hostile):
         pass
     with pytest.raises(KeyError), rank.phase("train"):
         raise KeyError("the trainer's own")
@@ -199,10 +197,9 @@ def test_throughput_and_async_state_are_exact_counters_and_gauges(spans: InMemor
     rank.set_async_state(queue_depth=3, in_flight=5, buffer_used=120, buffer_capacity=512)
     rank.set_async_state(queue_depth=-1)
     assert rank.flush(5)
-    latest = metrics.latest()
 
-    def value(metric: _names.MetricName) -> Any:
-        return latest[(metric.name, ())].value  # type: ignore[attr-defined]
+    def value(metric: _names.MetricName) -> int | float:
+        return metrics.number(metric.name)
 
     assert (value(_names.TOKENS_GENERATED), value(_names.TOKENS_TRAINED), value(_names.SAMPLES_TRAINED)) == (
         4096 + 2**53 + 1,
@@ -222,7 +219,7 @@ def test_throughput_and_async_state_are_exact_counters_and_gauges(spans: InMemor
 
 def test_without_trace_export_records_still_name_the_step(clock: Clock) -> None:
     """With exporter="none" no span is exported, but sample records carry the step's derived trace id."""
-    logs = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
+    logs = InMemoryLogRecordExporter()
     rank = otel_rl.Telemetry(
         otel_rl.TelemetryConfig(run_id="phases", exporter="none", export_interval_s=60),
         metric_exporter=EncodingMetricExporter(),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -70,3 +71,23 @@ def test_substitute_refuses_unknown_variables_and_a_bare_run_variable() -> None:
         substitute('up{job=~"$job"}', run_id="r", rate_interval="20s", interval="5s")
     with pytest.raises(ValueError, match=r'uses \$run outside a string literal: write "\$run"'):
         substitute("label_values($run)", run_id="r", rate_interval="20s", interval="5s")
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        promql.mean("rl_reward", "S", by="rl_reward_fn", window="1m"),
+        promql.effective_sample_size("rl_importance_ratio", "S", window="1m"),
+        promql.share("rl_groups_total", "rl_group_outcome", "S", window="1m"),
+        promql.fraction("rl_groups_zero_variance_total", "rl_groups_total", "S", window="1m"),
+        promql.phase_mean("S", window="1m"),
+    ],
+)
+def test_ratios_of_counters_divide_exact_increases_of_one_window(query: str) -> None:
+    """A ratio of counters never divides rate()s or increase()s (each extrapolates its series on its own, so the
+    parts of one ratio would be scaled differently): every counter it reads is differenced with itself one window
+    earlier, and its denominator (the count, the total) is kept only above 0."""
+    assert "rate(" not in query and "increase(" not in query, query
+    counters = re.findall(r"(\w+)\{S\}(?! offset)", query)
+    assert counters and all(f"{name}{{S}} offset 1m" in query for name in counters), query
+    assert re.search(r" / (on \(\) group_left \(\) )?\(+.*\) > 0\)", query), query

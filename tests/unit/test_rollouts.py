@@ -3,10 +3,9 @@ on the torch path that tensors on other devices take; bad fields are dropped and
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
-from collections import defaultdict
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +17,10 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from otel_rl import Telemetry, TelemetryConfig, _names
-from otel_rl._buckets import Layouts
-from otel_rl._rollouts import RolloutSummarizer
+from otel_rl._buckets import ExponentialLayout, Layout, Layouts
+from otel_rl._rollouts import RolloutStatistics, RolloutSummarizer
 from otel_rl._stats import ValueSummarizer
-from tests.conftest import RecordingMetricExporter
+from tests.conftest import DataPoint, RecordingMetricExporter
 from tests.reference import exponential_sides
 
 
@@ -31,57 +30,23 @@ class TorchValues(ValueSummarizer):
     kernel_devices = frozenset()
 
 
+def _exponential(layout: Layout) -> ExponentialLayout:
+    """``layout`` as the exponential layout an ``"exponential"`` resolve gives every role."""
+    assert isinstance(layout, ExponentialLayout), layout
+    return layout
+
+
 LAYOUTS = Layouts.resolve("exponential", scale=5)
-LAYOUT = LAYOUTS.of(_names.REWARDS)
+LAYOUT = _exponential(LAYOUTS.of(_names.REWARDS))
 PATHS = pytest.mark.parametrize("values", [ValueSummarizer, TorchValues])
 
 
-def group_reference(group_ids: list[int], rewards: list[float], solved: float) -> dict[str, int]:
-    """Outcome and zero-variance counts in plain Python: NaN rewards are left out of their group."""
-    groups: dict[int, list[float]] = defaultdict(list)
-    for group, reward in zip(group_ids, rewards):
-        if math.isfinite(reward):
-            groups[group].append(reward)
-    counts = {"none": 0, "some": 0, "all": 0, "zero": 0}
-    for members in groups.values():
-        wins = sum(reward >= solved for reward in members)
-        counts["none" if wins == 0 else "all" if wins == len(members) else "some"] += 1
-        counts["zero"] += len(set(members)) == 1
-    return counts
-
-
-def counts_of(result: Any) -> dict[str, int]:
+def counts_of(result: RolloutStatistics) -> dict[str, int]:
     out: dict[str, int] = {}
     for metric, attrs, count in result.counts:
         key = dict(attrs).get("rl.group.outcome") or dict(attrs).get("rl.sign") or metric.name
         out[{"rl.groups.zero_variance": "zero"}.get(key, key)] = count
     return out
-
-
-@PATHS
-@settings(max_examples=150, deadline=None)
-@given(
-    group_ids=st.lists(st.integers(-3, 12), min_size=0, max_size=60),
-    data=st.data(),
-)
-def test_group_statistics_match_a_python_reference(
-    values: type[ValueSummarizer], group_ids: list[int], data: st.DataObject
-) -> None:
-    """Groups solved by none / some / all, and zero-variance groups, over ragged groups in any order, with NaN
-    rewards left out (a group of only NaN rewards does not exist)."""
-    rewards = data.draw(
-        st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0, float("nan")]), min_size=len(group_ids), max_size=len(group_ids))
-    )
-    summarizer = RolloutSummarizer(LAYOUTS, solved_reward=1.0, summarizer=values)
-    result = summarizer.summarize(group_ids=torch.tensor(group_ids, dtype=torch.int64), rewards=torch.tensor(rewards))
-    assert not result.rejected
-    expected = group_reference(group_ids, rewards, 1.0)
-    assert counts_of(result) == {
-        "none": expected["none"],
-        "some": expected["some"],
-        "all": expected["all"],
-        "zero": expected["zero"],
-    }
 
 
 @PATHS
@@ -154,15 +119,15 @@ def _telemetry(exporter: RecordingMetricExporter, **settings: Any) -> Telemetry:
 
 def _rejected(exporter: RecordingMetricExporter) -> dict[tuple[str, str], float]:
     return {
-        (dict(attrs)["otel_rl.metric"], dict(attrs)["otel_rl.reason"]): point.value  # type: ignore[attr-defined]
-        for (name, attrs), point in exporter.latest().items()
-        if name == "otel_rl.values.rejected"
+        (dict(labels)["otel_rl.metric"], dict(labels)["otel_rl.reason"]): value
+        for labels, value in exporter.numbers("otel_rl.values.rejected").items()
     }
 
 
 def test_bad_fields_are_dropped_and_counted_the_rest_kept(metric_exporter: RecordingMetricExporter) -> None:
-    """Mismatched shapes, NaN log-probabilities, non-integral group ids and negative lengths: each bad part is
-    dropped and counted with its reason, never raised; every valid field and token is recorded."""
+    """Mismatched shapes, NaN log-probabilities, a non-integral group id and negative lengths: each bad part is
+    dropped and counted with its reason, never raised (the other rollout's group cannot have an exact outcome:
+    incomplete_group); every valid field and token is recorded."""
     telemetry = _telemetry(metric_exporter)
     mask = torch.ones(2, 3, dtype=torch.bool)
     logprobs = torch.tensor([[-1.0, float("nan"), -0.5], [-0.2, -0.3, -0.4]])
@@ -172,24 +137,25 @@ def test_bad_fields_are_dropped_and_counted_the_rest_kept(metric_exporter: Recor
         logprobs=logprobs,
         inference_logprobs=torch.full((2, 3), -0.5),
         response_lengths=torch.tensor([10, -3]),
-        group_ids=torch.tensor([0.5, 1.0]),  # not integral: dropped
+        group_ids=torch.tensor([0.5, 1.0]),  # 0.5 is not integral: no exact group outcome
         rewards=torch.tensor([1.0, 0.0]),
         advantages=torch.tensor([0.5, -0.5]),
     )
     telemetry.record_rollouts(logprobs=torch.zeros(3))  # no inference_logprobs: dropped
     telemetry.flush(5)
-    latest = metric_exporter.latest()
-    assert latest[("rl.importance_ratio", ())].count == 5  # type: ignore[attr-defined]
-    assert latest[("rl.mismatch.kl", (("rl.kl.estimator", "k3"),))].count == 5  # type: ignore[attr-defined]
-    assert latest[("rl.response.length", ())].count == 1  # type: ignore[attr-defined]
-    assert latest[("rl.advantage", ())].count == 2  # type: ignore[attr-defined]
-    assert ("rl.entropy", ()) not in latest and ("rl.groups", (("rl.group.outcome", "all"),)) not in latest
+    assert metric_exporter.exponential_point("rl.importance_ratio").count == 5
+    assert metric_exporter.exponential_point("rl.mismatch.kl", {"rl.kl.estimator": "k3"}).count == 5
+    assert metric_exporter.exponential_point("rl.response.length").count == 1
+    assert metric_exporter.exponential_point("rl.advantage").count == 2
+    assert () not in metric_exporter.streams("rl.entropy")
+    assert metric_exporter.number("rl.groups", {"rl.group.outcome": "all"}) == 0
     assert _rejected(metric_exporter) == {
         ("rl.entropy", "shape"): 8,
         ("rl.importance_ratio", "nonfinite"): 1,
         ("rl.mismatch.kl", "nonfinite"): 2,
         ("rl.response.length", "negative"): 1,
-        ("rl.groups", "nonintegral"): 2,
+        ("rl.groups", "nonintegral"): 1,
+        ("rl.groups", "incomplete_group"): 1,
         ("rl.importance_ratio", "missing"): 3,
     }
     telemetry.shutdown()
@@ -205,21 +171,22 @@ def test_staleness_health_counters(metric_exporter: RecordingMetricExporter) -> 
     telemetry.record_staleness_drops(3, dataset="math")
     telemetry.record_rewards([1.0, 0.0], dataset="code")
     telemetry.flush(5)
-    latest = metric_exporter.latest()
-    staleness = {attrs: point.count for (name, attrs), point in latest.items() if name == "rl.staleness"}  # type: ignore[attr-defined]
+    staleness = {
+        labels: metric_exporter.exponential_point("rl.staleness", dict(labels)).count
+        for labels in metric_exporter.streams("rl.staleness")
+    }
     assert staleness == {
         (("rl.dataset", "math"), ("rl.staleness.phase", "in_flight")): 2,
         (("rl.dataset", "code"), ("rl.staleness.phase", "in_queue")): 1,
         (("rl.dataset", "_overflow"),): 1,
     }
-    unversioned = {attrs: point.value for (name, attrs), point in latest.items() if name == "rl.staleness.unversioned"}  # type: ignore[attr-defined]
-    assert unversioned == {
+    assert metric_exporter.numbers("rl.staleness.unversioned") == {
         (("rl.dataset", "math"),): 2,
         (("rl.dataset", "code"),): 1,
         (("rl.dataset", "_overflow"),): 0,
     }
-    assert latest[("rl.staleness.dropped", (("rl.dataset", "math"),))].value == 3  # type: ignore[attr-defined]
-    assert latest[("rl.reward", (("rl.dataset", "code"), ("rl.reward.fn", "total")))].count == 2  # type: ignore[attr-defined]
+    assert metric_exporter.number("rl.staleness.dropped", {"rl.dataset": "math"}) == 3
+    assert metric_exporter.exponential_point("rl.reward", {"rl.dataset": "code", "rl.reward.fn": "total"}).count == 2
     assert _rejected(metric_exporter) == {("rl.dataset", "name_overflow"): 1}
     telemetry.shutdown()
 
@@ -232,16 +199,13 @@ def test_lifecycle_gauges(metric_exporter: RecordingMetricExporter) -> None:
     telemetry.set_phase("generate")
     telemetry.set_phase("train")
     telemetry.flush(5)
-    latest = metric_exporter.latest()
-    assert latest[("rl.run.finished", ())].value == 0  # type: ignore[attr-defined]
-    assert (latest[("rl.ranks.up", ())].value, latest[("rl.ranks.expected", ())].value) == (1, 4)  # type: ignore[attr-defined]
-    phases = {
-        dict(attrs)["rl.phase.name"]: point.value for (name, attrs), point in latest.items() if name == "rl.phase"
-    }  # type: ignore[attr-defined]
+    assert metric_exporter.number("rl.run.finished") == 0
+    assert (metric_exporter.number("rl.ranks.up"), metric_exporter.number("rl.ranks.expected")) == (1, 4)
+    phases = {dict(labels)["rl.phase.name"]: value for labels, value in metric_exporter.numbers("rl.phase").items()}
     assert phases == {"generate": 0, "train": 1}
-    assert latest[("rl.run.start_time", ())].value == pytest.approx(__import__("time").time(), abs=60)  # type: ignore[attr-defined]
+    assert metric_exporter.number("rl.run.start_time") == pytest.approx(time.time(), abs=60)
     telemetry.shutdown()
-    assert metric_exporter.latest()[("rl.run.finished", ())].value == 1  # type: ignore[attr-defined]
+    assert metric_exporter.number("rl.run.finished") == 1
 
 
 def test_exemplars_reach_dataset_streams(metric_exporter: RecordingMetricExporter) -> None:
@@ -256,11 +220,10 @@ def test_exemplars_reach_dataset_streams(metric_exporter: RecordingMetricExporte
     telemetry.record_sample({"reward": 0.25, "episode_id": "c"})
     telemetry.step(2)
     telemetry.flush(5)
-    latest = metric_exporter.latest()
     exemplars = {
-        attrs: sorted(e.filtered_attributes["rl.episode.id"] for e in point.exemplars)  # type: ignore[attr-defined]
-        for (name, attrs), point in latest.items()
-        if name in ("rl.reward", "rl.staleness")
+        labels: _episode_ids(point)
+        for name in ("rl.reward", "rl.staleness")
+        for labels, point in metric_exporter.streams(name).items()
     }
     assert exemplars == {
         (("rl.dataset", "code"), ("rl.reward.fn", "total")): ["c"],
@@ -270,6 +233,17 @@ def test_exemplars_reach_dataset_streams(metric_exporter: RecordingMetricExporte
     telemetry.shutdown()
 
 
+def _episode_ids(point: DataPoint) -> list[str]:
+    """The episode ids of the point's exemplars, sorted."""
+    ids: list[str] = []
+    for exemplar in point.exemplars:
+        assert exemplar.filtered_attributes is not None, exemplar
+        episode = exemplar.filtered_attributes["rl.episode.id"]
+        assert isinstance(episode, str), episode
+        ids.append(episode)
+    return sorted(ids)
+
+
 _EXIT_SCRIPT = """
 import sys
 from otel_rl import Telemetry, TelemetryConfig
@@ -277,7 +251,7 @@ from tests.conftest import RecordingMetricExporter
 
 class Reporting(RecordingMetricExporter):
     def shutdown(self, timeout_millis=30_000, **kwargs):
-        print("finished", self.latest()[("rl.run.finished", ())].value, flush=True)
+        print("finished", self.number("rl.run.finished"), flush=True)
 
 telemetry = Telemetry(TelemetryConfig(run_id="exit", export_interval_s=60), metric_exporter=Reporting())
 telemetry.record_rewards([1.0])

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
+import numpy as np
+import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -38,7 +42,8 @@ def test_reservoir_is_uniform() -> None:
             f.add(EpisodeSample(reward=0.0, episode_id=index))
         ((selection, sample),) = f.drain()
         assert selection == "random"
-        hits[int(sample.episode_id)] += 1  # type: ignore[arg-type]
+        assert isinstance(sample.episode_id, int)
+        hits[sample.episode_id] += 1
     assert min(hits) > 220 and max(hits) < 380
 
 
@@ -102,13 +107,23 @@ def test_attributes_follow_the_contract() -> None:
     assert record.body == {"extra": '{"nested": {"a": [1, 2]}}'}
 
 
+@pytest.mark.parametrize("correct", [True, np.bool_(True), torch.tensor(True), np.array([True])])
+def test_a_bool_reward_is_one(correct: Any) -> None:
+    """A correctness reward written as ``pred == target`` (a bool, numpy bool or bool tensor) is the reward 1."""
+    sample = EpisodeSample(reward=correct, reward_breakdown={"correctness": correct, "format": False})
+    record = to_record(sample, step=0, selection="top", table="rollout/sample", budget_bytes=100)
+    assert record.attributes is not None
+    assert (record.attributes["rl.reward"], record.attributes["rl.reward.correctness"]) == (1.0, 1.0)
+    assert record.attributes["rl.reward.format"] == 0.0
+
+
 def test_deeply_nested_and_non_json_extras_do_not_raise() -> None:
     """Recursion-deep or unserializable extras are represented, not raised."""
-    deep: list[object] = []
+    deep: list[Any] = []
     cursor = deep
     for _ in range(100_000):
         cursor.append([])
-        cursor = cursor[0]  # type: ignore[assignment]
+        cursor = cursor[0]
     record = to_record(
         EpisodeSample(reward=0.0, extra={"deep": deep, "obj": object()}),
         step=1,

@@ -18,7 +18,8 @@ from hypothesis.extra.numpy import arrays
 
 from otel_rl import _parallel
 from otel_rl._buckets import ExplicitLayout, ExponentialLayout, Layout
-from otel_rl._stats import BadInput, StalenessSummarizer, ValueSummarizer
+from otel_rl._inputs import BadInput
+from otel_rl._stats import StalenessSummarizer, ValueSummarizer
 from tests.reference import bucket_counts, exponential_sides
 
 
@@ -77,6 +78,7 @@ def assert_buckets(counts: np.ndarray, values: np.ndarray, layout: Layout) -> No
     if isinstance(layout, ExplicitLayout):
         assert list(counts) == bucket_counts(values, layout.bounds)
         return
+    assert isinstance(layout, ExponentialLayout), layout
     sides = layout.sides(counts)
     negative = {sides.negative_offset + i: c for i, c in enumerate(sides.negative) if c}
     positive = {sides.positive_offset + i: c for i, c in enumerate(sides.positive) if c}
@@ -130,6 +132,35 @@ def test_rewards_match_numpy_reference(
         assert summary.minimum == finite.min() and summary.maximum == finite.max()
     else:
         assert summary.minimum is None and summary.maximum is None
+
+
+@REWARDS
+@settings(max_examples=100, deadline=None)
+@given(
+    shape=st.sampled_from([(0,), (1,), (7,), (300,), (5, 4), (0, 3)]),
+    layout=st.sampled_from([ExplicitLayout(REWARD_BOUNDS), *EXPONENTIAL]),
+    data=st.data(),
+)
+def test_bools_summarize_as_ones_and_zeros(
+    shape: tuple[int, ...], layout: Layout, data: st.DataObject, summarizer: type[ValueSummarizer]
+) -> None:
+    """A bool tensor or array (``pred == target``), with or without a mask, per rollout or per token, gives exactly
+    the statistics of the same values as float64 ones and zeros."""
+    flags = data.draw(arrays(np.bool_, shape))
+    mask = data.draw(arrays(np.bool_, shape)) if data.draw(st.booleans()) else None
+    per_token = data.draw(st.booleans())
+    values = torch.from_numpy(flags) if data.draw(st.booleans()) else flags
+    got = summarizer(layout).summarize(values, mask, per_token=per_token)
+    expected = summarizer(layout).summarize(flags.astype(np.float64), mask, per_token=per_token)
+    assert (got.count, got.total, got.squares, got.minimum, got.maximum, got.rejected) == (
+        expected.count,
+        expected.total,
+        expected.squares,
+        expected.minimum,
+        expected.maximum,
+        expected.rejected,
+    )
+    assert got.bucket_counts.tolist() == expected.bucket_counts.tolist()
 
 
 @STALENESS
@@ -213,7 +244,7 @@ def test_all_negative_rewards_keep_their_sum(summarizer: type[ValueSummarizer]) 
     [
         (torch.zeros(3), torch.ones(4), "shape"),
         (torch.zeros(2, 2, 2), None, "shape"),
-        (torch.tensor([True]), None, "dtype"),
+        (torch.tensor([1j]), None, "dtype"),
         (np.array(["a"]), None, "dtype"),
         ("text", None, "type"),
         ([[1.0], [2.0, 3.0]], None, "shape"),

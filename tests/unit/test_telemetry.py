@@ -8,22 +8,25 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Literal, cast
 
 import numpy as np
 import pytest
 import torch
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_rl import EpisodeSample, Telemetry, TelemetryConfig
 from otel_rl._buckets import ExponentialLayout
-from tests.conftest import RecordingMetricExporter
+from tests.conftest import RecordingMetricExporter, attributes_of
 
 BOUNDS = (-1.0, 0.0, 1.0)
 
 
-def make(exporter: RecordingMetricExporter, logs: LogRecordExporter | None = None, **settings: object) -> Telemetry:
+def make(exporter: RecordingMetricExporter, logs: LogRecordExporter | None = None, **settings: Any) -> Telemetry:
     config = TelemetryConfig(
         run_id="run-t",
         rank=0,
@@ -32,7 +35,7 @@ def make(exporter: RecordingMetricExporter, logs: LogRecordExporter | None = Non
         reward_bounds=BOUNDS,
         export_interval_s=60,
         **settings,
-    )  # type: ignore[arg-type]
+    )
     return Telemetry(
         config,
         metric_exporter=exporter,
@@ -42,12 +45,10 @@ def make(exporter: RecordingMetricExporter, logs: LogRecordExporter | None = Non
 
 
 def rejected(exporter: RecordingMetricExporter) -> dict[tuple[str, str], float]:
-    out = {}
-    for (name, attrs), point in exporter.latest().items():
-        if name == "otel_rl.values.rejected":
-            labels = dict(attrs)
-            out[(labels["otel_rl.metric"], labels["otel_rl.reason"])] = point.value  # type: ignore[attr-defined]
-    return out
+    return {
+        (dict(labels)["otel_rl.metric"], dict(labels)["otel_rl.reason"]): value
+        for labels, value in exporter.numbers("otel_rl.values.rejected").items()
+    }
 
 
 def test_negative_rewards_are_exported_with_exact_totals(metric_exporter: RecordingMetricExporter) -> None:
@@ -56,17 +57,16 @@ def test_negative_rewards_are_exported_with_exact_totals(metric_exporter: Record
     telemetry.record_rewards(torch.tensor([-3.0, -0.5, -0.25]), fn="format")
     telemetry.record_rewards(np.array([-1.0]), fn="format")
     assert telemetry.flush(5)
-    points = metric_exporter.latest()
-    key = (("rl.reward.fn", "format"),)
-    histogram = points[("rl.reward", key)]
-    assert (histogram.count, histogram.sum) == (4, -4.75)  # type: ignore[attr-defined]
-    assert list(histogram.bucket_counts) == [2, 2, 0, 0]  # type: ignore[attr-defined]
-    assert (histogram.min, histogram.max) == (-3.0, -0.25)  # type: ignore[attr-defined]
-    assert points[("rl.reward.negative", key)].value == 4.75  # type: ignore[attr-defined]
-    assert points[("rl.reward.positive", key)].value == 0  # type: ignore[attr-defined]
-    assert points[("rl.reward.squares", key)].value == pytest.approx(9 + 0.25 + 0.0625 + 1)  # type: ignore[attr-defined]
-    assert points[("rl.reward.max", key)].value == -0.25  # type: ignore[attr-defined]
-    assert points[("rl.reward.min", key)].value == -3.0  # type: ignore[attr-defined]
+    key = {"rl.reward.fn": "format"}
+    histogram = metric_exporter.histogram_point("rl.reward", key)
+    assert (histogram.count, histogram.sum) == (4, -4.75)
+    assert list(histogram.bucket_counts) == [2, 2, 0, 0]
+    assert (histogram.min, histogram.max) == (-3.0, -0.25)
+    assert metric_exporter.number("rl.reward.negative", key) == 4.75
+    assert metric_exporter.number("rl.reward.positive", key) == 0
+    assert metric_exporter.number("rl.reward.squares", key) == pytest.approx(9 + 0.25 + 0.0625 + 1)
+    assert metric_exporter.number("rl.reward.max", key) == -0.25
+    assert metric_exporter.number("rl.reward.min", key) == -3.0
     telemetry.shutdown()
 
 
@@ -82,9 +82,10 @@ def test_points_are_cumulative_with_a_stable_start(metric_exporter: RecordingMet
         next(m for m in data.resource_metrics[0].scope_metrics[0].metrics if m.name == "rl.reward").data.data_points[0]
         for data in metric_exporter.exports[:2]
     )
+    assert isinstance(first, HistogramDataPoint) and isinstance(second, HistogramDataPoint)
     assert (first.count, second.count, second.sum) == (1, 2, 0.0)
     assert first.start_time_unix_nano == second.start_time_unix_nano < second.time_unix_nano
-    assert metric_exporter.latest()[("rl.reward.max", (("rl.reward.fn", "total"),))].value == -0.5  # type: ignore[attr-defined]
+    assert metric_exporter.number("rl.reward.max", {"rl.reward.fn": "total"}) == -0.5
     telemetry.shutdown()
 
 
@@ -98,17 +99,17 @@ def test_extremes_are_held_across_exports(metric_exporter: RecordingMetricExport
     telemetry = Telemetry(
         config, metric_exporter=metric_exporter, log_exporter=InMemoryLogRecordExporter(), clock=lambda: now[0]
     )
-    key = ("rl.reward.max", (("rl.reward.fn", "total"),))
+    total = {"rl.reward.fn": "total"}
     telemetry.record_rewards([9.0])
     telemetry.flush(5)
     now[0] += 2 * 10**9
     telemetry.record_rewards([0.125])
     telemetry.flush(5)
-    assert metric_exporter.latest()[key].value == 9.0  # type: ignore[attr-defined]
+    assert metric_exporter.number("rl.reward.max", total) == 9.0
     now[0] += 6 * 10**9
     telemetry.record_rewards([0.25])
     telemetry.flush(5)
-    assert metric_exporter.latest()[key].value == 0.25  # type: ignore[attr-defined]
+    assert metric_exporter.number("rl.reward.max", total) == 0.25
     telemetry.shutdown()
 
 
@@ -121,9 +122,8 @@ def test_failed_export_keeps_the_window_extremes(metric_exporter: RecordingMetri
     metric_exporter.fail = False
     telemetry.record_rewards([0.1])
     telemetry.flush(5)
-    points = metric_exporter.latest()
-    assert points[("rl.reward.max", (("rl.reward.fn", "total"),))].value == 9.0  # type: ignore[attr-defined]
-    assert points[("otel_rl.export.failures", (("otel_rl.signal", "metrics"),))].value == 1  # type: ignore[attr-defined]
+    assert metric_exporter.number("rl.reward.max", {"rl.reward.fn": "total"}) == 9.0
+    assert metric_exporter.number("otel_rl.export.failures", {"otel_rl.signal": "metrics"}) == 1
     telemetry.shutdown()
 
 
@@ -134,11 +134,10 @@ def test_staleness_and_policy_version(metric_exporter: RecordingMetricExporter) 
     mask = torch.tensor([[1, 1, 1], [1, 0, 1]])
     telemetry.record_staleness(versions, 10, mask=mask)
     telemetry.flush(5)
-    points = metric_exporter.latest()
-    histogram = points[("rl.staleness", ())]
-    assert (histogram.count, histogram.sum, list(histogram.bucket_counts)) == (4, 6, [1, 1, 1, 1])  # type: ignore[attr-defined]
-    assert (points[("rl.staleness.max", ())].value, points[("rl.staleness.min", ())].value) == (3, 0)  # type: ignore[attr-defined]
-    assert points[("rl.policy.version", ())].value == 10  # type: ignore[attr-defined]
+    histogram = metric_exporter.histogram_point("rl.staleness")
+    assert (histogram.count, histogram.sum, list(histogram.bucket_counts)) == (4, 6, [1, 1, 1, 1])
+    assert (metric_exporter.number("rl.staleness.max"), metric_exporter.number("rl.staleness.min")) == (3, 0)
+    assert metric_exporter.number("rl.policy.version") == 10
     assert rejected(metric_exporter) == {("rl.staleness", "negative"): 1}
     telemetry.shutdown()
 
@@ -148,7 +147,7 @@ def test_staleness_and_policy_version(metric_exporter: RecordingMetricExporter) 
     [
         (lambda t: t.record_rewards(torch.ones(3), mask=torch.ones(2)), "rl.reward", "shape", 3),
         (lambda t: t.record_rewards("abc"), "rl.reward", "type", 1),
-        (lambda t: t.record_rewards(torch.ones(2, dtype=torch.bool)), "rl.reward", "dtype", 2),
+        (lambda t: t.record_rewards(torch.ones(2, dtype=torch.complex64)), "rl.reward", "dtype", 2),
         (lambda t: t.record_rewards([1.0, float("inf"), float("nan")]), "rl.reward", "nonfinite", 2),
         (lambda t: t.record_staleness(torch.tensor([1, 2]), "ten"), "rl.staleness", "type", 2),
         (lambda t: t.record_staleness(torch.tensor([1, 2]), 2.5), "rl.staleness", "nonintegral", 2),
@@ -158,11 +157,11 @@ def test_staleness_and_policy_version(metric_exporter: RecordingMetricExporter) 
     ],
 )
 def test_bad_input_never_raises_and_is_counted(
-    metric_exporter: RecordingMetricExporter, call: object, metric: str, reason: str, count: int
+    metric_exporter: RecordingMetricExporter, call: Callable[[Telemetry], object], metric: str, reason: str, count: int
 ) -> None:
     """Bad input on the hot path is dropped, counted by metric and reason, and does not raise."""
     telemetry = make(metric_exporter)
-    call(telemetry)  # type: ignore[operator]
+    call(telemetry)
     telemetry.flush(5)
     assert rejected(metric_exporter)[(metric, reason)] == count
     telemetry.shutdown()
@@ -173,7 +172,7 @@ def test_valid_part_of_a_call_is_kept(metric_exporter: RecordingMetricExporter) 
     telemetry = make(metric_exporter)
     telemetry.record_rewards([1.0, float("nan"), -1.0])
     telemetry.flush(5)
-    assert metric_exporter.latest()[("rl.reward", (("rl.reward.fn", "total"),))].count == 2  # type: ignore[attr-defined]
+    assert metric_exporter.histogram_point("rl.reward", {"rl.reward.fn": "total"}).count == 2
     telemetry.shutdown()
 
 
@@ -187,17 +186,16 @@ def test_exponential_points_carry_exact_sides_and_the_recorded_count(metric_expo
     telemetry.record_rewards(torch.tensor([1.0, 2.5, float("nan"), 0.0, -0.3, float("inf"), 1.0], dtype=torch.float64))
     telemetry.record_rewards([100.0])
     telemetry.flush(5)
-    point = metric_exporter.latest()[("rl.reward", (("rl.reward.fn", "total"),))]
+    point = metric_exporter.exponential_point("rl.reward", {"rl.reward.fn": "total"})
     layout = ExponentialLayout(3)
-    assert (point.scale, point.count, point.zero_count, point.min, point.max) == (3, 6, 1, -0.3, 100.0)  # type: ignore[attr-defined]
-    assert point.sum == pytest.approx(104.2)  # type: ignore[attr-defined]
-    positive = {point.positive.offset + i: n for i, n in enumerate(point.positive.bucket_counts) if n}  # type: ignore[attr-defined]
+    assert (point.scale, point.count, point.zero_count, point.min, point.max) == (3, 6, 1, -0.3, 100.0)
+    assert point.sum == pytest.approx(104.2)
+    positive = {point.positive.offset + i: n for i, n in enumerate(point.positive.bucket_counts) if n}
     assert positive == {layout.index(1.0): 2, layout.index(2.5): 1, layout.index(100.0): 1}
-    assert point.positive.bucket_counts[0] and point.positive.bucket_counts[-1]  # type: ignore[attr-defined]
-    assert (point.negative.offset, list(point.negative.bucket_counts)) == (layout.index(0.3), [1])  # type: ignore[attr-defined]
+    assert point.positive.bucket_counts[0] and point.positive.bucket_counts[-1]
+    assert (point.negative.offset, list(point.negative.bucket_counts)) == (layout.index(0.3), [1])
     assert rejected(metric_exporter) == {("rl.reward", "nonfinite"): 2}
-    recorded = metric_exporter.latest()[("otel_rl.values.recorded", (("otel_rl.metric", "rl.reward"),))]
-    assert recorded.value == 6  # type: ignore[attr-defined]
+    assert metric_exporter.number("otel_rl.values.recorded", {"otel_rl.metric": "rl.reward"}) == 6
     telemetry.shutdown()
 
 
@@ -206,11 +204,11 @@ def test_reward_fn_cardinality_is_capped(metric_exporter: RecordingMetricExporte
     telemetry = make(metric_exporter, max_reward_fns=3)
     for index in range(200):
         telemetry.record_rewards([1.0], fn=f"fn{index}")
-    telemetry.record_rewards([1.0], fn=123)  # type: ignore[arg-type]
+    telemetry.record_rewards([1.0], fn=cast(Any, 123))  # a caller without type checks
     telemetry.flush(5)
-    fns = {dict(a)["rl.reward.fn"] for (name, a) in metric_exporter.latest() if name == "rl.reward"}
+    fns = {dict(labels)["rl.reward.fn"] for labels in metric_exporter.streams("rl.reward")}
     assert fns == {"fn0", "fn1", "fn2", "_overflow"}
-    assert metric_exporter.latest()[("rl.reward", (("rl.reward.fn", "_overflow"),))].count == 198  # type: ignore[attr-defined]
+    assert metric_exporter.histogram_point("rl.reward", {"rl.reward.fn": "_overflow"}).count == 198
     assert rejected(metric_exporter) == {("rl.reward", "name_overflow"): 197, ("rl.reward", "name_invalid"): 1}
     telemetry.shutdown()
 
@@ -225,14 +223,15 @@ def test_samples_become_log_records_at_the_step_boundary(metric_exporter: Record
     telemetry.step(2)
     telemetry.flush(5)
     records = [r.log_record for r in logs.get_finished_logs()]
-    assert [(r.event_name, r.attributes["rl.sample.selection"], r.attributes["rl.episode.id"]) for r in records] == [
+    assert [
+        (r.event_name, attributes_of(r)["rl.sample.selection"], attributes_of(r)["rl.episode.id"]) for r in records
+    ] == [
         ("rl.sample", "top", "e1"),
         ("rl.sample", "bottom", "e2"),
     ]
-    assert records[0].attributes["rl.step"] == 1 and records[0].body == {"prompt": "2+2?", "response": "4"}
-    points = metric_exporter.latest()
-    assert points[("otel_rl.samples.exported", ())].value == 2  # type: ignore[attr-defined]
-    assert points[("rl.step", ())].value == 2  # type: ignore[attr-defined]
+    assert attributes_of(records[0])["rl.step"] == 1 and records[0].body == {"prompt": "2+2?", "response": "4"}
+    assert metric_exporter.number("otel_rl.samples.exported") == 2
+    assert metric_exporter.number("rl.step") == 2
     telemetry.shutdown()
 
 
@@ -256,10 +255,8 @@ def test_sample_queue_is_bounded_and_drops_are_counted(metric_exporter: Recordin
             telemetry.record_sample(EpisodeSample(reward=float(index)))
     telemetry.step(5)
     telemetry.flush(5)
-    points = metric_exporter.latest()
-    dropped = points[("otel_rl.samples.dropped", (("otel_rl.reason", "queue_full"),))].value  # type: ignore[attr-defined]
-    assert dropped == 50 - 8
-    assert points[("otel_rl.export.failures", (("otel_rl.signal", "logs"),))].value >= 1  # type: ignore[attr-defined]
+    assert metric_exporter.number("otel_rl.samples.dropped", {"otel_rl.reason": "queue_full"}) == 50 - 8
+    assert metric_exporter.number("otel_rl.export.failures", {"otel_rl.signal": "logs"}) >= 1
     telemetry.shutdown(1)
 
 
@@ -268,9 +265,9 @@ class _HangingMetrics(RecordingMetricExporter):
         super().__init__()
         self.release = threading.Event()
 
-    def export(self, metrics_data: object, timeout_millis: float = 10_000, **kwargs: object) -> object:  # type: ignore[override]
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object) -> MetricExportResult:
         self.release.wait(30)
-        return super().export(metrics_data, timeout_millis)  # type: ignore[arg-type]
+        return super().export(metrics_data, timeout_millis)
 
 
 def test_shutdown_cannot_hang_on_a_hung_collector() -> None:
@@ -293,12 +290,12 @@ def _closed_port() -> int:
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
-def test_unreachable_collector_neither_blocks_nor_raises(protocol: str) -> None:
+def test_unreachable_collector_neither_blocks_nor_raises(protocol: Literal["grpc", "http/protobuf"]) -> None:
     """Real OTLP exporters against a closed port: recording stays fast, failures are counted, shutdown is bounded."""
     config = TelemetryConfig(
         run_id="r",
         endpoint=f"http://127.0.0.1:{_closed_port()}",
-        protocol=protocol,  # type: ignore[arg-type]
+        protocol=protocol,
         export_interval_s=0.2,
         export_timeout_s=0.5,
         shutdown_timeout_s=2,
@@ -333,12 +330,12 @@ def test_span_events_carry_the_samples(metric_exporter: RecordingMetricExporter)
     telemetry.record_sample(EpisodeSample(reward=0.0, response="b"))
     telemetry.step(8)
     telemetry.shutdown()
-    (span,) = [s for s in spans.get_finished_spans() if s.name == "rl.rank.step" and s.attributes["rl.step"] == 7]
-    assert [e.attributes["response"] for e in span.events] == ["a", "b"]
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "rl.rank.step" and attributes_of(s)["rl.step"] == 7]
+    assert [attributes_of(e)["response"] for e in span.events] == ["a", "b"]
     record = logs.get_finished_logs()[0].log_record
     assert record.trace_id == span.context.trace_id and record.span_id == span.context.span_id
-    assert [e.attributes["rl.sample.id"] for e in span.events] == [
-        r.log_record.attributes["rl.sample.id"] for r in logs.get_finished_logs()
+    assert [attributes_of(e)["rl.sample.id"] for e in span.events] == [
+        attributes_of(r.log_record)["rl.sample.id"] for r in logs.get_finished_logs()
     ]
 
 
@@ -352,13 +349,14 @@ def test_every_sample_record_has_its_own_id(metric_exporter: RecordingMetricExpo
         for reward in range(4):
             telemetry.record_sample(EpisodeSample(reward=float(reward), response="same"))
     telemetry.shutdown()
-    ids = [r.log_record.attributes["rl.sample.id"] for r in logs.get_finished_logs()]
+    ids = [attributes_of(r.log_record)["rl.sample.id"] for r in logs.get_finished_logs()]
     assert len(ids) == 12 and len(set(ids)) == 12
-    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    assert all(isinstance(i, str) and len(i) == 32 and int(i, 16) >= 0 for i in ids)
 
 
-def test_console_mode_prints_a_readable_block_per_step(capsys: pytest.CaptureFixture[str]) -> None:
-    """exporter="console" prints reward statistics and samples, readable, without a collector."""
+def test_console_mode_prints_a_readable_line_per_step(capsys: pytest.CaptureFixture[str]) -> None:
+    """exporter="console" prints reward statistics and samples, readable, without a collector, under the step they
+    were recorded in (tests/unit/test_console.py pins the numbers)."""
     telemetry = Telemetry(TelemetryConfig(run_id="console-run", exporter="console", export_interval_s=60))
     telemetry.step(1)
     telemetry.record_rewards([1.0, 0.0], fn="correctness")
@@ -367,8 +365,8 @@ def test_console_mode_prints_a_readable_block_per_step(capsys: pytest.CaptureFix
     telemetry.flush(5)
     telemetry.shutdown()
     out = capsys.readouterr().out
-    assert "run=console-run" in out and "rl.reward{fn=correctness}" in out and "n=2 mean=0.5" in out
-    assert "[otel-rl sample] top step=1 reward=1.0" in out and "forty-two" in out
+    assert "[otel-rl] step 1 rank 0 rl.reward{fn=correctness} n=2 mean=0.5 " in out
+    assert "[otel-rl] step 1 rank 0 sample top reward=1 response='forty-two'" in out
 
 
 def test_file_mode_writes_json_lines(tmp_path: Path) -> None:
@@ -431,8 +429,7 @@ def test_failing_redaction_drops_the_sample_and_never_leaks(
     telemetry.step(2)
     telemetry.flush(5)
     assert logs.get_finished_logs() == ()
-    dropped = metric_exporter.latest()[("otel_rl.samples.dropped", (("otel_rl.reason", "redaction"),))]
-    assert dropped.value == 1  # type: ignore[attr-defined]
+    assert metric_exporter.number("otel_rl.samples.dropped", {"otel_rl.reason": "redaction"}) == 1
     assert "secret-ssn" not in caplog.text
     telemetry.shutdown()
 
@@ -449,9 +446,8 @@ def test_histograms_carry_exemplars_that_lead_to_the_sample(metric_exporter: Rec
     telemetry.step(4)
     telemetry.flush(5)
     (record,) = [r.log_record for r in logs.get_finished_logs()]
-    points = metric_exporter.latest()
-    (reward,) = points[("rl.reward", (("rl.reward.fn", "total"),))].exemplars  # type: ignore[attr-defined]
-    (staleness,) = points[("rl.staleness", ())].exemplars  # type: ignore[attr-defined]
+    (reward,) = metric_exporter.histogram_point("rl.reward", {"rl.reward.fn": "total"}).exemplars
+    (staleness,) = metric_exporter.histogram_point("rl.staleness").exemplars
     assert (reward.value, staleness.value) == (0.9, 2)
     for exemplar in (reward, staleness):
         assert exemplar.filtered_attributes == {"rl.episode.id": "ep-9"}
@@ -473,9 +469,8 @@ def test_reward_breakdown_values_become_exemplars_of_their_reward_function(
     telemetry.step(2)
     telemetry.flush(5)
     exemplars = {
-        dict(attrs)["rl.reward.fn"]: [e.value for e in point.exemplars]  # type: ignore[attr-defined]
-        for (name, attrs), point in metric_exporter.latest().items()
-        if name == "rl.reward"
+        dict(labels)["rl.reward.fn"]: [e.value for e in point.exemplars]
+        for labels, point in metric_exporter.streams("rl.reward").items()
     }
     assert exemplars == {"correctness": [1.0], "format": [0.5]}
     telemetry.shutdown()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -65,7 +65,12 @@ def telemetry(metric_exporter: RecordingMetricExporter, logs: InMemoryLogRecordE
 def _records(telemetry: otel_rl.Telemetry, logs: InMemoryLogRecordExporter) -> list[dict[str, Any]]:
     telemetry.step(99)
     telemetry.flush(5)
-    return [{**dict(r.log_record.attributes or {}), **dict(r.log_record.body)} for r in logs.get_finished_logs()]  # type: ignore[arg-type]
+    records: list[dict[str, Any]] = []
+    for r in logs.get_finished_logs():
+        body = r.log_record.body
+        assert isinstance(body, Mapping), body
+        records.append({**dict(r.log_record.attributes or {}), **body})
+    return records
 
 
 def test_episode_objects_become_samples(telemetry: otel_rl.Telemetry, logs: InMemoryLogRecordExporter) -> None:
@@ -139,11 +144,11 @@ def test_numpy_scalars_and_the_reduction_keyword(
     record_metric("loss", np.int64(-4), Reduce.STD)
     record_metric("loss", 1.0, reduction=Reduce.MAX)
     telemetry.flush(5)
-    points = metric_exporter.latest()
-    key = (("rl.metric.key", "loss"),)
-    assert (points[("rl.metric", key)].count, points[("rl.metric", key)].sum) == (3, -1.0)  # type: ignore[attr-defined]
-    assert points[("rl.metric.squares", key)].value == 21.0  # type: ignore[attr-defined]
-    assert (points[("rl.metric.max", key)].value, points[("rl.metric.min", key)].value) == (2.0, -4.0)  # type: ignore[attr-defined]
+    key = {"rl.metric.key": "loss"}
+    histogram = metric_exporter.exponential_point("rl.metric", key)
+    assert (histogram.count, histogram.sum) == (3, -1.0)
+    assert metric_exporter.number("rl.metric.squares", key) == 21.0
+    assert (metric_exporter.number("rl.metric.max", key), metric_exporter.number("rl.metric.min", key)) == (2.0, -4.0)
 
 
 def test_bad_input_never_raises_and_is_counted(
@@ -154,13 +159,14 @@ def test_bad_input_never_raises_and_is_counted(
     telemetry.step(1)
     record_metric("loss", "nan-ish")
     record_episode_sample("rollout/sample", object())
-    record_metric("loss", 3.0, reduction="mean")  # type: ignore[arg-type]
+    record_metric("loss", 3.0, reduction=cast(Any, "mean"))  # as from a caller without type checks
     telemetry.flush(5)
-    points = metric_exporter.latest()
-    rejected = points[("otel_rl.values.rejected", (("otel_rl.metric", "rl.metric"), ("otel_rl.reason", "type")))]
-    assert rejected.value == 1  # type: ignore[attr-defined]
-    assert points[("otel_rl.samples.dropped", (("otel_rl.reason", "type"),))].value == 1  # type: ignore[attr-defined]
-    assert points[("rl.metric", (("rl.metric.key", "loss"),))].count == 1  # type: ignore[attr-defined]
+    rejected = metric_exporter.number(
+        "otel_rl.values.rejected", {"otel_rl.metric": "rl.metric", "otel_rl.reason": "type"}
+    )
+    assert rejected == 1
+    assert metric_exporter.number("otel_rl.samples.dropped", {"otel_rl.reason": "type"}) == 1
+    assert metric_exporter.exponential_point("rl.metric", {"rl.metric.key": "loss"}).count == 1
     assert _records(telemetry, logs) == []
 
 
@@ -172,7 +178,7 @@ def test_calls_before_setup_are_warned_no_ops(
     with caplog.at_level(logging.WARNING, logger="otel_rl.torchforge"):
         record_metric("loss", 1.0)
         record_episode_sample("rollout/sample", {"reward": 1.0})
-    assert otel_rl._global.current() is None  # noqa: SLF001
+    assert otel_rl._global.current() is None
     assert len([r for r in caplog.records if "otel_rl.setup()" in r.getMessage()]) == 1
 
 

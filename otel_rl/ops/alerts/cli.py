@@ -68,10 +68,11 @@ def format_alerts(alerts: Sequence[RunAlert], *, now: float) -> str:
         rows.append((alert.run_id or "-", state, name, _age(alert.since, now), alert.summary or "-"))
     widths = [max(len(row[i]) for row in [("RUN", "STATE", "ALERT", "SINCE", ""), *rows]) for i in range(4)]
     lines = [
-        "  ".join(f"{title:<{width}}" for title, width in zip(("RUN", "STATE", "ALERT", "SINCE"), widths)) + "  SUMMARY"
+        "  ".join(f"{title:<{width}}" for title, width in zip(("RUN", "STATE", "ALERT", "SINCE"), widths, strict=True))
+        + "  SUMMARY"
     ]
-    for alert, row in zip(alerts, rows):
-        lines.append("  ".join(f"{cell:<{width}}" for cell, width in zip(row, widths)) + "  " + row[4])
+    for alert, row in zip(alerts, rows, strict=True):
+        lines.append("  ".join(f"{cell:<{width}}" for cell, width in zip(row[:4], widths, strict=True)) + "  " + row[4])
         indent = " " * (sum(widths) + 8)
         for key in ("dashboard_url", "runbook_url"):
             if alert.annotations.get(key):

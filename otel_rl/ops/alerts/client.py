@@ -2,9 +2,9 @@
 Ruler through the querier), firing ones with their state in Alertmanager (active, silenced, inhibited) and their
 annotations; and silences of a run.
 
-Prometheus is read with :class:`otel_rl.ops.query.Prometheus` and queries from :mod:`otel_rl.ops.promql` (the run id quoted);
-Alertmanager over its v2 API (``/api/v2/alerts``, ``/api/v2/silences``), filtered on this side by exact label
-equality, so a run id needs no escaping there.
+Prometheus is read with :class:`otel_rl.ops.query.Prometheus` and queries from :mod:`otel_rl.ops.promql` (the run
+id quoted); Alertmanager over its v2 API (``/api/v2/alerts``, ``/api/v2/silences``), filtered on this side by exact
+label equality, so a run id needs no escaping there.
 """
 
 from __future__ import annotations

@@ -46,6 +46,12 @@ class Target:
     limit: int = 0
     """A Jaeger search's number of traces."""
 
+    @property
+    def reference(self) -> bool:
+        """Whether the query draws a reference line (a threshold an alert compares with), not the run's data: a
+        panel is scaled to its data, not to its thresholds."""
+        return "threshold" in self.legend.lower() or "threshold" in self.expr.lower()
+
 
 @dataclass(frozen=True, kw_only=True)
 class Panel:
@@ -61,6 +67,10 @@ class Panel:
     axis_label: str
     """The y-axis label (timeseries ``axisLabel``, heatmap ``yAxis.axisLabel``); may be empty."""
     targets: tuple[Target, ...]
+    stacked: bool = False
+    """Whether Grafana stacks the panel's series (``custom.stacking.mode: normal``)."""
+    minimum: float | None = None
+    """The y axis's lowest value (``min``), when the dashboard sets one."""
     value_texts: dict[float, str] = field(default_factory=dict)
     """The panel's value mappings (Grafana ``type: value``): the text a stat shows for a value, e.g. 1 -> "finished
     cleanly"."""
@@ -139,6 +149,8 @@ def _panel(item: dict[str, Any]) -> Panel:
         unit=str(defaults.get("unit") or "none"),
         axis_label=str(axis or ""),
         targets=tuple(targets),
+        stacked=((defaults.get("custom") or {}).get("stacking") or {}).get("mode") == "normal",
+        minimum=float(defaults["min"]) if isinstance(defaults.get("min"), (int, float)) else None,
         value_texts=_value_texts(defaults),
     )
 
@@ -156,7 +168,8 @@ def substitute(expr: str, *, run_id: str, rate_interval: str, interval: str, ser
     search's service) becomes ``service`` as it is. One pass over ``expr``: text that a substitution inserts is never
     read as a variable.
 
-    >>> print(substitute('rate(x{rl_run_id="$run"}[$__rate_interval])', run_id='r"1', rate_interval="20s", interval="5s"))
+    >>> query = 'rate(x{rl_run_id="$run"}[$__rate_interval])'
+    >>> print(substitute(query, run_id='r"1', rate_interval="20s", interval="5s"))
     rate(x{rl_run_id="r\\"1"}[20s])
 
     Raises:

@@ -12,6 +12,7 @@ from typing import Any
 from otel_rl.ops import promql
 from otel_rl.ops.query import Jaeger, Prometheus, Span, VictoriaLogs
 from otel_rl.ops.report.dashboard import Panel, Target, legend_for, substitute
+from otel_rl.ops.report.summary import STEP_TRACES
 
 
 class ReportError(RuntimeError):
@@ -29,7 +30,7 @@ class Window:
     step_s: float
     """Resolution of range queries (Grafana's ``$__interval``)."""
     rate_interval_s: float
-    """Grafana's ``$__rate_interval``: ``max(step + scrape interval, 4 × scrape interval)``."""
+    """Grafana's ``$__rate_interval``: ``max(step + scrape interval, 4 * scrape interval)``."""
 
     @classmethod
     def for_range(cls, start: float, end: float, *, scrape_interval_s: float, points: int = 240) -> Window:
@@ -61,6 +62,8 @@ class Series:
     points: list[tuple[float, float]] = field(default_factory=list)
     histograms: list[tuple[float, tuple[Bucket, ...]]] = field(default_factory=list)
     """Native histogram samples: each bucket as (lower, upper, count), in Prometheus's order."""
+    reference: bool = False
+    """A reference line (a threshold: :attr:`Target.reference`), not the run's data."""
 
     def finite(self) -> list[tuple[float, float]]:
         """The points whose value is a finite number (NaN from 0/0 in an idle interval are left out)."""
@@ -152,14 +155,16 @@ def logfmt_tags(text: str) -> dict[str, str]:
 
 
 def _fetch_steps(data: PanelData, target: Target, query: str, *, jaeger: Jaeger, service: str, window: Window) -> None:
-    """A Jaeger search of the run's steps: each step's root span, slowest first, and the slowest one's trace."""
+    """A Jaeger search of the run's steps: each step's root span, slowest first, and the slowest one's trace. The
+    search asks for every step's trace (:data:`~otel_rl.ops.report.summary.STEP_TRACES`), not only the dashboard's
+    ``limit`` most recent ones: the slowest steps of the run, the same slowest step as the summary's."""
     traces = jaeger.traces(
         service,
         operation=target.operation,
         tags=logfmt_tags(query),
         start=window.start,
         end=window.end + 60,
-        limit=target.limit,
+        limit=max(target.limit, STEP_TRACES),
     )
     for found in traces:
         for span in found.get("spans") or ():
@@ -212,7 +217,7 @@ def fetch_panel(
         elif target.instant:
             for item in prometheus.query(query, window.end):
                 labels = dict(item["metric"])
-                series = Series(legend_for(target.legend, labels), labels)
+                series = Series(legend_for(target.legend, labels), labels, reference=target.reference)
                 if "histogram" in item:
                     t, histogram = item["histogram"]
                     series.histograms.append((float(t), _buckets(histogram)))
@@ -225,5 +230,7 @@ def fetch_panel(
                 labels = dict(item["metric"])
                 points = [(float(t), float(v)) for t, v in item.get("values", ())]
                 histograms = [(float(t), _buckets(h)) for t, h in item.get("histograms", ())]
-                data.series.append(Series(legend_for(target.legend, labels), labels, points, histograms))
+                data.series.append(
+                    Series(legend_for(target.legend, labels), labels, points, histograms, reference=target.reference)
+                )
     return data

@@ -113,10 +113,13 @@ def _stack_for(args: argparse.Namespace) -> Stack:
 
 
 def _stack_install(args: argparse.Namespace) -> int:
-    """``otel-rl stack install``: install or build whatever binary is missing."""
+    """``otel-rl stack install``: install or build whatever binary the stack runs is missing; with ``--tools`` also
+    promtool and amtool, with ``--cluster`` also Thanos."""
     config = _config_from(args)
     started = time.monotonic()
-    binaries = install.install_all(root=config.resolved_root(), home=config.home, cluster=config.tsdb_cluster)
+    binaries = install.install_all(
+        root=config.resolved_root(), home=config.home, tools=args.tools, cluster=config.tsdb_cluster
+    )
     for item in fields(binaries):
         if getattr(binaries, item.name) is not None:
             print(f"{item.name:<13} {getattr(binaries, item.name)}")
@@ -185,7 +188,8 @@ def _stack_secrets(args: argparse.Namespace) -> int:
 _STACK_ACTIONS: dict[str, tuple[_Action, str]] = {
     "install": (
         _stack_install,
-        "install the collector, VictoriaLogs, Prometheus and Alertmanager (and Thanos with --cluster) if missing",
+        "install the collector, Prometheus, VictoriaLogs, Alertmanager and Jaeger if missing (with --tools also "
+        "promtool and amtool, with --cluster also Thanos)",
     ),
     "up": (_stack_up, "install what is missing, start the stack and wait until it is healthy"),
     "down": (_stack_down, "stop the stack (SIGTERM, then SIGKILL)"),
@@ -207,6 +211,13 @@ def add_stack_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         parser = actions.add_parser(action, help=help_text, description=help_text)
         _add_stack_options(parser)
         parser.set_defaults(handler=handler)
+        if action == "install":
+            parser.add_argument(
+                "--tools",
+                action="store_true",
+                help="also build promtool and amtool, which check configs, rules and routes (make test runs them; "
+                "minutes each cold, less after Prometheus and Alertmanager, whose Go caches they reuse)",
+            )
         if action == "secrets":
             parser.add_argument("--out", type=Path, default=Path("secrets"), help="the folder (default: ./secrets)")
             parser.add_argument(

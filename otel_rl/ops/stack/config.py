@@ -178,7 +178,8 @@ class StackConfig:
     the first receiver, which forwards each series to its owner; :attr:`Stack.prometheus_url
     <otel_rl.ops.stack.services.Stack.prometheus_url>` is the querier's Prometheus query API. Prometheus does not run:
     Thanos Ruler (``thanos-rule``) evaluates the rules against the querier and sends to the same Alertmanager, and
-    the collector's own metrics are not scraped. Needs the Thanos binary (``otel-rl stack install --cluster``). See docs/scale.md."""
+    the collector's own metrics are not scraped. Needs the Thanos binary (``otel-rl stack install --cluster``). See
+    docs/scale.md."""
     alert_webhook_url: str | None = None
     """Where Alertmanager also delivers every notification (its JSON, firing and resolved), e.g.
     ``"http://127.0.0.1:8080/alerts"``: added as a webhook to each receiver of ``alertmanager/alertmanager.yml``.
@@ -279,7 +280,7 @@ class StackConfig:
         """Return the secure profile's secrets (``<state_dir>/secrets``), made first if missing; the server
         certificate names 127.0.0.1, localhost and :attr:`host`."""
         hosts = ("127.0.0.1", "localhost", self.host)
-        return ensure_secrets(self.resolved_state_dir() / "secrets", hosts=tuple(h for h in hosts if h != "0.0.0.0"))
+        return ensure_secrets(self.resolved_state_dir() / "secrets", hosts=tuple(h for h in hosts if h != "0.0.0.0"))  # noqa: S104 - excluded, not bound
 
     def resolved_collector_configs(self) -> tuple[Path, ...]:
         """Return :attr:`collector_configs`, or the repository's default collector configuration; absolute. The

@@ -59,7 +59,7 @@ COLLECTOR_TLS_CERT_FILE: Final = "OTEL_RL_TLS_CERT_FILE"
 COLLECTOR_TLS_KEY_FILE: Final = "OTEL_RL_TLS_KEY_FILE"
 """Secure profile: the server certificate's private key."""
 
-COLLECTOR_BEARER_TOKEN_FILE: Final = "OTEL_RL_BEARER_TOKEN_FILE"
+COLLECTOR_BEARER_TOKEN_FILE: Final = "OTEL_RL_BEARER_TOKEN_FILE"  # noqa: S105 - a variable's name, no secret
 """Secure profile: the file holding the token ranks must send (``authorization: Bearer <token>``)."""
 
 COLLECTOR_TLS_CLIENT_CA_FILE: Final = "OTEL_RL_TLS_CLIENT_CA_FILE"
@@ -96,9 +96,9 @@ COLLECTOR_ENV_NAMES: Final = (
     COLLECTOR_VICTORIALOGS_AUTHORIZATION_FILE,
     COLLECTOR_JAEGER_AUTHORIZATION_FILE,
 )
-"""Every variable the stack sets for the collector process (the secure profile's only with ``secure=True``) (``collector_config/collector.yaml`` reads them as
-``${env:NAME:-default}``; its other knobs, such as ``OTEL_RL_AGGREGATION_INTERVAL``, can be passed through
-``StackConfig.collector_environment``)."""
+"""Every variable the stack sets for the collector process (the secure profile's only with ``secure=True``)
+(``collector_config/collector.yaml`` reads them as ``${env:NAME:-default}``; its other knobs, such as
+``OTEL_RL_AGGREGATION_INTERVAL``, can be passed through ``StackConfig.collector_environment``)."""
 
 
 JAEGER_OTLP_ENDPOINT: Final = "OTEL_RL_JAEGER_OTLP_ENDPOINT"

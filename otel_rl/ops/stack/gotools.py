@@ -1,6 +1,11 @@
 """The Go toolchain as an installer: the ``go`` executable, the install lock, and :func:`ensure_go_binary`, which
 builds a pinned :class:`~otel_rl.ops.stack.versions.GoBinary` into ``$OTEL_RL_HOME/bin`` once.
 
+The tools built from one module at one version (Prometheus and promtool; Alertmanager and amtool) share one Go
+module and build cache, ``$OTEL_RL_HOME/go-cache/<module>@<version>`` (:func:`go_cache_dir`): the second tool's build
+finds the module and the dependencies both use downloaded and their common packages compiled. The folder is kept
+while a tool of that module and version is still unbuilt, and removed once all are built or the version changes.
+
 Every install into ``$OTEL_RL_HOME`` holds an exclusive lock on ``$OTEL_RL_HOME/install.lock`` so that concurrent
 ``up`` calls (a test session and a shell) do not build the same thing twice or read a half-written binary. Each
 ``ensure_*`` function takes the lock itself and never while holding it (see :func:`install_lock`).
@@ -17,10 +22,10 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from otel_rl.ops.stack import layout
+from otel_rl.ops.stack import layout, versions
 from otel_rl.ops.stack.versions import GoBinary
 
 _logger = logging.getLogger(__name__)
@@ -90,52 +95,85 @@ def run_tool(argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None
         ) from error
 
 
-def ensure_go_binary(pin: GoBinary, *, home: Path) -> Path:
+def go_cache_dir(home: Path, pin: GoBinary) -> Path:
+    """Return the Go module and build caches (``mod/``, ``build/``) that builds of ``pin``'s module at its version
+    share: ``$OTEL_RL_HOME/go-cache/<module, / as _>@<version>``."""
+    return home / "go-cache" / f"{pin.module.replace('/', '_')}@{pin.version}"
+
+
+def is_installed(pin: GoBinary, *, home: Path) -> bool:
+    """Return whether ``pin``'s executable is in ``$OTEL_RL_HOME/bin`` with the version stamp ``pin`` asks for."""
+    bin_dir = layout.bin_dir(home)
+    stamp = bin_dir / f"{pin.binary}.version"
+    return (
+        (bin_dir / pin.binary).is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == pin.stamp
+    )
+
+
+def ensure_go_binary(pin: GoBinary, *, home: Path, pins: Sequence[GoBinary] = versions.GO_BINARIES) -> Path:
     """Return ``pin``'s executable in ``$OTEL_RL_HOME/bin``, building it first if it is missing or stale.
 
     It is built when the binary is missing or its version stamp (``<binary>.version`` beside it) is not
     :attr:`~otel_rl.ops.stack.versions.GoBinary.stamp`: by ``go install <target>`` into a temporary GOBIN, or with
     :attr:`~otel_rl.ops.stack.versions.GoBinary.module_copy` by ``go build`` inside a writable copy of the module
     (:func:`writable_module_copy`) with its :attr:`~otel_rl.ops.stack.versions.GoBinary.module_files` written in. The
-    result is renamed into place, so a failed build leaves nothing half-written. Takes :func:`install_lock` itself:
-    the caller must not hold it.
+    result is renamed into place, so a failed build leaves nothing half-written. The build uses the module's shared
+    caches (:func:`go_cache_dir`); afterwards those of the module's other versions are removed, and this version's
+    too once every pin of ``pins`` from the same module and version is installed. Takes :func:`install_lock`
+    itself: the caller must not hold it.
 
     Raises:
         InstallError: when fetching or building fails, or ``go install`` produces no such binary.
     """
     bin_dir = layout.bin_dir(home)
     binary = bin_dir / pin.binary
-    stamp = bin_dir / f"{pin.binary}.version"
-
-    def current() -> bool:
-        return binary.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == pin.stamp
-
-    if current():
+    if is_installed(pin, home=home):
         return binary
     tags = f" -tags={','.join(pin.tags)}" if pin.tags else ""
     what = pin.target + (f" (go build{tags} in a module copy)" if pin.module_copy else "")
     with install_lock(home):
-        if current():
+        if is_installed(pin, home=home):
             return binary
         _logger.info("installing %s into %s", what, bin_dir)
         started = time.monotonic()
         bin_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".go-install-", dir=bin_dir) as scratch:
-            os.replace(_build(pin, Path(scratch)), binary)
-        stamp.write_text(pin.stamp + "\n", encoding="utf-8")
+            os.replace(_build(pin, Path(scratch), caches=go_cache_dir(home, pin)), binary)
+        (bin_dir / f"{pin.binary}.version").write_text(pin.stamp + "\n", encoding="utf-8")
         _logger.info("installed %s in %.1f s", what, time.monotonic() - started)
+        _prune_go_caches(pin, home=home, pins=pins)
     return binary
 
 
-def _build(pin: GoBinary, scratch: Path) -> Path:
-    """Build ``pin`` in the empty folder ``scratch`` and return the executable made there.
+def _prune_go_caches(pin: GoBinary, *, home: Path, pins: Sequence[GoBinary]) -> None:
+    """Remove the shared caches of ``pin``'s module at other versions, and at its version once no pin of ``pins``
+    from that module and version is left to build (the caches only speed up those builds; they hold gigabytes)."""
+    kept = go_cache_dir(home, pin)
+    siblings = [other for other in (pin, *pins) if (other.module, other.version) == (pin.module, pin.version)]
+    done = all(is_installed(other, home=home) for other in siblings)
+    for folder in kept.parent.glob(f"{pin.module.replace('/', '_')}@*"):
+        if folder != kept or done:
+            _logger.info("removing the Go caches %s", folder)
+            shutil.rmtree(folder, onerror=_make_writable_and_retry)
 
-    The build gets its own module and build caches inside ``scratch``, removed with it: what is kept is the stamped
-    binary, and these tools' dependency versions share next to nothing with each other or the collector, so shared
-    caches only grew (a cold ``make test`` left 15 GB of Go caches, 2026-12-01). A version bump rebuilds from empty
-    caches, as a fresh machine does."""
+
+def _make_writable_and_retry(function: Callable[[str], object], path: str, _error: object) -> None:
+    """``shutil.rmtree``'s error handler: make ``path`` and its folder writable and retry, for an entry the go
+    command left read-only (the module cache's are without ``-modcacherw``); a second failure raises."""
+    for entry in (Path(path).parent, Path(path)):
+        entry.chmod(entry.stat().st_mode | 0o700)
+    function(path)
+
+
+def _build(pin: GoBinary, scratch: Path, *, caches: Path) -> Path:
+    """Build ``pin`` in the empty folder ``scratch`` with the module and build caches in ``caches`` and return the
+    executable made there.
+
+    ``caches`` is the module's shared folder (:func:`go_cache_dir`), not ``GOPATH``'s: these tools' dependency
+    versions share next to nothing with each other's modules or the collector, so one cache for all only grew (a
+    cold ``make test`` left 15 GB of Go caches, 2026-12-01); per module and version, it serves the module's other
+    tools and goes when they are built. A version bump rebuilds from empty caches, as a fresh machine does."""
     go = go_executable()
-    caches = scratch / "go-caches"
     env = go_env(
         GOCACHE=str(caches / "build"),
         GOMODCACHE=str(caches / "mod"),

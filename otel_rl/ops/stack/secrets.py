@@ -5,8 +5,9 @@ then reused).
 Every component reads them from files, so no secret is on a command line (``ps`` shows the paths only) or in a
 log: the collector (``collector_config/secure.yaml``: ``${file:...}`` and ``*_file`` settings), Prometheus and
 Alertmanager (``--web.config.file``, whose ``basic_auth_users`` holds a bcrypt hash), VictoriaLogs
-(``-httpAuth.password=file://...``), Jaeger (``jaeger.htpasswd``, a bcrypt hash) and Grafana (``$__file{...}`` in its provisioned datasources). The same files
-serve ``otel-rl stack up --secure`` and docker-compose.yml (``otel-rl stack secrets``).
+(``-httpAuth.password=file://...``), Jaeger (``jaeger.htpasswd``, a bcrypt hash) and Grafana (``$__file{...}`` in
+its provisioned datasources). The same files serve ``otel-rl stack up --secure`` and docker-compose.yml
+(``otel-rl stack secrets``).
 
 Certificates are made with the ``openssl`` command line (ECDSA P-256, valid 825 days); the server certificate
 names ``hosts`` and is made again when they change. The folder is 0700; its files are 0600, or 0644 with

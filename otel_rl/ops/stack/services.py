@@ -105,7 +105,7 @@ def _http_ok(
         request.add_header("Authorization", "Basic " + base64.b64encode(":".join(basic_auth).encode()).decode())
     context = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:  # noqa: S310 - our URL
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
             return response.status == 200, f"HTTP {response.status}"
     except urllib.error.HTTPError as error:
         return False, f"HTTP {error.code}"

@@ -165,3 +165,8 @@ distribution: the OTLP receiver, the memory or Badger trace storage and the ``ja
 has a ``replace`` directive (``Shopify/sarama``), so it is built in a module copy; the module holds no built web UI
 (``cmd/query/app/ui/actual`` has only a ``.gitignore``), so the UI is Jaeger's own placeholder page and the API is
 complete. Apache-2.0."""
+
+GO_BINARIES: Final = (VICTORIALOGS, PROMETHEUS, PROMTOOL, ALERTMANAGER, AMTOOL, JAEGER, THANOS)
+"""Every Go-built pin of the stack. Pins of one module at one version (Prometheus and promtool; Alertmanager and
+amtool) share their Go module and build caches until all of them are built
+(:func:`otel_rl.ops.stack.gotools.ensure_go_binary`)."""
