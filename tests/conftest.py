@@ -200,6 +200,10 @@ def metric_exporter() -> RecordingMetricExporter:
 # ``pytest -m "not stack"`` builds and starts nothing. A test that runs the go command or the stack some other way
 # carries the mark itself (``@pytest.mark.stack`` or a module's ``pytestmark``).
 
+collect_ignore: Final = ["integrations/verl_job.py"]
+"""Scripts that run under another environment's interpreter (verl's, ``.venv-verl``), never imported here (the
+suite's ``--doctest-modules`` would import them)."""
+
 STACK_FIXTURES: Final = frozenset({"stack_binaries", "promtool", "amtool"})
 """The fixtures that install the stack's binaries (the collector build takes minutes once)."""
 

@@ -118,4 +118,3 @@ def test_verl_tracking_in_a_ray_actor_takes_its_settings_from_runtime_env(shared
     assert run_id == result["expected_run_id"]
     assert re.fullmatch(r"ray-\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_\d+-[0-9a-f]+", run_id), run_id
     _assert_every_key_in_prometheus(Prometheus(shared_stack.prometheus_url), run_id, result["logged"])
-    import time; time.sleep(15); print("MEASURE finished", Prometheus(shared_stack.prometheus_url).query(f'rl_run_finished{{rl_run_id="{run_id}"}}'))  # TEMP

@@ -155,7 +155,7 @@ def test_component_spec_rejects_relative_health_path() -> None:
         dataclasses.replace(SPECS["victorialogs"], health_path="health")
 
 
-def test_rendered_prometheus_config_is_valid(tmp_path: Path, stack_binaries: Binaries) -> None:
+def test_rendered_prometheus_config_is_valid(tmp_path: Path, promtool: Path) -> None:
     """The rendered Prometheus config passes promtool and points its jobs at the stack's ports."""
     root = layout.repository_root()
     ports = StackPorts.free()
@@ -164,7 +164,7 @@ def test_rendered_prometheus_config_is_valid(tmp_path: Path, stack_binaries: Bin
         render_prometheus_config(layout.prometheus_config(root), StackConfig(ports=ports)),
         encoding="utf-8",
     )
-    subprocess.run([str(stack_binaries.promtool), "check", "config", str(rendered)], check=True, capture_output=True)
+    subprocess.run([str(promtool), "check", "config", str(rendered)], check=True, capture_output=True)
     data = yaml.safe_load(rendered.read_text(encoding="utf-8"))
     targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in data["scrape_configs"]}
     assert targets["prometheus"] == [f"127.0.0.1:{ports.prometheus}"]
@@ -319,18 +319,11 @@ def test_port_in_use_is_reported(stack: Stack, tmp_path: Path, stack_binaries: B
         Stack(clash, binaries=stack_binaries).start_component("prometheus")
 
 
-def test_unhealthy_component_error_names_it_and_tails_log(tmp_path: Path, stack_binaries: Binaries) -> None:
+def test_unhealthy_component_error_names_it_and_tails_log(
+    tmp_path: Path, stack_binaries: Binaries, promtool: Path
+) -> None:
     """A component that exits at once fails with its name, exit status and log tail."""
-    assert stack_binaries.promtool is not None
-    broken = Binaries(
-        collector=stack_binaries.collector,
-        victorialogs=stack_binaries.victorialogs,
-        prometheus=stack_binaries.promtool,  # promtool rejects Prometheus's flags and exits
-        promtool=stack_binaries.promtool,
-        alertmanager=stack_binaries.alertmanager,
-        amtool=stack_binaries.amtool,
-        jaeger=stack_binaries.jaeger,
-    )
+    broken = dataclasses.replace(stack_binaries, prometheus=promtool)  # promtool rejects Prometheus's flags and exits
     stack = Stack(StackConfig(ports=StackPorts.free(), state_dir=tmp_path, ready_timeout_s=20), binaries=broken)
     with pytest.raises(StackError, match=r"(?s)prometheus exited with status \d+ before becoming healthy.*lines of"):
         stack.start_component("prometheus")

@@ -337,15 +337,16 @@ def performance(sources: Sources, begin: float, end: float, *, service: str, cou
             "p99": p99.get(phase),
         }
     slowest = max(split, key=lambda phase: split[phase]["mean"] or 0.0) if split else None
-    trained = prometheus.value(promql.increase("rl_tokens_trained_total", sel, window=None), end)
-    flops = prometheus.value(f"max(rl_flops_per_token{{{sel}}}) / sum(rl_flops_peak_per_second{{{sel}}})", end)
+    # Read at `counted` too: a rank counts a step's tokens after its rewards, so they may arrive a flush after `end`.
+    trained = prometheus.value(promql.increase("rl_tokens_trained_total", sel, window=None), counted)
+    flops = prometheus.value(f"max(rl_flops_per_token{{{sel}}}) / sum(rl_flops_peak_per_second{{{sel}}})", counted)
     tokens_per_s = None if trained is None else trained / wall
     return {
         "split": split,
         "nesting_known": bool(traces),
         "slowest_phase": slowest,
         "tokens": {
-            "generated": prometheus.value(promql.increase("rl_tokens_generated_total", sel, window=None), end),
+            "generated": prometheus.value(promql.increase("rl_tokens_generated_total", sel, window=None), counted),
             "trained": trained,
             "trained_per_s": tokens_per_s,
             "mfu": None if tokens_per_s is None or flops is None else tokens_per_s * flops,

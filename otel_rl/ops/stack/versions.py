@@ -90,9 +90,15 @@ AWS, Azure, GCE, Kubernetes, ... SDKs were most of its cold build (13 min 23 s o
 empty module and build caches)."""
 
 PROMTOOL: Final = GoBinary(
-    module=PROMETHEUS_MODULE, package="cmd/promtool", version=PROMETHEUS_VERSION, binary="promtool"
+    module=PROMETHEUS_MODULE,
+    package="cmd/promtool",
+    version=PROMETHEUS_VERSION,
+    binary="promtool",
+    tags=("remove_all_sd",),
 )
-"""Prometheus's companion tool (config and rule checks, rule unit tests)."""
+"""Prometheus's companion tool (config and rule checks, rule unit tests), built with the server's tags: the same
+configs pass both (neither knows cloud or Kubernetes discovery), and it reuses the server's module and build cache
+instead of compiling the cloud SDKs (186 s of CPU instead of 422 s, measured 2026-12-02)."""
 
 THANOS: Final = GoBinary(
     module="github.com/thanos-io/thanos",
