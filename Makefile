@@ -83,7 +83,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 typecheck: venv
-	$(VENV)/bin/mypy otel_rl demo bench
+	$(VENV)/bin/mypy otel_rl demo bench tests
 
 # The fast loop: lint, types, and every test that starts and builds nothing (unit, property, fuzz, doctests).
 check: lint typecheck
@@ -110,4 +110,4 @@ soak: stack-install
 	$(PY) -m tests.reliability.soak --report soak-report.json
 
 clean:
-	rm -rf $(VENV) $(LOWEST) demo-output .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(LOWEST) $(VERL) demo-output .pytest_cache .mypy_cache .ruff_cache

@@ -108,7 +108,7 @@ def run_job(settings: JobSettings, *, runaway_until: Callable[[], bool] | None =
             try:
                 done += progress.get(timeout=0.5)
                 bar.update(1)
-            except Exception:  # noqa: BLE001 - queue.Empty from a multiprocessing queue
+            except Exception:  # noqa: BLE001, S112 - queue.Empty from a multiprocessing queue
                 continue
     for process in processes:
         process.join()

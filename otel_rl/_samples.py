@@ -36,20 +36,34 @@ class EpisodeSample:
     """
 
     reward: float
+    """The episode's total reward (``rl.reward``); a bool counts as 1 or 0. It ranks the step's top and bottom
+    samples; a NaN reward can only be drawn at random."""
     episode_id: str | int | None = None
+    """The trainer's id of the episode (``rl.episode.id``, as text): what a reader searches the log store for."""
     policy_version: int | None = None
+    """The policy version that generated the episode (``rl.policy.version``)."""
     prompt: str | bytes | None = None
+    """The prompt text; the top and bottom prefer distinct prompts (``distinct_prompts``)."""
     response: str | bytes | None = None
+    """The generated response text."""
     target: str | bytes | None = None
+    """The reference answer, when the task has one."""
     reward_breakdown: Mapping[str, float] = field(default_factory=dict)
+    """Each reward function's value by its name (``rl.reward.<fn>``), e.g. ``{"correctness": 1.0, "format": 0.5}``."""
     advantage: float | None = None
+    """The episode's advantage (``rl.advantage``)."""
     staleness: int | None = None
+    """Policy lag of the episode in versions (``rl.staleness``): the trainer's version minus the generator's."""
     request_len: int | None = None
+    """The prompt's length in tokens (``rl.request.length``)."""
     response_len: int | None = None
+    """The response's length in tokens (``rl.response.length``)."""
     dataset: str | None = None
     """The data source (as given to ``record_rewards(dataset=...)``): the sample's exemplars go to that dataset's
     streams, and its record carries ``rl.dataset``."""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    """Anything else: scalars become attributes ``rl.sample.extra.<key>``, other values are JSON-encoded into the
+    body."""
 
 
 SAMPLE_KEYS = frozenset(f.name for f in fields(EpisodeSample))
@@ -58,9 +72,11 @@ SAMPLE_KEYS = frozenset(f.name for f in fields(EpisodeSample))
 class SampleFilter(Protocol):
     """Chooses which of a step's samples are exported. ``drain`` returns them and starts the next step."""
 
-    def add(self, sample: EpisodeSample) -> None: ...
+    def add(self, sample: EpisodeSample) -> None:
+        """Offer one of the step's samples."""
 
-    def drain(self) -> list[tuple[Selection, EpisodeSample]]: ...
+    def drain(self) -> list[tuple[Selection, EpisodeSample]]:
+        """The step's chosen samples with how each was chosen; the filter starts the next step empty."""
 
 
 class TopBottomFilter:
@@ -112,6 +128,7 @@ class TopBottomFilter:
         self._seen = 0
 
     def add(self, sample: EpisodeSample) -> None:
+        """Offer one sample: kept while it is among the highest or lowest rewards, or drawn for the reservoir."""
         order = next(self._order)
         reward = float(sample.reward)
         if not math.isnan(reward):
@@ -130,6 +147,7 @@ class TopBottomFilter:
                 self._reservoir[slot] = (order, sample)
 
     def drain(self) -> list[tuple[Selection, EpisodeSample]]:
+        """The step's top, bottom and random samples, each episode once, and a fresh start for the next step."""
         kept: list[tuple[Selection, EpisodeSample]] = []
         taken: set[int] = set()
         for selection, prompts, heap, k in (

@@ -14,7 +14,9 @@ verl. otel-rl's entry point (pyproject.toml) is this module. Importing it adds `
   process made one, otherwise one set up here from the environment (:class:`~otel_rl.TelemetryConfig`).
 - ``finish``, which calls only the backends verl knows: it also flushes otel-rl. verl's trainer never calls it; the
   ``Tracking`` made in ``fit`` is finished when it is collected (``__del__``), as ``fit`` returns. At interpreter
-  exit the telemetry exports what is left and marks the run finished (its own ``atexit`` hook).
+  exit the telemetry exports what is left and marks the run finished (its own ``atexit`` hook); a Ray actor such
+  as verl's TaskRunner is killed when its job ends, before exit hooks run, so there the flush at ``finish`` is what
+  exports the last steps, and ``rl.run.finished`` stays 0.
 
 The run id is ``OTEL_RL_RUN_ID`` (or a launcher's id, see ``TelemetryConfig.run_id``); in a Ray job without one,
 ``ray-<session>-<job id>`` from Ray's runtime context, the same in every process of the job and in no other job;

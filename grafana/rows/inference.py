@@ -38,7 +38,8 @@ def row() -> Row:
         series(
             56,
             "Inference: KV-cache use",
-            "Share of each server's KV cache in use (vLLM kv_cache_usage_perc, before 0.10 gpu_cache_usage_perc; SGLang "
+            "Share of each server's KV cache in use (vLLM kv_cache_usage_perc, before 0.10 gpu_cache_usage_perc; "
+            "SGLang "
             "token_usage). Near 1: requests are preempted or wait.",
             "percentunit",
             "of the KV cache",

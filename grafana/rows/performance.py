@@ -164,7 +164,8 @@ def row() -> Row:
         .id(53)
         .title("Slowest steps (traces in Jaeger)")
         .description(
-            f"The run's latest {SLOWEST_STEPS} steps from Jaeger (rl.step, the root span of each step's trace), slowest "
+            f"The run's latest {SLOWEST_STEPS} steps from Jaeger (rl.step, the root span of each step's trace), "
+            "slowest "
             "first. A trace id opens the step's trace: every rank's rl.rank.step and its phases as a timeline, and the "
             "queue spans of the trajectories it consumed."
         )

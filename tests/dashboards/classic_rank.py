@@ -44,7 +44,7 @@ def _rank(rank: int, endpoint: str, run_id: str, seconds: float) -> None:
         telemetry.set_policy_version(step)
         correctness = [float(rng.random() < 0.5) for _ in range(16)]
         formatting = [rng.choice((0.0, 0.5)) for _ in range(16)]
-        telemetry.record_rewards([c + f for c, f in zip(correctness, formatting)])
+        telemetry.record_rewards([c + f for c, f in zip(correctness, formatting, strict=True)])
         telemetry.record_rewards(correctness, fn="correctness")
         telemetry.record_rewards(formatting, fn="format")
         telemetry.record_staleness([max(step - rng.randrange(4), 0) for _ in range(64)], step)

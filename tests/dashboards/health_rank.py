@@ -1,4 +1,5 @@
-"""A rank that records the health signals, run beside the demo in test_live.py: ``python -m tests.dashboards.health_rank``.
+"""A rank that records the health signals, run beside the demo in test_live.py:
+``python -m tests.dashboards.health_rank``.
 
 For a few export periods it records what the "Run", "Rollout health" and "Data & staleness" rows read: one
 ``record_rollouts`` call per step (advantages, response lengths, entropy, trainer and inference log-probabilities,

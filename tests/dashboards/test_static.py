@@ -178,8 +178,9 @@ _SYNTHETIC_OTHER = [
     ('otel_rl_export_unencodable_total{otel_rl_signal="logs"}', "0+2x40"),
     (
         "otel_rl_merge_canary",
-        "{{schema:5 count:0 sum:0}}+{{schema:5 count:4 sum:4 offset:-99 buckets:[%s]}}x40"
-        % " ".join("1" if i + 1 in (-99, -39, 73, 101) else "0" for i in range(-100, 101)),
+        "{{schema:5 count:0 sum:0}}+{{schema:5 count:4 sum:4 offset:-99 buckets:["
+        + " ".join("1" if i + 1 in (-99, -39, 73, 101) else "0" for i in range(-100, 101))
+        + "]}}x40",
     ),
     # Where the time goes: record_tokens, the FLOPs gauges, set_async_state; the recorded open-phase series.
     ("rl_tokens_generated_total", "0+150x40"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Iterator
@@ -107,6 +108,23 @@ def test_one_series_per_run_without_rank_labels(shared_stack: Any, exact_run: tu
     assert sorted(s["metric"]["rl_reward_fn"] for s in series) == sorted(FNS)
     for item in prometheus.query(f'{{rl_run_id="{run_id}"}}'):
         assert not {"rl_rank", "rl_local_rank", "service_instance_id", "instance"} & set(item["metric"])
+
+
+def test_a_flush_stamps_every_series_of_a_run_alike(shared_stack: Any, exact_run: tuple[str, dict[str, Any]]) -> None:
+    """Every series of a run carries the same sample time for one collector flush (one stamp per run and flush), so a
+    ratio's numerator and denominator always fall in the same window; stamping each point apart put one flush's
+    series up to 16 ms apart. Flushes are 1 s apart here, so two distinct times closer than 0.5 s are one flush."""
+    run_id, _ = exact_run
+    prometheus = Prometheus(shared_stack.prometheus_url)
+
+    def times() -> list[float]:
+        series = prometheus.query(f'{{rl_run_id="{run_id}"}}[5m]')
+        found = sorted({float(time) for item in series for time, _ in item["values"]})
+        return found if len(series) >= 20 and len(found) >= 3 else []
+
+    found = eventually(times, what="three flushes of the run")
+    gaps = [later - earlier for earlier, later in itertools.pairwise(found)]
+    assert min(gaps) >= 0.5, f"one flush stamped apart: {[gap for gap in gaps if gap < 0.5]}"
 
 
 def test_mean_of_all_negative_rewards_over_a_window(shared_stack: Any) -> None:

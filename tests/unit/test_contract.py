@@ -290,6 +290,21 @@ def test_collector_merges_each_metric_by_its_contract_rule() -> None:
     assert merged == {(form["name"], form["type"]): [m.merge] for m, form in forms}
 
 
+def test_collector_stamps_a_flush_once_per_run() -> None:
+    """transform/merge_ranks reads the clock once per resource (a run, after groupbyattrs/compact) and copies that
+    time to every point; ``Now()`` per point stamped one flush's series milliseconds apart under load (a ratio's
+    numerator and denominator then fell in different windows)."""
+    groups = COLLECTOR["processors"]["transform/merge_ranks"]["metric_statements"]
+    clock_reads = [(group["context"], s) for group in groups for s in group["statements"] if "Now()" in s]
+    assert clock_reads == [("resource", 'set(resource.attributes["otel_rl.flush_time"], UnixNano(Now()))')]
+    point_statements = [s for group in groups if group["context"] == "datapoint" for s in group["statements"]]
+    assert 'set(datapoint.time_unix_nano, resource.attributes["otel_rl.flush_time"])' in point_statements
+    assert groups[-1] == {
+        "context": "resource",
+        "statements": ['delete_key(resource.attributes, "otel_rl.flush_time")'],
+    }
+
+
 def test_collector_configs_name_only_contract_metrics() -> None:
     """Every metric name a collector configuration spells out is a metric of the contract (renames show up)."""
     known = {m.name for m in _names.ALL_METRICS}

@@ -162,7 +162,7 @@ def _fetch_steps(data: PanelData, target: Target, query: str, *, jaeger: Jaeger,
         service,
         operation=target.operation,
         tags=logfmt_tags(query),
-        start=window.start,
+        start=window.start - 60,  # the first step's span begins before the run's first metrics reach Prometheus
         end=window.end + 60,
         limit=max(target.limit, STEP_TRACES),
     )

@@ -219,7 +219,11 @@ def _steps_sections(data: PanelData) -> list[_Section]:
 
     ranks = len({s.attributes.get("rl.rank") for s in data.timeline if s.name == "rl.rank.step"})
     return [
-        _Section(_TABLE_ROW_IN * (shown + 1), 0.3, (_titled(f"{data.panel.title} (Jaeger)", steps),)),
+        _Section(
+            _TABLE_ROW_IN * (shown + 1),
+            0.3,
+            (_titled(data.panel.title if "Jaeger" in data.panel.title else f"{data.panel.title} (Jaeger)", steps),),
+        ),
         _Section(0.5 * max(ranks, 1) + 0.6, _AXIS_IN, (timeline,)),
     ]
 
