@@ -38,7 +38,7 @@ $(LOWEST_INSTALLED): pyproject.toml .ci/otel-lowest.txt | $(UV_INSTALLED)
 	test -x $(LOWEST)/bin/python || $(UV) venv -q --seed --python $(PYTHON) $(LOWEST)
 	$(UV) pip install -q --python $(LOWEST)/bin/python -e . -c .ci/otel-lowest.txt
 	$(LOWEST)/bin/python -c 'import otel_rl, otel_rl.torchforge; t = otel_rl.Telemetry(otel_rl.TelemetryConfig(exporter="none")); t.record_rewards([1.0]); t.shutdown()'
-	$(UV) pip install -q --python $(LOWEST)/bin/python -c .ci/otel-lowest.txt 'pytest>=8' 'pytest-timeout>=2.3' 'pytest-rerunfailures>=15' 'hypothesis>=6.100' 'pyyaml>=6'
+	$(UV) pip install -q --python $(LOWEST)/bin/python -c .ci/otel-lowest.txt 'pytest>=8' 'pytest-timeout>=2.3' 'pytest-rerunfailures>=15' 'pytest-xdist>=3.8' 'hypothesis>=6.100' 'pyyaml>=6'
 	touch $@
 
 # torch as in the main environment, so its wheels come from the cache; then a check that verl's plugin loader
