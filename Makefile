@@ -55,7 +55,7 @@ verl-env: $(VERL_INSTALLED)
 # The unit suite on the lowest supported OpenTelemetry (the main venv has the newest).
 test-otel-lowest: $(LOWEST_INSTALLED)
 	$(UV) pip list --python $(LOWEST)/bin/python 2>/dev/null | grep -E '^opentelemetry-sdk +1\.39\.0$$'
-	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider tests/unit otel_rl --ignore=otel_rl/ops --ignore=otel_rl/trl.py
+	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider tests/unit otel_rl --ignore=otel_rl/ops --ignore=otel_rl/trl.py $(XDIST) $(CHECK_WORKERS)
 
 venv: $(INSTALLED)
 

@@ -50,7 +50,7 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 from otel_rl import _names
 from otel_rl._config import ResolvedConfig
 from otel_rl._console import console_exporters
-from otel_rl._export_health import ExportHealth
+from otel_rl._export_health import ExportHealth, captured
 from otel_rl._store import MetricStore, attributes
 
 _logger = logging.getLogger(__name__)
@@ -545,8 +545,9 @@ def _call(export: Callable[[], object], *, raising: bool = False) -> object:
     """The exporter's result; None when it raised (or :data:`_RAISED` with ``raising``)."""
     try:
         return export()
-    except Exception:
-        _logger.warning("otel-rl: export raised", exc_info=True)
+    except Exception as error:
+        if not captured(error):  # inside an export, the health warning quotes it once
+            _logger.warning("otel-rl: export raised", exc_info=True)
         return _RAISED if raising else None
 
 

@@ -66,6 +66,16 @@ _CAPTURE = _Capture()
 _install_lock = threading.Lock()
 
 
+def captured(error: BaseException) -> bool:
+    """Keep ``error`` (an exporter that raised instead of returning a failure, as OTel 1.39's HTTP exporters do on a
+    refused connection) as this export's error text when inside :meth:`ExportHealth.exporting`; False elsewhere."""
+    messages: list[str] | None = getattr(_active, "messages", None)
+    if messages is None:
+        return False
+    messages.append(f"{type(error).__name__}: {error}")
+    return True
+
+
 def _install() -> None:
     """Put :data:`_CAPTURE` first on each SDK exporter logger, once."""
     with _install_lock:
