@@ -72,11 +72,12 @@ demo: stack-install
 	$(PY) -m demo
 
 # pytest-xdist workers: the stack tests mostly wait on export and scrape intervals, so more workers than the two
-# cores finish sooner. Tests sharing a module's fixture (a live run, a private stack) stay on one worker
-# (tests/conftest.py: pytest_collection_modifyitems, `--dist loadgroup`).
+# cores finish sooner. `--dist loadscope` keeps each module on one worker, so a module's fixture (a live run, a
+# private stack) is set up once; `loadgroup` cannot group under pytest 9.2 (xdist 3.8 renames `item._nodeid`, which
+# pytest no longer reads: measured, every test of a group went to any worker).
 TEST_WORKERS ?= 4
 CHECK_WORKERS ?= 2
-XDIST = --dist loadgroup -n
+XDIST = --dist loadscope -n
 
 lint: venv
 	$(VENV)/bin/ruff format --check .

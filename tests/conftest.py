@@ -214,17 +214,6 @@ whole run of its own, and every rerun is listed in the summary line (``N rerun``
 property, fuzz) are deterministic and never rerun."""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Keep the tests that share a module- or class-scoped fixture on one xdist worker (``--dist loadgroup``), so a
-    live run or a private stack set up for a module is set up once; every other test goes to whichever worker is
-    free."""
-    for item in items:
-        fixtures = getattr(item, "_fixtureinfo", None)
-        definitions = fixtures.name2fixturedefs.values() if fixtures is not None else ()
-        if any(definition[-1].scope in ("module", "class") for definition in definitions):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-
-
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Mark ``stack`` every test that uses a stack fixture, directly or through other fixtures; let every ``stack``
     test run again once on failure (:data:`STACK_RERUNS`)."""
