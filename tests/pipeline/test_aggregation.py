@@ -118,7 +118,7 @@ def test_a_flush_stamps_every_series_of_a_run_alike(shared_stack: Any, exact_run
     prometheus = Prometheus(shared_stack.prometheus_url)
 
     def times() -> list[float]:
-        series = prometheus.query(f'{{rl_run_id="{run_id}"}}[5m]')
+        series = prometheus.query(f'{{__name__=~"rl_.+",rl_run_id="{run_id}"}}[5m]')  # remote-written, not scraped
         found = sorted({float(time) for item in series for time, _ in item["values"]})
         return found if len(series) >= 20 and len(found) >= 3 else []
 

@@ -22,7 +22,7 @@ PINS = {name: value for name, value in vars(versions).items() if isinstance(valu
 def test_pins_name_their_target_and_stamp() -> None:
     """A pin's go install target is module/package@version (module@version at the root), its stamp adds the tags."""
     assert versions.PROMTOOL.target == "github.com/prometheus/prometheus/cmd/promtool@v0.316.0"
-    assert versions.PROMTOOL.stamp == "v0.316.0"
+    assert versions.PROMTOOL.stamp == "v0.316.0 -tags=remove_all_sd"
     assert collector_build.collector_builder("v0.161.0").target == "go.opentelemetry.io/collector/cmd/builder@v0.161.0"
     assert versions.THANOS.stamp == "v0.42.5 -tags=netgo,slicelabels"
 
