@@ -6,6 +6,8 @@ import argparse
 import logging
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,21 @@ def run(*, quick: bool, only: tuple[str, ...] = SECTIONS, threads: int = 2) -> d
     return results
 
 
+@contextmanager
+def _quiet(levels: dict[str, int]) -> Iterator[None]:
+    """The failing-collector modes make the exporters log every failed export, as expected; raise those loggers'
+    levels while the benchmarks run and put them back after (an in-process caller, the smoke test, keeps its own)."""
+    loggers = {logging.getLogger(name): level for name, level in levels.items()}
+    previous = {logger: logger.level for logger in loggers}
+    for logger, level in loggers.items():
+        logger.setLevel(level)
+    try:
+        yield
+    finally:
+        for logger, level in previous.items():
+            logger.setLevel(level)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes and counts: a smoke run of seconds")
@@ -74,10 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="sections to run")
     args = parser.parse_args(argv)
-    # The failing-collector modes make the exporters log every failed export; that is expected here.
-    logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
-    logging.getLogger("otel_rl").setLevel(logging.ERROR)
-    results = run(quick=args.quick, only=tuple(args.only), threads=args.threads)
+    with _quiet({"opentelemetry": logging.CRITICAL, "otel_rl": logging.ERROR}):
+        results = run(quick=args.quick, only=tuple(args.only), threads=args.threads)
     report.show(results)
     report.write(results, args.out)
     print(f"\nwrote {args.out} ({results['elapsed_s']:.1f} s)")

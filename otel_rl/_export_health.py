@@ -210,6 +210,14 @@ def diagnose(errors: Sequence[str]) -> str:
             "the endpoint did not answer in HTTP/1.1: it looks like an OTLP/gRPC port (the collector's is 4317). "
             'Use the OTLP/HTTP port (4318), or protocol "grpc" (OTEL_EXPORTER_OTLP_PROTOCOL)'
         )
+    if "Connection reset by peer" in text or "RemoteDisconnected" in text:
+        # A gRPC server answers an HTTP/1.1 request with an HTTP/2 frame and closes; a client still writing its
+        # body sees the close as a reset (which of the two the SDK reports depends on timing).
+        return (
+            "the endpoint closed the connection without an HTTP/1.1 answer: it looks like an OTLP/gRPC port (the "
+            'collector\'s is 4317), or a server that refused the request. Use the OTLP/HTTP port (4318), or protocol '
+            '"grpc" (OTEL_EXPORTER_OTLP_PROTOCOL)'
+        )
     if any(mark in text for mark in ("SSL", "ssl", "TLS", "handshake")):
         return (
             "TLS failed: an https:// endpoint, or a gRPC one without a scheme (TLS unless "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,12 @@ def _positive_finite(value: Any) -> bool:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One quick run of every section, read back from its JSON file."""
+    """One quick run of every section, read back from its JSON file; the run leaves the process's logger levels as
+    it found them (it once left ``otel_rl`` at ERROR, silencing later tests' warnings on the same xdist worker)."""
     out: Path = tmp_path_factory.mktemp("bench") / "results.json"
+    levels = {name: logging.getLogger(name).level for name in ("otel_rl", "opentelemetry")}
     assert main(["--quick", "--out", str(out)]) == 0
+    assert {name: logging.getLogger(name).level for name in levels} == levels
     results: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     return results
 
