@@ -215,7 +215,7 @@ def diagnose(errors: Sequence[str]) -> str:
         # body sees the close as a reset (which of the two the SDK reports depends on timing).
         return (
             "the endpoint closed the connection without an HTTP/1.1 answer: it looks like an OTLP/gRPC port (the "
-            'collector\'s is 4317), or a server that refused the request. Use the OTLP/HTTP port (4318), or protocol '
+            "collector's is 4317), or a server that refused the request. Use the OTLP/HTTP port (4318), or protocol "
             '"grpc" (OTEL_EXPORTER_OTLP_PROTOCOL)'
         )
     if any(mark in text for mark in ("SSL", "ssl", "TLS", "handshake")):
