@@ -12,13 +12,20 @@ def row() -> Row:
     rejected = series(
         14,
         "Rejected values (bad input)",
-        "Values dropped at record time, by metric and reason (nonfinite, negative, shape, ...), per interval.",
+        "Values dropped at record time, by metric and reason (nonfinite, negative, shape, ...), per interval; and "
+        "histogram points the collector refused at the door (the store would have refused them, and every other "
+        "run's points in the same write with them: alert OtelRLRejectedPoints), by metric and reason.",
         "short",
         "values per interval",
         prom(
             "A",
             promql.increase("otel_rl_values_rejected_total", RUN, by="otel_rl_metric, otel_rl_reason", window=WINDOW),
             "{{otel_rl_metric}} {{otel_rl_reason}}",
+        ),
+        prom(
+            "B",
+            promql.increase("otelcol_otel_rl_points_rejected", RUN, by="metric, reason", window=WINDOW),
+            "at the collector: {{metric}} {{reason}}",
         ),
     )
     sample_flow = series(

@@ -176,6 +176,7 @@ _SYNTHETIC_OTHER = [
     ('otel_rl_samples_dropped_total{otel_rl_reason="queue_full"}', "0+15x40"),
     ('otel_rl_export_failures_total{otel_rl_signal="metrics"}', "0+1x40"),
     ('otel_rl_export_unencodable_total{otel_rl_signal="logs"}', "0+2x40"),
+    ('otelcol_otel_rl_points_rejected{metric="rl.reward",reason="count"}', "0+2x40"),
     (
         "otel_rl_merge_canary",
         "{{schema:5 count:0 sum:0}}+{{schema:5 count:4 sum:4 offset:-99 buckets:["
@@ -362,6 +363,7 @@ _EXPECTED: dict[tuple[str, str], float | dict[str, float]] = {
     ("Unversioned tokens (per second)", "A"): {'{rl_dataset="math"}': 1},
     ("Samples dropped as too stale", "A"): {'{rl_dataset="code"}': 8},
     ("Rejected values (bad input)", "A"): {'{otel_rl_metric="rl.reward",otel_rl_reason="nonfinite"}': 12},
+    ("Rejected values (bad input)", "B"): {'{metric="rl.reward",reason="count"}': 8},
     ("Samples exported and dropped (per second)", "A"): 2.0,
     ("Samples exported and dropped (per second)", "B"): {'{otel_rl_reason="queue_full"}': 1},
     ("Export failures", "A"): {'{otel_rl_signal="metrics"}': 4},

@@ -311,7 +311,7 @@ def test_a_patch_that_does_not_apply_is_an_install_error_naming_it(tmp_path: Pat
         encoding="utf-8",
     )
     with pytest.raises(InstallError, match=r"collector patch .*broken\.patch' does not apply to .*coreinternal@v0"):
-        collector_build._patched_manifest(manifest, go=go_executable(), scratch=tmp_path / "scratch")
+        collector_build._effective_manifest(manifest, go=go_executable(), scratch=tmp_path / "scratch", patched=True)
 
 
 @pytest.mark.stack  # runs the go command
@@ -320,8 +320,10 @@ def test_patched_modules_pass_their_go_tests(tmp_path: Path) -> None:
     its patch touches."""
     manifest = layout.collector_manifest(ROOT)
     go = go_executable()
-    effective = yaml.safe_load(collector_build._patched_manifest(manifest, go=go, scratch=tmp_path).read_text())
-    # The copies are named relative to the builder's output folder, scratch/dist (collector_build._patched_manifest).
+    effective = yaml.safe_load(
+        collector_build._effective_manifest(manifest, go=go, scratch=tmp_path, patched=True).read_text()
+    )
+    # The copies are named relative to the builder's output folder, scratch/dist (collector_build._effective_manifest).
     copies = {
         module: (tmp_path / "dist" / path).resolve()
         for module, path in (e.split(" => ") for e in effective["replaces"])

@@ -164,7 +164,7 @@ def test_every_collector_alert_has_a_firing_and_a_silent_unit_test() -> None:
     none (tests/dashboards covers otel_rl.yml the same way), with a summary, description, runbook and dashboard."""
     rules = yaml.safe_load((RULES / "otel_rl_collector.yml").read_text(encoding="utf-8"))["groups"][0]["rules"]
     alerts = {rule["alert"] for rule in rules if "alert" in rule}
-    assert alerts == {"OtelRLInexactMerge", "OtelRLCollectorCapHit"}
+    assert alerts == {"OtelRLInexactMerge", "OtelRLCollectorCapHit", "OtelRLRejectedPoints"}
     assert all(
         set(r["annotations"]) == {"summary", "description", "runbook_url", "dashboard_url"}
         for r in rules

@@ -83,12 +83,25 @@ def collector_patches(manifest: Path) -> tuple[ModulePatch, ...]:
 
 def manifest_digest(manifest: Path, *, patched: bool = True) -> str:
     """Return the collector build's identity: the first 16 hex digits of the SHA-256 of the manifest's bytes,
-    followed by the name and bytes of each of its patches (so without patches, or with ``patched=False``, the
-    manifest's own SHA-256)."""
+    followed by the path and bytes of every file of its local modules (:func:`local_module_files`), then the name
+    and bytes of each of its patches (none with ``patched=False``)."""
     digest = hashlib.sha256(manifest.read_bytes())
+    for path in local_module_files(manifest):
+        digest.update(b"\0" + path.relative_to(manifest.parent).as_posix().encode() + b"\0" + path.read_bytes())
     for patch in collector_patches(manifest) if patched else ():
         digest.update(b"\0" + patch.path.name.encode() + b"\0" + patch.path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def local_module_files(manifest: Path) -> tuple[Path, ...]:
+    """Return the files of the manifest's local components (entries with a ``path``, such as otel-rl's own
+    ``pointcheck`` processor), sorted: their sources are part of the build's identity."""
+    data = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    entries = (
+        [entry for key in _MANIFEST_COMPONENT_KEYS for entry in data.get(key) or ()] if isinstance(data, dict) else []
+    )
+    folders = [manifest.parent / entry["path"] for entry in entries if isinstance(entry, dict) and entry.get("path")]
+    return tuple(sorted(path for folder in folders for path in folder.rglob("*") if path.is_file()))
 
 
 def collector_core_version(manifest: Path) -> str:
@@ -140,8 +153,9 @@ def ensure_collector(manifest: Path, *, home: Path, patched: bool = True) -> Pat
     through the environment variable ``dist.output_path``, which the builder reads on top of the manifest); the
     binary is then renamed into place, so a crashed build never leaves a half-written collector behind. The
     builder is installed (:func:`ensure_go_binary`) before this function takes the install lock for the build.
-    With patches, the builder reads an effective manifest in that folder: the original plus one ``replaces``
-    entry per patched module, pointing at a patched copy there (:func:`_patched_manifest`).
+    The builder reads an effective manifest in that folder: the original with copies of its local components and,
+    with patches, one ``replaces`` entry per patched module, pointing at a patched copy there
+    (:func:`_effective_manifest`).
 
     Raises:
         FileNotFoundError: when ``manifest`` does not exist.
@@ -168,7 +182,7 @@ def ensure_collector(manifest: Path, *, home: Path, patched: bool = True) -> Pat
             env["dist.output_path"] = str(output)
             go = go_executable()
             env["PATH"] = f"{go.parent}{os.pathsep}{env.get('PATH', '')}"
-            config = _patched_manifest(manifest, go=go, scratch=Path(scratch)) if patched else manifest
+            config = _effective_manifest(manifest, go=go, scratch=Path(scratch), patched=patched)
             run_tool([builder, f"--config={config}"], env=env, cwd=manifest.parent)
             built = output / name
             if not built.is_file():
@@ -179,22 +193,29 @@ def ensure_collector(manifest: Path, *, home: Path, patched: bool = True) -> Pat
     return target
 
 
-def _patched_manifest(manifest: Path, *, go: Path, scratch: Path) -> Path:
-    """Return the manifest to build: ``manifest`` itself without patches, else an effective manifest in ``scratch``.
+def _effective_manifest(manifest: Path, *, go: Path, scratch: Path, patched: bool) -> Path:
+    """Return the manifest to build, written into ``scratch``: the original with its local components copied beside
+    it and, when ``patched``, its patched modules.
 
-    Each patched module is copied from the Go module cache (``go mod download``) into ``scratch/modules``, made
-    writable and patched; the effective manifest is the original plus a ``replaces`` entry ``<module> =>
-    ../modules/<copy>`` for each (relative to the builder's output folder ``scratch/dist``), after the original's own
-    entries. Several patches of one module apply in file-name order.
+    The binary records replacement paths (its build info), so every path the build sees is relative to the builder's
+    output folder ``scratch/dist`` and the same in every build: each local component (an entry with a ``path``) is
+    copied into ``scratch/local/<folder>``; each patched module is copied from the Go module cache (``go mod
+    download``) into ``scratch/modules``, made writable and patched, and replaced by a ``replaces`` entry ``<module>
+    => ../modules/<copy>`` after the original's own. Several patches of one module apply in file-name order.
 
     Raises:
         InstallError: when a module cannot be fetched or a patch does not apply cleanly.
     """
-    patches = collector_patches(manifest)
-    if not patches:
-        return manifest
+    data = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    for kind in _MANIFEST_COMPONENT_KEYS:
+        for entry in data.get(kind) or ():
+            if isinstance(entry, dict) and entry.get("path"):
+                source = manifest.parent / entry["path"]
+                copy = scratch / "local" / source.name
+                shutil.copytree(source, copy)
+                entry["path"] = str(copy)
     copies: dict[tuple[str, str], Path] = {}
-    for patch in patches:
+    for patch in collector_patches(manifest) if patched else ():
         key = (patch.module, patch.version)
         if key not in copies:
             destination = scratch / "modules" / f"{patch.module.replace('/', '_')}@{patch.version}"
@@ -207,11 +228,8 @@ def _patched_manifest(manifest: Path, *, go: Path, scratch: Path) -> Path:
             raise InstallError(
                 f"collector patch {str(patch.path)!r} does not apply to {patch.module}@{patch.version}: {error}"
             ) from error
-    data = yaml.safe_load(manifest.read_text(encoding="utf-8"))
     data["replaces"] = [
         *(data.get("replaces") or ()),
-        # Relative to the generated go.mod in scratch/dist: the binary records replacement paths (its build info),
-        # so an absolute scratch path would make every build's bytes differ; this one is the same everywhere.
         *(f"{module} => ../modules/{copy.name}" for (module, _), copy in copies.items()),
     ]
     effective = scratch / manifest.name
