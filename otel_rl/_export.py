@@ -10,8 +10,8 @@ block it; queue overflow drops the oldest records and counts them. Whether expor
 
 Nothing can stall an export for good. A point or record that fails to encode (an exporter raising, where a
 collector's refusal is a returned failure) is found by encoding each on its own, left out from then on, and counted
-in ``otel_rl.export.unencodable``; the rest goes out at once. A record larger than a request may be is dropped when
-it is queued (``oversized``); a record the collector keeps refusing while it accepts metrics, even alone, is
+in ``otel_rl.export.unencodable``; the rest goes out at once. A record larger than the log store keeps is dropped
+when it is queued (``oversized``); a record the collector keeps refusing while it accepts metrics, even alone, is
 dropped after a few tries (``refused``) instead of blocking the records behind it.
 """
 
@@ -57,8 +57,13 @@ _logger = logging.getLogger(__name__)
 _BATCH = 512
 _BATCH_BYTES = 4 * 1024 * 1024
 """Most (estimated) bytes of log records in one export: the default gRPC receive limit of a stock collector
-(4 MiB). A bigger request is refused every time it is retried, which would stall all sample export; a single
-record above it is dropped when queued."""
+(4 MiB). A bigger request is refused every time it is retried, which would stall all sample export."""
+RECORD_BYTES = 1024 * 1024
+"""Largest sample record (as :func:`record_bytes` measures it) that is sent; a bigger one is dropped when queued
+and counted (``oversized``). The log store decides: VictoriaLogs keeps no entry above 2 MiB of its own measure (48
+bytes, plus 6 bytes and the name and value of each field, resource attributes included; a constant, not a flag, on
+the OTLP path too) and drops it silently after answering 200. Half of that leaves room for the resource's fields and
+for nested fields' longer flattened names, so every record sent is stored (docs/reliability.md, "One size limit")."""
 _REFUSALS = 5
 """Cycles in which a record sent alone was refused while metrics went through, before it is dropped."""
 _MAX_BACKOFF_S = 5.0
@@ -281,7 +286,7 @@ class ExportWorker:
         is full the oldest are dropped and counted."""
         if self._log_exporter is None or not records:
             return
-        fitting = [record for record in records if _record_bytes(record) <= _BATCH_BYTES]
+        fitting = [record for record in records if record_bytes(record) <= RECORD_BYTES]
         if len(fitting) < len(records):
             self._store.add(_names.SAMPLES_DROPPED, _DROPPED_OVERSIZED, len(records) - len(fitting))
         with self._lock:
@@ -415,7 +420,7 @@ class ExportWorker:
             batch: list[ReadableLogRecord] = []
             size = 0
             while self._queue and len(batch) < self._batch_limit:
-                cost = _record_bytes(self._queue[0])
+                cost = record_bytes(self._queue[0])
                 if batch and size + cost > _BATCH_BYTES:
                     break
                 batch.append(self._queue.popleft())
@@ -526,15 +531,16 @@ class QueueLogProcessor(LogRecordProcessor):
         return True
 
 
-def _record_bytes(record: ReadableLogRecord) -> int:
-    """A log record's encoded size, roughly (its strings' UTF-8 bytes plus a fixed overhead)."""
-    size = 256
+def record_bytes(record: ReadableLogRecord) -> int:
+    """A log record's size as a log store measures an entry, roughly: 256 bytes, plus for each body and attribute
+    field 6 bytes, its name and its value (a string's UTF-8 bytes, 16 for any other value)."""
     body = record.log_record.body
-    for value in body.values() if isinstance(body, Mapping) else (body,):
-        size += len(value.encode("utf-8", errors="replace")) if isinstance(value, str) else 16
-    for key, value in (record.log_record.attributes or {}).items():
-        size += len(key) + (len(value.encode("utf-8", errors="replace")) if isinstance(value, str) else 16)
-    return size
+    fields = [*(body.items() if isinstance(body, Mapping) else [("body", body)])]
+    fields += (record.log_record.attributes or {}).items()
+    return 256 + sum(
+        6 + len(str(key)) + (len(value.encode("utf-8", errors="replace")) if isinstance(value, str) else 16)
+        for key, value in fields
+    )
 
 
 _RAISED = object()

@@ -24,7 +24,8 @@ def row() -> Row:
         ),
         prom(
             "B",
-            promql.increase("otelcol_otel_rl_points_rejected", RUN, by="metric, reason", window=WINDOW),
+            # Exact: a burst that ended before the counter's first scrape leaves it born at its final value.
+            promql.exact_increase("otelcol_otel_rl_points_rejected", RUN, by="metric, reason", window=WINDOW),
             "at the collector: {{metric}} {{reason}}",
         ),
     )

@@ -151,7 +151,7 @@ def test_two_runs_through_thanos_with_a_receiver_restart_are_exact(
         assert len(holders) == 1, holders
         victim = holders.pop()
         per_node = prometheus.by_label(
-            f'count by (receive_node) ({{rl_run_id=~"{"|".join(run_ids)}"}})', "receive_node"
+            f'count by (receive_node) ({{rl_run_id=~"{"|".join(run_ids)}",receive_node!=""}})', "receive_node"
         )
         log_before = _remote_write_log(logs)
         probe = f"sum(histogram_count(rl_reward{selector(run_ids[0])}))"

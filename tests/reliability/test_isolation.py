@@ -1,5 +1,6 @@
-"""Isolation: a malformed sender never costs another run its data (collector_config/pointcheck, docs/reliability.md
-"Isolation"), against the real collector and Prometheus.
+"""Isolation: a malformed sender never costs another run its data (collector_config/processors/pointcheck, docs/reliability.md
+"Isolation"), and a sample record is either stored or counted, against the real collector, Prometheus and
+VictoriaLogs.
 
 Prometheus refuses a whole remote-write request when one native histogram in it is invalid, and the exporter drops
 such a request as permanent: before the door check, one sender whose exponential points did not add up (or carried a
@@ -17,10 +18,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import requests
+import yaml
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import (
@@ -30,16 +34,24 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     ResourceMetrics,
 )
 
-from otel_rl.ops.query import Prometheus
+from otel_rl._export import RECORD_BYTES
+from otel_rl.ops.query import Prometheus, VictoriaLogs
 from otel_rl.ops.report.dashboard import substitute
 from tests.dashboards.conftest import MALFORMED_ONLY, dashboard_targets
-from tests.pipeline.harness import eventually, native_buckets, private_stack, start_ranks
+from tests.pipeline.harness import RankProcess, eventually, native_buckets, private_stack, start_ranks
 from tests.reference import exponential_sides
+from tests.reliability.helpers import CONFIG_DIR, flush_ok
 
 RANKS = 4
 STEPS = 8
 SCALE = 5
 """The honest ranks' histogram scale (TelemetryConfig.histogram_scale's default)."""
+COLLECTOR_RECORD_LIMIT = int(
+    yaml.safe_load((CONFIG_DIR / "collector.yaml").read_text(encoding="utf-8"))["processors"][
+        "filter/oversized_records"
+    ]["logs"]["log_record"][0].rsplit(">", 1)[1]
+)
+"""filter/oversized_records' bound on the JSON of a log record's body and attributes (bytes)."""
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +65,14 @@ def _attribute(key: str, value: str | int) -> KeyValue:
     return KeyValue(key=key, value=any_value)
 
 
-def _resource(run_id: str) -> ResourceMetrics:
+def _resource(run_id: str, rank: int = 0) -> ResourceMetrics:
     resource = ResourceMetrics()
     resource.resource.attributes.extend(
         [
             _attribute("service.name", "malformed"),
-            _attribute("service.instance.id", f"{run_id}-0"),
+            _attribute("service.instance.id", f"{run_id}-{rank}"),
             _attribute("rl.run.id", run_id),
-            _attribute("rl.rank", 0),
+            _attribute("rl.rank", rank),
             _attribute("rl.world_size", 1),
             _attribute("rl.role", "trainer"),
         ]
@@ -164,6 +176,43 @@ class MalformedSenders(threading.Thread):
         self.join(35)
 
 
+def _honest_run(stack: Any, run_id: str) -> list[float]:
+    """An honest 4-rank run (exponential histograms) of STEPS steps, one a second, flushed and ended; returns the
+    rewards it recorded."""
+    values: list[float] = []
+    ranks = start_ranks(
+        RANKS, endpoint=stack.otlp_grpc_endpoint, run_id=run_id, histogram="exponential", export_interval_s=0.3
+    )
+    try:
+        for step in range(STEPS):
+            for rank in ranks:
+                rewards = [0.25 * rank.rank + 0.125 * step, 1.0, -0.5, 0.0, 3.0 + step]
+                rank.rewards(rewards)
+                rank.step(step + 1)
+                values.extend(rewards)
+            time.sleep(1.0)
+        for rank in ranks:
+            rank.flush()
+    finally:
+        for rank in ranks:
+            rank.kill()
+    return values
+
+
+def _assert_exact(prometheus: Prometheus, run_id: str, values: list[float]) -> None:
+    """The run's total reward histogram in Prometheus holds ``values`` exactly: count, sum and every bucket."""
+    selector = f'rl_reward{{rl_run_id="{run_id}",rl_reward_fn="total"}}'
+    eventually(
+        lambda: prometheus.value(f"histogram_count({selector})") == len(values),
+        what=f"the honest run's {len(values)} rewards",
+        timeout_s=45,
+    )
+    (result,) = prometheus.query(selector)
+    native = result["histogram"][1]
+    assert float(native["sum"]) == pytest.approx(math.fsum(values), rel=1e-12)
+    assert native_buckets(native, SCALE) == exponential_sides(values, SCALE)
+
+
 def test_malformed_histograms_cost_no_other_run_its_data(stack: Any) -> None:
     """Malformed senders post once a second from before an honest 4-rank run starts until after it ended (so every
     write that carries the honest run's last points carries theirs too): the honest run is exact in count, sum and
@@ -173,38 +222,12 @@ def test_malformed_histograms_cost_no_other_run_its_data(stack: Any) -> None:
     honest = f"honest-{uuid.uuid4().hex[:8]}"
     senders = MalformedSenders(stack.otlp_http_endpoint)
     senders.start()
-    selector = f'rl_reward{{rl_run_id="{honest}",rl_reward_fn="total"}}'
-    values: list[float] = []
     try:
-        ranks = start_ranks(
-            RANKS, endpoint=stack.otlp_grpc_endpoint, run_id=honest, histogram="exponential", export_interval_s=0.3
-        )
-        try:
-            for step in range(STEPS):
-                for rank in ranks:
-                    rewards = [0.25 * rank.rank + 0.125 * step, 1.0, -0.5, 0.0, 3.0 + step]
-                    rank.rewards(rewards)
-                    rank.step(step + 1)
-                    values.extend(rewards)
-                time.sleep(1.0)
-            for rank in ranks:
-                rank.flush()
-        finally:
-            for rank in ranks:
-                rank.kill()
-        eventually(
-            lambda: prometheus.value(f"histogram_count({selector})") == len(values),
-            what=f"the honest run's {len(values)} rewards",
-            timeout_s=45,
-        )
+        _assert_exact(prometheus, honest, _honest_run(stack, honest))
     finally:
         senders.stop()
     assert senders.statuses == {200}
     runs = set(senders.runs.values())
-    (result,) = prometheus.query(selector)
-    native = result["histogram"][1]
-    assert float(native["sum"]) == pytest.approx(math.fsum(values), rel=1e-12)
-    assert native_buckets(native, SCALE) == exponential_sides(values, SCALE)
     for run in runs:
         assert prometheus.query(f'{{rl_run_id="{run}",__name__=~"rl_reward.*"}}') == [], run
     expected = {
@@ -243,3 +266,197 @@ def test_malformed_histograms_cost_no_other_run_its_data(stack: Any) -> None:
         what="OtelRLRejectedPoints firing for each malformed run",
         timeout_s=90,
     )
+
+
+def _log_request(run_id: str, body: str) -> ExportLogsServiceRequest:
+    """One OTLP log record of ``run_id`` whose body is ``body``, as a sender outside otel-rl builds it."""
+    request = ExportLogsServiceRequest()
+    resource = request.resource_logs.add()
+    resource.resource.attributes.extend([_attribute("service.name", "plain-sender"), _attribute("rl.run.id", run_id)])
+    record = resource.scope_logs.add().log_records.add()
+    record.time_unix_nano = time.time_ns()
+    record.body.string_value = body
+    return request
+
+
+def _filtered_records(stack: Any) -> float:
+    """``otelcol_processor_filter_logs.filtered`` of filter/oversized_records, from the collector's own metrics."""
+    url = f"http://{stack.config.host}:{stack.config.ports.collector_metrics}/metrics"
+    lines = requests.get(url, timeout=10).text.splitlines()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith("otelcol_processor_filter_logs") and 'filter="filter/oversized_records"' in line
+    )
+
+
+def test_a_sample_record_is_stored_or_counted_at_each_size_limit(stack: Any) -> None:
+    """One size limit from trainer to store (VictoriaLogs keeps no entry above 2 MiB of its measure and drops it
+    silently after answering 200): a rank's record just under its 1 MiB limit is stored whole and one just over is
+    counted ``oversized``; a plain sender's record just under the collector's limit is stored whole, and those just
+    over it and at 3 MB (where VictoriaLogs used to drop it silently) are dropped and counted by the collector."""
+    logs = VictoriaLogs(stack.victorialogs_url)
+    run_id = f"sizes-{uuid.uuid4().hex[:8]}"
+    rank = RankProcess(
+        endpoint=stack.otlp_grpc_endpoint,
+        run_id=run_id,
+        rank=0,
+        world_size=1,
+        top_k=2,
+        bottom_k=0,
+        sample_text_budget_bytes=3_000_000,
+    )
+    try:
+        rank.sample(reward=2.0, episode_id="under", response="u" * (RECORD_BYTES - 4096))
+        rank.sample(reward=1.0, episode_id="over", response="o" * (RECORD_BYTES + 16))
+        rank.step(1)
+        flush_ok(rank)
+        assert rank.stats()["samples_dropped_oversized"] == 1
+    finally:
+        rank.kill()
+    filtered_before = _filtered_records(stack)
+    plain = f"plain-{uuid.uuid4().hex[:8]}"
+    for size in (COLLECTOR_RECORD_LIMIT - 65_536, COLLECTOR_RECORD_LIMIT + 1, 3_000_000):
+        response = requests.post(
+            f"{stack.otlp_http_endpoint}/v1/logs",
+            data=_log_request(plain, "p" * size).SerializeToString(),
+            headers={"Content-Type": "application/x-protobuf"},
+            timeout=60,
+        )
+        assert response.status_code == 200, response.text
+    eventually(lambda: _filtered_records(stack) - filtered_before == 2, what="the two records over the limit counted")
+    found = eventually(
+        lambda: len(got := logs.query(f'{{rl.run.id="{run_id}"}} OR {{rl.run.id="{plain}"}}')) == 2 and got,
+        what="the records under each limit",
+    )
+    lengths = sorted(len(record["_msg"]) for record in found)
+    assert lengths == [RECORD_BYTES - 4096, COLLECTOR_RECORD_LIMIT - 65_536], lengths
+    time.sleep(2)  # anything else would have arrived with them
+    assert len(logs.query(f'{{rl.run.id="{run_id}"}} OR {{rl.run.id="{plain}"}}')) == 2
+    log = stack.log_file("victorialogs").read_text(encoding="utf-8", errors="replace")
+    assert "too long log entry" not in log, log[-2000:]
+
+
+BUDGET = 1_000
+"""OTEL_RL_MAX_SERIES_PER_RUN of the budget test's stack (the default, 20,000, takes longer to fill)."""
+
+
+@pytest.fixture(scope="module")
+def budget_stack(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    environment = {"OTEL_RL_MAX_SERIES_PER_RUN": str(BUDGET)}
+    with private_stack(
+        stack_binaries, tmp_path_factory.mktemp("budget-stack"), collector_environment=environment
+    ) as running:
+        yield running
+
+
+@dataclass(frozen=True)
+class Runaway:
+    """A sender of one run whose label takes a new value per stream: ``streams`` streams of ``metric`` (``kind``:
+    sum, gauge, explicit or exponential), sent by ``ranks`` fake ranks (each its share), all in every export
+    (``growing=False``) or ``streams // EXPORTS`` more per export; ``admitted`` is how many streams the budget lets
+    in, ``series`` what they cost in Prometheus (exemplar carriers included)."""
+
+    kind: str
+    metric: str
+    streams: int
+    growing: bool
+    admitted: int
+    series: int
+    ranks: int = 1
+
+
+EXPORTS = 5
+RUNAWAYS = (
+    Runaway("sum", "rl.reward.positive", 1_200, growing=False, admitted=1_000, series=1_000),
+    Runaway("gauge", "rl.reward.max", 1_500, growing=True, admitted=1_000, series=1_000),
+    # 3 bounds: 4 buckets, sum and count, written twice (rl_reward and its exemplar carrier rl_reward_exemplars).
+    Runaway("explicit", "rl.reward", 200, growing=True, admitted=83, series=996),
+    # One native histogram, twice (rl_staleness and rl_staleness_exemplars).
+    Runaway("exponential", "rl.staleness", 800, growing=False, admitted=500, series=1_000),
+    Runaway("sum", "rl.reward.negative", 1_600, growing=False, admitted=1_000, series=1_000, ranks=4),
+)
+
+
+def _runaway_request(runaway: Runaway, run_id: str, export: int, start_ns: int) -> ExportMetricsServiceRequest:
+    """Export ``export`` (0-based) of ``runaway``: every rank's cumulative points of the streams it has by then."""
+    have = runaway.streams if not runaway.growing else runaway.streams * (export + 1) // EXPORTS
+    request = ExportMetricsServiceRequest()
+    for rank in range(runaway.ranks):
+        resource = _resource(run_id, rank)
+        metric = resource.scope_metrics.add().metrics.add()
+        metric.name = runaway.metric
+        for value in range(rank, have, runaway.ranks):
+            if runaway.kind == "sum":
+                metric.sum.aggregation_temporality = AGGREGATION_TEMPORALITY_CUMULATIVE
+                metric.sum.is_monotonic = True
+                point: Any = metric.sum.data_points.add()
+                point.as_double = float(export + 1)
+            elif runaway.kind == "gauge":
+                point = metric.gauge.data_points.add()
+                point.as_double = float(value)
+            elif runaway.kind == "explicit":
+                metric.histogram.aggregation_temporality = AGGREGATION_TEMPORALITY_CUMULATIVE
+                point = metric.histogram.data_points.add()
+                point.explicit_bounds.extend([0.0, 0.5, 1.0])
+                point.bucket_counts.extend([0, export + 1, 0, 0])
+                point.count, point.sum = export + 1, 0.25 * (export + 1)
+            else:
+                metric.exponential_histogram.aggregation_temporality = AGGREGATION_TEMPORALITY_CUMULATIVE
+                point = metric.exponential_histogram.data_points.add()
+                point.scale, point.positive.offset = SCALE, 0
+                point.positive.bucket_counts.extend([export + 1])
+                point.count, point.sum = export + 1, 1.01 * (export + 1)
+            point.attributes.append(_attribute("rl.dataset", f"d{value}"))
+            point.start_time_unix_nano, point.time_unix_nano = start_ns, time.time_ns()
+        request.resource_metrics.append(resource)
+    return request
+
+
+def test_a_runs_series_budget_holds_for_every_kind_and_arrival(budget_stack: Any) -> None:
+    """Runaway senders (a label per stream) of each metric kind, all at once, growing over exports and spread over 4
+    ranks, beside an honest 4-rank run: each runaway run ends with exactly the series its budget admits (never more
+    than OTEL_RL_MAX_SERIES_PER_RUN), the streams beyond it are counted (reason series_budget), and the honest run,
+    under its budget, is exact."""
+    stack = budget_stack
+    prometheus = Prometheus(stack.prometheus_url)
+    runs = {runaway: f"runaway-{runaway.kind}-{uuid.uuid4().hex[:6]}" for runaway in RUNAWAYS}
+    start_ns = time.time_ns() - 10**9
+    for export in range(EXPORTS):
+        for runaway, run_id in runs.items():
+            response = requests.post(
+                f"{stack.otlp_http_endpoint}/v1/metrics",
+                data=_runaway_request(runaway, run_id, export, start_ns).SerializeToString(),
+                headers={"Content-Type": "application/x-protobuf"},
+                timeout=60,
+            )
+            assert response.status_code == 200, response.text
+        time.sleep(1.2)  # one collector tick (OTEL_RL_AGGREGATION_INTERVAL=1s) per export
+    honest = f"honest-{uuid.uuid4().hex[:8]}"
+    _assert_exact(prometheus, honest, _honest_run(stack, honest))
+
+    def series(run_id: str) -> int:
+        """The run's series as the collector writes them (not Prometheus's recording rules and alerts, nor the
+        collector's own counter of the run's rejections)."""
+        names = [item["__name__"] for item in prometheus.series(f'{{rl_run_id="{run_id}"}}')]
+        recorded = ("ALERTS", "rl_alert_threshold", "otelcol_")
+        return sum(1 for name in names if ":" not in name and not name.startswith(recorded))
+
+    def admitted() -> dict[str, int]:
+        return {
+            runaway.metric + (f" x{runaway.ranks}" if runaway.ranks > 1 else ""): series(run_id)
+            for runaway, run_id in runs.items()
+        }
+
+    expected = {
+        runaway.metric + (f" x{runaway.ranks}" if runaway.ranks > 1 else ""): runaway.series for runaway in runs
+    }
+    try:
+        eventually(lambda: admitted() == expected, what="each runaway run's admitted series")
+    finally:
+        print("admitted series:", admitted(), "expected:", expected)
+    assert 0 < series(honest) <= BUDGET
+    rejected = _rejected(stack)
+    for runaway, run_id in runs.items():
+        assert rejected.get((run_id, runaway.metric, "series_budget"), 0) >= runaway.streams - runaway.admitted
+    assert not any(run == honest for run, _, _ in rejected)

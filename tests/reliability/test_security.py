@@ -10,6 +10,8 @@ with ``openssl`` stands for a CA the ranks must not trust.
 from __future__ import annotations
 
 import os
+import select
+import socket
 import stat
 import subprocess
 import time
@@ -19,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -388,6 +391,37 @@ def test_oversized_otlp_requests_are_refused_and_the_collector_stays_healthy(sha
         rank.kill()
 
 
+def _post_reading_early(url: str, size: int) -> bytes:
+    """POST ``size`` bytes to ``url`` over a raw socket the way Go's and curl's clients do: while sending, read the
+    answer as soon as the server sends one, and stop sending then. Returns what the server answered."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as connection:
+        head = (
+            f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/x-protobuf\r\n"
+            f"Content-Length: {size}\r\n\r\n"
+        )
+        connection.sendall(head.encode())
+        chunk, sent = b"\x0a" + b"x" * (64 * 1024 - 1), 0
+        while sent < size:
+            readable, _, _ = select.select([connection], [], [], 0)
+            if readable:
+                break
+            connection.sendall(chunk[: size - sent])
+            sent += len(chunk)
+        return connection.recv(4096)
+
+
+def test_an_oversized_otlp_http_body_is_answered_400_however_large(shared_stack: Any) -> None:
+    """A 50 MB OTLP/HTTP body is answered as the 20 MiB one is, HTTP 400 ``request body too large`` (the collector's
+    confighttp limit answers 400, never 413), to a client that reads the answer while it sends (Go's, curl); Python's
+    requests writes the whole body first and sees the connection closed after the answer instead (documented in
+    docs/reliability.md, "Limits"). The collector stays healthy."""
+    answer = _post_reading_early(f"{shared_stack.otlp_http_endpoint}/v1/logs", 50 * 1000 * 1000)
+    assert answer.startswith(b"HTTP/1.1 400") and b"request body too large" in answer, answer[:300]
+    assert shared_stack.is_healthy("collector")
+
+
 def _big_log_record(size: int) -> Any:
     from opentelemetry._logs import LogRecord
     from opentelemetry.sdk._logs import ReadableLogRecord
@@ -400,15 +434,16 @@ def _big_log_record(size: int) -> Any:
 def test_a_record_over_the_receivers_limit_is_dropped_and_the_ranks_later_samples_arrive(
     stack_binaries: Any, tmp_path: Path
 ) -> None:
-    """A collector whose gRPC receiver takes at most 1 MiB refuses a 2 MB sample record every time: the rank drops it
-    (otel_rl.samples.dropped{reason="refused"}, after halving its batch down to the record alone) while its metrics
-    go through, and the samples of its later steps arrive."""
+    """A collector whose OTLP/HTTP receiver takes at most 600 kB refuses a 900 kB sample record (under the rank's
+    own 1 MiB limit) every time: the rank drops it (otel_rl.samples.dropped{reason="refused"}, after halving its batch
+    down to the record alone) while its metrics go through, and the samples of its later steps arrive."""
     with private_stack(
-        stack_binaries, tmp_path / "stack", collector_environment={"OTEL_RL_OTLP_MAX_RECV_MSG_MIB": "1"}
+        stack_binaries, tmp_path / "stack", collector_environment={"OTEL_RL_OTLP_MAX_REQUEST_BYTES": "600000"}
     ) as stack:
         run_id = f"refused-{uuid.uuid4().hex[:8]}"
         rank = RankProcess(
-            endpoint=stack.otlp_grpc_endpoint,
+            endpoint=stack.otlp_http_endpoint,
+            protocol="http/protobuf",
             run_id=run_id,
             rank=0,
             world_size=1,
@@ -419,7 +454,7 @@ def test_a_record_over_the_receivers_limit_is_dropped_and_the_ranks_later_sample
         )
         logs = VictoriaLogs(stack.victorialogs_url)
         try:
-            rank.sample(reward=1.0, episode_id="huge", response="h" * 2_000_000)
+            rank.sample(reward=1.0, episode_id="huge", response="h" * 900_000)
             rank.step(1)
             rank.sample(reward=1.0, episode_id="small-1", response="fine")
             rank.step(2)
@@ -443,7 +478,8 @@ def test_a_record_over_the_receivers_limit_is_dropped_and_the_ranks_later_sample
 
 def test_log_store_limits_requests_not_otlp_record_sizes(shared_stack: Any) -> None:
     """VictoriaLogs refuses an OTLP request above -opentelemetry.maxRequestSize (32 MiB) and stays healthy; a
-    300 KB sample record (a raised text budget) is stored whole: -insert.maxLineSizeBytes does not apply to OTLP."""
+    300 KB sample record (a raised text budget) is stored whole: -insert.maxLineSizeBytes (256 KiB) does not apply to
+    OTLP (its own 2 MiB entry limit does: test_isolation.py)."""
     response = requests.post(
         f"{shared_stack.victorialogs_url}/insert/opentelemetry/v1/logs",
         data=b"\x0a" + b"x" * (40 * 1024 * 1024),

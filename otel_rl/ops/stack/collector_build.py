@@ -101,7 +101,7 @@ def local_module_files(manifest: Path) -> tuple[Path, ...]:
         [entry for key in _MANIFEST_COMPONENT_KEYS for entry in data.get(key) or ()] if isinstance(data, dict) else []
     )
     folders = [manifest.parent / entry["path"] for entry in entries if isinstance(entry, dict) and entry.get("path")]
-    return tuple(sorted(path for folder in folders for path in folder.rglob("*") if path.is_file()))
+    return tuple(sorted({path for folder in folders for path in folder.rglob("*") if path.is_file()}))
 
 
 def collector_core_version(manifest: Path) -> str:
@@ -212,7 +212,8 @@ def _effective_manifest(manifest: Path, *, go: Path, scratch: Path, patched: boo
             if isinstance(entry, dict) and entry.get("path"):
                 source = manifest.parent / entry["path"]
                 copy = scratch / "local" / source.name
-                shutil.copytree(source, copy)
+                if not copy.exists():  # one module may hold several components
+                    shutil.copytree(source, copy)
                 entry["path"] = str(copy)
     copies: dict[tuple[str, str], Path] = {}
     for patch in collector_patches(manifest) if patched else ():

@@ -17,24 +17,22 @@ import (
 	"context"
 	"errors"
 	"math"
-	"sync"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/translator/prometheusremotewrite"
 	"github.com/prometheus/prometheus/model/histogram"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processorhelper"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
+
+	"github.com/otel-rl/otelcol-rl/processors/rejections"
 )
 
 // Config bounds what the rejection counter may name.
 type Config struct {
 	// MaxRuns is how many distinct run ids the counter names; rejections of further runs are counted under the run
-	// id "(other runs)", so a sender inventing a run id per request cannot grow the collector's own metrics.
+	// id rejections.OtherRuns, so a sender inventing a run id per request cannot grow the collector's own metrics.
 	MaxRuns int `mapstructure:"max_runs"`
 }
 
@@ -58,32 +56,22 @@ func NewFactory() processor.Factory {
 func createMetrics(
 	ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics,
 ) (processor.Metrics, error) {
-	rejected, err := set.MeterProvider.Meter("github.com/otel-rl/otelcol-rl/pointcheck").Int64Counter(
-		"otelcol_otel_rl_points_rejected",
-		metric.WithDescription("Histogram points dropped at the door because the store would refuse them, by run, metric and reason"),
-		metric.WithUnit("{point}"),
-	)
+	rejected, err := rejections.New(set.TelemetrySettings, cfg.(*Config).MaxRuns)
 	if err != nil {
 		return nil, err
 	}
-	check := &checker{rejected: rejected, maxRuns: cfg.(*Config).MaxRuns, runs: map[string]struct{}{}}
+	check := &checker{rejected: rejected}
 	return processorhelper.NewMetrics(ctx, set, cfg, next, check.process,
 		processorhelper.WithCapabilities(consumer.Capabilities{MutatesData: true}))
 }
 
-// otherRuns is the run id rejections are counted under once MaxRuns runs are named.
-const otherRuns = "(other runs)"
-
 type checker struct {
-	rejected metric.Int64Counter
-	maxRuns  int
-	mu       sync.Mutex
-	runs     map[string]struct{}
+	rejected *rejections.Counter
 }
 
 func (c *checker) process(ctx context.Context, md pmetric.Metrics) (pmetric.Metrics, error) {
 	md.ResourceMetrics().RemoveIf(func(rm pmetric.ResourceMetrics) bool {
-		run := c.runLabel(rm.Resource())
+		run := c.rejected.Run(rm.Resource())
 		rm.ScopeMetrics().RemoveIf(func(sm pmetric.ScopeMetrics) bool {
 			sm.Metrics().RemoveIf(func(m pmetric.Metric) bool {
 				dropped := false
@@ -92,11 +80,7 @@ func (c *checker) process(ctx context.Context, md pmetric.Metrics) (pmetric.Metr
 						return false
 					}
 					dropped = true
-					c.rejected.Add(ctx, 1, metric.WithAttributes(
-						attribute.String("rl_run_id", run),
-						attribute.String("metric", m.Name()),
-						attribute.String("reason", reason),
-					))
+					c.rejected.Add(ctx, run, m.Name(), reason)
 					return true
 				}
 				switch m.Type() {
@@ -117,25 +101,6 @@ func (c *checker) process(ctx context.Context, md pmetric.Metrics) (pmetric.Metr
 		return rm.ScopeMetrics().Len() == 0
 	})
 	return md, nil
-}
-
-// runLabel is the resource's rl.run.id as the counter names it: "" when absent, otherRuns past the bound.
-func (c *checker) runLabel(resource pcommon.Resource) string {
-	value, ok := resource.Attributes().Get("rl.run.id")
-	if !ok {
-		return ""
-	}
-	run := value.AsString()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, known := c.runs[run]; known {
-		return run
-	}
-	if len(c.runs) >= c.maxRuns {
-		return otherRuns
-	}
-	c.runs[run] = struct{}{}
-	return run
 }
 
 // exponentialProblem is why Prometheus would refuse the point as the exporter writes it ("" when it would not):

@@ -1,8 +1,9 @@
-module github.com/otel-rl/otelcol-rl/pointcheck
+module github.com/otel-rl/otelcol-rl/processors
 
 go 1.26.0
 
 require (
+	github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatautil v0.161.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/pkg/translator/prometheusremotewrite v0.161.0
 	github.com/prometheus/prometheus v0.314.0
 	go.opentelemetry.io/collector/component v1.67.0
