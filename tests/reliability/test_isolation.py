@@ -1,6 +1,6 @@
-"""Isolation: a malformed sender never costs another run its data (collector_config/processors/pointcheck, docs/reliability.md
-"Isolation"), and a sample record is either stored or counted, against the real collector, Prometheus and
-VictoriaLogs.
+"""Isolation: a malformed sender never costs another run its data (collector_config/processors/pointcheck,
+docs/reliability.md "Isolation"), a run's series stay within its budget (collector_config/processors/runbudget), and
+a sample record is either stored or counted, against the real collector, Prometheus and VictoriaLogs.
 
 Prometheus refuses a whole remote-write request when one native histogram in it is invalid, and the exporter drops
 such a request as permanent: before the door check, one sender whose exponential points did not add up (or carried a
