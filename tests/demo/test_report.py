@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 import subprocess
 import sys
@@ -224,3 +225,46 @@ def test_nested_phases_are_shares_of_their_parent(reported: Reported) -> None:
     assert any(text.startswith("allreduce (inside train: ") for text in legend), legend
     share = report.summary["performance"]["split"]["allreduce"]["share"]
     assert math.isfinite(share) and 0 < share < 1
+
+
+def test_a_loop_without_phases_gets_its_report(shared_stack: Any) -> None:
+    """The README's quick-start loop (steps, rewards, a sample; no ``phase()``): its slowest step's trace holds only
+    the ranks' steps, and the report still renders, the timeline saying no phases were recorded (it raised in
+    matplotlib's legend before: found on a newcomer's first run)."""
+    import time
+    import uuid
+
+    import torch
+
+    import otel_rl
+    from otel_rl.ops.report.fetch import ReportError
+    from otel_rl.ops.report.render import build_report, figure
+    from tests.pipeline.harness import eventually
+
+    run_id = f"no-phases-{uuid.uuid4().hex[:8]}"
+    telemetry = otel_rl.Telemetry(
+        otel_rl.TelemetryConfig(run_id=run_id, endpoint=shared_stack.otlp_grpc_endpoint, export_interval_s=0.5)
+    )
+    for step in range(3):
+        telemetry.step(step)
+        telemetry.record_rewards(torch.rand(8))
+        telemetry.record_sample(otel_rl.EpisodeSample(reward=1.0, prompt="2+2=", response="4", episode_id=f"e{step}"))
+        time.sleep(0.2)
+    telemetry.shutdown()
+
+    def timeline_titles() -> list[str]:
+        try:
+            report = build_report(
+                prometheus_url=shared_stack.prometheus_url,
+                victorialogs_url=shared_stack.victorialogs_url,
+                jaeger_url=shared_stack.jaeger_url,
+                run_id=run_id,
+                scrape_interval_s=1.0,
+                lookback_s=600,
+            )
+        except ReportError:  # the run's first points are not in Prometheus yet
+            return []
+        return [title for title in _titles(figure(report)) if re.match(r"Slowest step \d", title)]
+
+    (title,) = eventually(timeline_titles, what="the report's timeline of the run's slowest step", timeout_s=60)
+    assert "no phases recorded" in title, title

@@ -475,10 +475,12 @@ def draw_timeline(ax: Any, data: PanelData) -> None:
     from matplotlib.patches import Patch
 
     handles = [Patch(color=colour, label=name) for name, colour in colours.items()]
-    literal(ax.legend(handles=handles, loc="upper right", fontsize=9, ncol=min(len(handles), 6)).get_texts())
+    if handles:  # a loop without phase() calls has only its steps
+        literal(ax.legend(handles=handles, loc="upper right", fontsize=9, ncol=min(len(handles), 6)).get_texts())
     step = data.steps[0]
+    what = "each rank's phases" if handles else "no phases recorded (Telemetry.phase)"
     ax.set_title(
-        f"Slowest step {step.step} ({step.duration_s:.3f} s): each rank's phases (trace {step.trace_id})",
+        f"Slowest step {step.step} ({step.duration_s:.3f} s): {what} (trace {step.trace_id})",
         fontsize=13,
         loc="left",
         weight="bold",
