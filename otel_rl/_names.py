@@ -82,7 +82,7 @@ LayoutRole = Literal["reward", "unbounded", "staleness", "length", "ratio", "sma
 bucket), ``staleness`` (integer versions >= 0; ``staleness_bounds``), ``length`` (token counts), ``ratio``
 (positive, around 1: importance ratios) and ``small`` (signed, mostly small magnitudes: entropy in nats, KL
 estimates). Exponential histograms need no bounds: every role has the same exponential layout."""
-Merge = Literal["sum", "max", "min"]
+Merge = Literal["sum", "max", "min", "mean"]
 """How the collector merges the ranks' points of one metric into the run's point."""
 
 
@@ -91,7 +91,8 @@ class MetricName:
     """One metric of the contract: its OpenTelemetry name, kind, unit, meaning, and how ranks merge.
 
     Histograms and counters always merge by ``sum``; a gauge names its rule: ``max`` or ``min`` for extremes and
-    versions, ``sum`` for per-rank indicators (1 per reporting rank: the sum counts ranks).
+    versions, ``sum`` for per-rank indicators (1 per reporting rank: the sum counts ranks), ``mean`` for values a
+    trainer reduced itself.
     """
 
     name: str
@@ -233,6 +234,14 @@ BUFFER_USED = MetricName(
 BUFFER_CAPACITY = MetricName(
     "rl.buffer.capacity", "gauge", "{sample}", "Replay buffer capacity, over the ranks.", "sum"
 )
+REPORTED = MetricName(
+    "rl.reported",
+    "gauge",
+    "",
+    "A value the trainer reduced itself and sends as a gauge (NeMo Lens's rl.reward.mean, rl.entropy, ...: the "
+    "collector maps them), by rl.metric.key; shown as it is, never as a distribution.",
+    "mean",
+)
 POLICY_VERSION = MetricName("rl.policy.version", "gauge", "{version}", "The trainer's current policy version.", "max")
 STEP = MetricName("rl.step", "gauge", "{step}", "The training step last declared with Telemetry.step().", "max")
 SAMPLES_EXPORTED = MetricName(
@@ -313,5 +322,6 @@ ALL_METRICS: tuple[MetricName, ...] = (
     IN_FLIGHT,
     BUFFER_USED,
     BUFFER_CAPACITY,
+    REPORTED,
     *TRAJECTORY_VERSIONS.metrics,
 )

@@ -14,13 +14,15 @@ def row() -> Row:
         2,
         "Reward (total): mean and percentiles",
         "Mean from the exact positive/negative counters ÷ count; p50/p90/p99 estimated from the histogram "
-        "(native, else classic buckets) and clamped to the exact min and max of the same interval.",
+        "(native, else classic buckets) and clamped to the exact min and max of the same interval. A trainer that "
+        "sends only its batch's mean (NeMo Lens) shows that mean alone: 'mean (reported)'.",
         "none",
         "reward",
         prom("A", promql.mean("rl_reward", TOTAL, window=WINDOW), "mean"),
         prom("B", promql.quantile(0.5, "rl_reward", TOTAL, window=WINDOW), "p50"),
         prom("C", promql.quantile(0.9, "rl_reward", TOTAL, window=WINDOW), "p90"),
         prom("D", promql.quantile(0.99, "rl_reward", TOTAL, window=WINDOW), "p99"),
+        prom("E", promql.reported(RUN, "reward/mean"), "mean (reported)"),
     )
     distribution = heatmap_panel(
         3,
@@ -55,10 +57,12 @@ def row() -> Row:
     metrics = series(
         6,
         "Recorded metrics (mean by key)",
-        "Mean over the interval of every record_metric key (e.g. loss.policy), from the exact counters.",
+        "Mean over the interval of every record_metric key (e.g. loss.policy), from the exact counters; and, as "
+        "they are, the values a trainer reduced itself and sends as gauges (NeMo Lens: KL, losses, ...).",
         "none",
         "mean value",
         prom("A", promql.mean("rl_metric", RUN, by="rl_metric_key", window=WINDOW), "{{rl_metric_key}}"),
+        prom("B", promql.reported(RUN), "{{rl_metric_key}} (reported)"),
     )
     return Row(
         "Reward",

@@ -40,22 +40,25 @@ def row() -> Row:
         27,
         "Response length: mean and percentiles",
         "Tokens per response (rl_response_length). Mean from the exact counters; p50/p90/p99 clamped to the "
-        "exact min and max. A p99 at the generation limit: responses are truncated.",
+        "exact min and max. A p99 at the generation limit: responses are truncated. 'mean (reported)': the mean a "
+        "trainer sends alone (NeMo Lens).",
         "none",
         "tokens",
         prom("A", promql.mean("rl_response_length", RUN, window=WINDOW), "mean"),
         *_percentiles("rl_response_length", (0.5, 0.9, 0.99), integers=True),
+        prom("E", promql.reported(RUN, "response_length/mean"), "mean (reported)"),
     ).min(0)
     entropy = series(
         28,
         "Entropy per token: mean and percentiles",
         "Policy entropy per unmasked token (rl_entropy, nats). Mean from the exact counters; p10/p50/p90 clamped "
         "to the exact min and max. A mean falling towards 0: entropy collapse, exploration is gone "
-        "(RLEntropyCollapse).",
+        "(RLEntropyCollapse). 'mean (reported)': the mean a trainer sends alone (NeMo Lens).",
         "none",
         "nats",
         prom("A", promql.mean("rl_entropy", RUN, window=WINDOW), "mean"),
         *_percentiles("rl_entropy", (0.1, 0.5, 0.9)),
+        prom("E", promql.reported(RUN, "entropy/mean"), "mean (reported)"),
     ).min(0)
     ratio = series(
         29,

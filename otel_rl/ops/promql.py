@@ -241,6 +241,17 @@ def quantile(q: float, metric: str, selector: str, *, by: str = "", window: str,
     return clamp_to_extremes(estimate, *extremes(metric, selector, by=by, window=window), on=by)
 
 
+def reported(selector: str, key: str = "") -> str:
+    """The values a trainer reduced itself and sent as gauges (``rl_reported``: NeMo Lens's batch means), as they are,
+    under the canonical ``key`` (every key when empty): a mean stays a mean, never a distribution.
+
+    >>> print(reported('rl_run_id="r"', "reward/mean"))
+    max by (rl_metric_key) (rl_reported{rl_run_id="r",rl_metric_key="reward/mean"})
+    """
+    matched = f"{selector},{matchers(rl_metric_key=key)}" if key else selector
+    return f"max by (rl_metric_key) (rl_reported{{{matched}}})"
+
+
 def share(counter: str, label: str, selector: str, *, window: str | None) -> str:
     """Each ``label`` value's share of ``counter`` over ``window``: its exact increase over the total's
     (``on () group_left ()``: one total for every value), so the shares are in [0, 1] and add up to 1. No value, a

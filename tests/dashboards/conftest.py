@@ -20,6 +20,9 @@ MALFORMED_ONLY = re.compile(r"\botelcol_otel_rl_points_rejected\b")
 """A query of the collector's door-check counter, which only a malformed sender raises: the demo sends none (so the
 live dashboard tests skip it), and tests/reliability/test_isolation.py runs the panel's own query for its malformed
 runs."""
+LENS_ONLY = re.compile(r"\brl_reported\b")
+"""A query of the values a trainer reduces itself and sends as gauges, which only NeMo Lens sends (the collector maps
+them): the demo sends none, and tests/pipeline/test_lens.py runs the panels' own queries for a Lens-shaped run."""
 
 
 def dashboard_targets() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:

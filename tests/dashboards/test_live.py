@@ -30,7 +30,7 @@ import requests
 from otel_rl.ops import promql
 from otel_rl.ops.query import Prometheus, VictoriaLogs
 from otel_rl.ops.report.dashboard import substitute
-from tests.dashboards.conftest import MALFORMED_ONLY, ROOT, dashboard_targets, metric_names, rules
+from tests.dashboards.conftest import LENS_ONLY, MALFORMED_ONLY, ROOT, dashboard_targets, metric_names, rules
 
 RUN_ID = "dashboards-live"
 CLASSIC_RUN_ID = "dashboards-live-classic"
@@ -237,6 +237,7 @@ PROMQL = [
     if target["datasource"]["type"] == "prometheus"
     and not INFERENCE.search(target["expr"])
     and not MALFORMED_ONLY.search(target["expr"])
+    and not LENS_ONLY.search(target["expr"])
 ]
 LOGSQL = [
     (name, panel["title"], target)
@@ -669,7 +670,14 @@ def test_every_metric_name_in_dashboards_and_rules_exists_for_the_run(live_run: 
         for n in metric_names(target["expr"])
     }
     names |= {n for rule in rules() for n in metric_names(rule["expr"])}
-    raw = {n for n in names if ":" not in n and not n.startswith("rl_alert_threshold") and not MALFORMED_ONLY.match(n)}
+    raw = {
+        n
+        for n in names
+        if ":" not in n
+        and not n.startswith("rl_alert_threshold")
+        and not MALFORMED_ONLY.match(n)
+        and not LENS_ONLY.match(n)
+    }
     native = {item["__name__"] for item in live_run.prometheus.series(f'{{rl_run_id="{RUN_ID}"}}')}
     classic = {item["__name__"] for item in live_run.prometheus.series(f'{{rl_run_id="{CLASSIC_RUN_ID}"}}')}
     assert {"rl_reward", "rl_staleness", "rl_metric"} <= native and not {"rl_reward", "rl_staleness"} & classic
