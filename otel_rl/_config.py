@@ -152,11 +152,14 @@ class TelemetryConfig:
     raises, the sample is dropped (``otel_rl.samples.dropped{reason="redaction"}``), never sent unredacted."""
     sample_queue_size: int = 4_096
     """Sample records waiting for export; beyond it the oldest are dropped and counted."""
+    span_queue_size: int = 16_384
+    """Spans (steps and phases) waiting for export; beyond it the oldest are dropped and counted. A rank ends about
+    3 + its phases spans per step: the default holds a few minutes of collector outage at several steps a second."""
     samples_as_span_events: bool = False
     """Also attach kept samples as events of this rank's step span ``rl.rank.step`` (with ``trace_phases``)."""
     trace_phases: bool = True
-    """Export each step and phase as spans (one trace per step across ranks, ``otel_rl._phases``); the collector's
-    ``spanmetrics`` turns them into phase durations per run. Off: the phase gauges only."""
+    """Export each step and phase as spans (one trace per step across ranks, ``otel_rl._phases``). Off: no spans; the
+    phase durations and counts (the rank's own metrics) and the phase gauges still."""
     flops_per_token: float | None = None
     """Training FLOPs per trained token (about 6N for a model of N parameters, 2N more with a reference model);
     with ``peak_flops`` the dashboards show MFU = tokens trained/s x flops_per_token / sum of peak_flops."""
@@ -421,6 +424,7 @@ def _validate(config: ResolvedConfig, label: _Labels) -> None:
         ("random_k", 0),
         ("sample_text_budget_bytes", 0),
         ("sample_queue_size", 1),
+        ("span_queue_size", 1),
     ):
         _check_integer(label(name), getattr(config, name), minimum)
     if not _finite(config.solved_reward):

@@ -63,6 +63,8 @@ _STATE = (
     _names.BUFFER_CAPACITY,
 )
 _SELF_PREFIX = "otel_rl."
+_PHASE_METRICS = frozenset((_names.PHASE_DURATION.name, _names.PHASE_CALLS.name))
+"""The phase durations and counts: the ``phases`` line shows them, from the spans."""
 _TEXT_CHARS = 80
 
 
@@ -290,7 +292,7 @@ class ConsoleMetricFormatter:
         for metric in metrics:
             name = metric.name
             for point in metric.data.data_points:
-                if not isinstance(point, (HistogramDataPoint, ExponentialHistogramDataPoint)):
+                if not isinstance(point, (HistogramDataPoint, ExponentialHistogramDataPoint)) or name in _PHASE_METRICS:
                     continue
                 stream = _stream(name, point.attributes)
                 counts = _Counts.of(point)
@@ -316,7 +318,7 @@ class ConsoleMetricFormatter:
         moved: dict[bool, list[str]] = {False: [], True: []}
         for metric in metrics:
             name = metric.name
-            if not isinstance(metric.data, Sum) or name in _DISTRIBUTION_PARTS:
+            if not isinstance(metric.data, Sum) or name in _DISTRIBUTION_PARTS or name in _PHASE_METRICS:
                 continue
             for point in metric.data.data_points:
                 stream = _stream(name, point.attributes)

@@ -1,23 +1,21 @@
 """The export worker and the exporters it drives.
 
 One daemon thread does all exporting, off the training thread: every interval (or when a flush is requested) it
-sends a cumulative snapshot of the metrics and the pending sample records. While exports fail, the periodic cycles
-back off (doubling from the interval up to 5 s; a flush or shutdown still tries at once), because every attempt
-encodes its batch in Python and would take the GIL from the training thread for nothing. The training thread only
-ever appends to a bounded queue and updates small in-memory totals, so a slow, hung or absent collector cannot
-block it; queue overflow drops the oldest records and counts them. Whether exports go through is told by
-:class:`~otel_rl._export_health.ExportHealth`: one warning when they start failing, one when they recover.
+sends the pending sample records and spans (each signal's :class:`~otel_rl._outbox.Outbox`: bounded, retried,
+counted) and a cumulative snapshot of the metrics. While exports fail, the periodic cycles back off (doubling from the
+interval up to 5 s; a flush or shutdown still tries at once), because every attempt encodes its batch in Python and
+would take the GIL from the training thread for nothing. The training thread only ever appends to bounded queues and
+updates small in-memory totals, so a slow, hung or absent collector cannot block it. Whether exports go through is
+told by :class:`~otel_rl._export_health.ExportHealth`: one warning when they start failing, one when they recover.
 
-Nothing can stall an export for good. A point or record that fails to encode (an exporter raising, where a
-collector's refusal is a returned failure) is found by encoding each on its own, left out from then on, and counted
-in ``otel_rl.export.unencodable``; the rest goes out at once. A record larger than the log store keeps is dropped
-when it is queued (``oversized``); a record the collector keeps refusing while it accepts metrics, even alone, is
-dropped after a few tries (``refused``) instead of blocking the records behind it.
+Nothing can stall an export for good. A metric point that fails to encode is found by encoding each on its own, its
+stream left out from then on and counted in ``otel_rl.export.unencodable``; the rest goes out at once (records and
+spans: the outbox's own rules). A record larger than the log store keeps is dropped when it is queued
+(``oversized``).
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import logging
@@ -31,8 +29,10 @@ from urllib.parse import urlsplit
 
 import grpc
 import requests
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk._logs import LogRecordProcessor, ReadableLogRecord, ReadWriteLogRecord
 from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter, LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.metrics.export import (
@@ -45,16 +45,17 @@ from opentelemetry.sdk.metrics.export import (
     ScopeMetrics,
 )
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter, SpanExportResult
 
 from otel_rl import _names
 from otel_rl._config import ResolvedConfig
 from otel_rl._console import console_exporters
-from otel_rl._export_health import ExportHealth, captured
+from otel_rl._export_health import ExportHealth
+from otel_rl._outbox import DROPPED_OVERSIZED, RAISED, Outbox, call_exporter
 from otel_rl._store import MetricStore, attributes
 
 _logger = logging.getLogger(__name__)
-_BATCH = 512
 _BATCH_BYTES = 4 * 1024 * 1024
 """Most (estimated) bytes of log records in one export: the default gRPC receive limit of a stock collector
 (4 MiB). A bigger request is refused every time it is retried, which would stall all sample export."""
@@ -64,17 +65,9 @@ and counted (``oversized``). The log store decides: VictoriaLogs keeps no entry 
 bytes, plus 6 bytes and the name and value of each field, resource attributes included; a constant, not a flag, on
 the OTLP path too) and drops it silently after answering 200. Half of that leaves room for the resource's fields and
 for nested fields' longer flattened names, so every record sent is stored (docs/reliability.md, "One size limit")."""
-_REFUSALS = 5
-"""Cycles in which a record sent alone was refused while metrics went through, before it is dropped."""
 _MAX_BACKOFF_S = 5.0
 """Longest pause between periodic export attempts while they fail: the most a recovered collector waits for data."""
 _SIGNAL_METRICS = attributes(**{_names.SELF_SIGNAL: "metrics"})
-_SIGNAL_LOGS = attributes(**{_names.SELF_SIGNAL: "logs"})
-_DROPPED_QUEUE_FULL = attributes(**{_names.SELF_REASON: "queue_full"})
-_DROPPED_SHUTDOWN = attributes(**{_names.SELF_REASON: "shutdown"})
-_DROPPED_OVERSIZED = attributes(**{_names.SELF_REASON: "oversized"})
-_DROPPED_REFUSED = attributes(**{_names.SELF_REASON: "refused"})
-_DROPPED_UNENCODABLE = attributes(**{_names.SELF_REASON: "unencodable"})
 
 
 @dataclass(frozen=True)
@@ -209,7 +202,7 @@ def shutdown_within(part: Callable[[], object], timeout_s: float, what: str) -> 
     """Run ``part`` (an SDK provider's shutdown, which takes no deadline) on a daemon thread and wait for it at most
     ``timeout_s``: a hung collector cannot hold the trainer's exit longer than its shutdown timeout. False when it
     did not finish in time (the thread is left to end with the process)."""
-    thread = threading.Thread(target=lambda: _call(part), name=f"otel-rl-{what}-shutdown", daemon=True)
+    thread = threading.Thread(target=lambda: call_exporter(part), name=f"otel-rl-{what}-shutdown", daemon=True)
     thread.start()
     thread.join(min(max(0.0, timeout_s), threading.TIMEOUT_MAX))
     if thread.is_alive():
@@ -226,7 +219,10 @@ def _read(path: str | None) -> bytes | None:
 
 
 class ExportWorker:
-    """Exports metrics and queued log records from one daemon thread, every ``interval_s`` or on request.
+    """Exports metrics, queued log records and queued spans from one daemon thread, every ``interval_s`` or on
+    request. Spans go through a worker of their own (only ``span_exporter``), so a failing trace path never holds the
+    metrics back; ``health`` and ``collector_up`` (whether the collector takes metrics, for its retries and back-off)
+    are then the metrics worker's.
 
     ``clock`` gives the wall-clock time of points (ns); ``timer`` the cadence, back-off and deadlines;
     ``destination`` names where exports go in the warnings of :attr:`health`."""
@@ -237,27 +233,26 @@ class ExportWorker:
         *,
         metric_exporter: MetricExporter | None,
         log_exporter: LogRecordExporter | None,
+        span_exporter: SpanExporter | None = None,
         interval_s: float,
         timeout_s: float,
         queue_size: int,
+        span_queue_size: int = 16_384,
         clock: Callable[[], int] = time.time_ns,
         timer: Timer = Timer(),
         destination: str = "the configured exporters",
+        health: ExportHealth | None = None,
+        collector_up: Callable[[], bool] | None = None,
     ) -> None:
         self._store = store
         self._metric_exporter = metric_exporter
-        self._log_exporter = log_exporter
         self._interval_s = interval_s
         self._timeout_s = timeout_s
         self._clock = clock
         self._timer = timer
         self._unencodable: set[tuple[str, tuple[tuple[str, Any], ...]]] = set()
-        self._batch_limit = _BATCH
-        self._refusals = 0
         self._metrics_up = False
-        self._queue: collections.deque[ReadableLogRecord] = collections.deque()
-        self._queue_size = queue_size
-        self._lock = threading.Lock()
+        self._collector_up = collector_up or (lambda: self._metrics_up)
         self._wake = threading.Event()
         self._done = threading.Condition()
         self._requested = 0
@@ -265,33 +260,72 @@ class ExportWorker:
         self._stopping = False
         self._failed_cycles = 0
         self._retry_at = 0.0
-        self.health = ExportHealth(
-            destination, queue_size=queue_size, pending=lambda: len(self._queue), monotonic=timer.monotonic
+        self.health = health or ExportHealth(
+            destination,
+            queue_size=queue_size,
+            span_queue_size=span_queue_size,
+            pending=self.pending,
+            monotonic=timer.monotonic,
         )
-        """Says once when exports start failing and once when they recover (in place of the SDK's retry lines)."""
-        for key in (
-            (_names.SAMPLES_EXPORTED, ()),
-            (_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL),
-            (_names.EXPORT_FAILURES, _SIGNAL_METRICS),
-            (_names.EXPORT_FAILURES, _SIGNAL_LOGS),
-            (_names.EXPORT_UNENCODABLE, _SIGNAL_METRICS),
-            (_names.EXPORT_UNENCODABLE, _SIGNAL_LOGS),
-        ):
-            store.add(*key, 0)
+        """Says once when exports start failing and once when they recover (in place of the SDK's retry lines);
+        ``health`` shares another worker's."""
+        self._logs: Outbox[ReadableLogRecord] | None = None
+        if log_exporter is not None:
+            self._logs = Outbox(
+                signal="logs",
+                export=log_exporter.export,
+                success=LogRecordExportResult.SUCCESS,
+                encodes=lambda record: _encodes(functools.partial(encode_logs, [record])),
+                cost=record_bytes,
+                batch_bytes=_BATCH_BYTES,
+                exported=_names.SAMPLES_EXPORTED,
+                dropped=_names.SAMPLES_DROPPED,
+                store=store,
+                health=self.health,
+                queue_size=queue_size,
+                monotonic=timer.monotonic,
+            )
+        self._spans: Outbox[ReadableSpan] | None = None
+        if span_exporter is not None:
+            self._spans = Outbox(
+                signal="spans",
+                export=span_exporter.export,
+                success=SpanExportResult.SUCCESS,
+                encodes=lambda span: _encodes(functools.partial(encode_spans, [span])),
+                cost=lambda span: 0,
+                batch_bytes=_BATCH_BYTES,
+                exported=_names.SPANS_EXPORTED,
+                dropped=_names.SPANS_DROPPED,
+                store=store,
+                health=self.health,
+                queue_size=span_queue_size,
+                monotonic=timer.monotonic,
+            )
+        self._exporters = [e for e in (metric_exporter, log_exporter, span_exporter) if e is not None]
+        if metric_exporter is not None:
+            store.add(_names.EXPORT_FAILURES, _SIGNAL_METRICS, 0)
+            store.add(_names.EXPORT_UNENCODABLE, _SIGNAL_METRICS, 0)
         self._thread = threading.Thread(target=self._run, name="otel-rl-export", daemon=True)
         self._thread.start()
 
     def submit(self, records: Sequence[ReadableLogRecord]) -> None:
-        """Queue records for export; a record too large for any request is dropped and counted, and when the queue
+        """Queue records for export; a record too large for the log store is dropped and counted, and when the queue
         is full the oldest are dropped and counted."""
-        if self._log_exporter is None or not records:
+        if self._logs is None or not records:
             return
         fitting = [record for record in records if record_bytes(record) <= RECORD_BYTES]
         if len(fitting) < len(records):
-            self._store.add(_names.SAMPLES_DROPPED, _DROPPED_OVERSIZED, len(records) - len(fitting))
-        with self._lock:
-            self._queue.extend(fitting)
-        self._trim()
+            self._store.add(_names.SAMPLES_DROPPED, DROPPED_OVERSIZED, len(records) - len(fitting))
+        self._logs.submit(fitting)
+
+    def pending(self) -> tuple[int, int]:
+        """How many sample records and spans wait for export now."""
+        return (len(self._logs) if self._logs else 0, len(self._spans) if self._spans else 0)
+
+    def submit_span(self, span: ReadableSpan) -> None:
+        """Queue an ended span for export; when the queue is full the oldest are dropped and counted."""
+        if self._spans is not None:
+            self._spans.submit([span])
 
     def request(self) -> int:
         """Ask for an export cycle now, without waiting; returns a ticket for :meth:`wait`."""
@@ -320,18 +354,16 @@ class ExportWorker:
         finished = self.wait(ticket, timeout_s)
         self._thread.join(min(max(0.0, timeout_s / 10), threading.TIMEOUT_MAX))
         if not finished:
-            with self._lock:
-                lost = len(self._queue)
-                self._queue.clear()
-            self._store.add(_names.SAMPLES_DROPPED, _DROPPED_SHUTDOWN, lost)
+            for outbox in (self._logs, self._spans):
+                if outbox is not None:
+                    outbox.discard()
             _logger.warning("otel-rl: exporters did not finish within %.1fs; giving up on them", timeout_s)
             return False
-        for exporter in (self._metric_exporter, self._log_exporter):
-            if exporter is not None:
-                try:
-                    exporter.shutdown()
-                except Exception:
-                    _logger.warning("otel-rl: exporter shutdown failed", exc_info=True)
+        for exporter in self._exporters:
+            try:
+                exporter.shutdown()
+            except Exception:
+                _logger.warning("otel-rl: exporter shutdown failed", exc_info=True)
         return True
 
     def _run(self) -> None:
@@ -342,14 +374,25 @@ class ExportWorker:
                 target, stopping = self._requested, self._stopping
                 requested = target > self._completed
             if requested or self._timer.monotonic() >= self._retry_at:
-                self._export_logs()
-                self._metrics_up = self._export_metrics()
-                self._back_off(self._metrics_up)
+                self._cycle()
             with self._done:
                 self._completed = max(self._completed, target)
                 self._done.notify_all()
             if stopping:
                 return
+
+    def _cycle(self) -> None:
+        """One export cycle: the queued items, then the metrics (with the items' counts)."""
+        for outbox in (self._logs, self._spans):
+            if outbox is not None:
+                outbox.send(collector_up=self._collector_up(), timeout_s=self._timeout_s)
+        self._metrics_up = self._export_metrics()
+        self._back_off(self._collector_up())
+
+    @property
+    def metrics_up(self) -> bool:
+        """Whether the last metrics export went through: the collector is there."""
+        return self._metrics_up
 
     def _back_off(self, succeeded: bool) -> None:
         """After a cycle whose metrics export failed (the collector is away), skip periodic cycles for twice as long
@@ -358,94 +401,6 @@ class ExportWorker:
         self._failed_cycles = 0 if succeeded else self._failed_cycles + 1
         pause = 0.0 if succeeded else min(self._interval_s * 2**self._failed_cycles, _MAX_BACKOFF_S)
         self._retry_at = self._timer.monotonic() + pause
-
-    def _export_logs(self) -> None:
-        """Export the queued records in byte-capped batches; a failed batch stays queued.
-
-        While the last metrics export went through, a refused batch is halved (for the next try), and a record
-        refused alone in :data:`_REFUSALS` cycles is dropped. Failed tries go on in the same cycle only while they
-        took less than one export timeout together: a hung collector costs one timeout per cycle, so the metrics
-        (exported after the logs, with their counts) still go out in time."""
-        exporter = self._log_exporter
-        if exporter is None:
-            return
-        failing_s = 0.0
-        while True:
-            batch = self._next_batch()
-            if not batch:
-                return
-            began = self._timer.monotonic()
-            with self.health.exporting() as errors:
-                result = _call(functools.partial(exporter.export, batch), raising=True)
-                if result is _RAISED:
-                    batch = self._encodable(batch)
-                    result = (
-                        _call(functools.partial(exporter.export, batch)) if batch else LogRecordExportResult.SUCCESS
-                    )
-            if result == LogRecordExportResult.SUCCESS:
-                self.health.exported("logs", True, errors, items=len(batch))
-                self._store.add(_names.SAMPLES_EXPORTED, (), len(batch))
-                self._batch_limit = min(_BATCH, self._batch_limit * 2)
-                self._refusals = 0
-                continue
-            self._store.add(_names.EXPORT_FAILURES, _SIGNAL_LOGS, 1)
-            with self._lock:
-                self._queue.extendleft(reversed(batch))
-            self.health.exported("logs", False, errors)  # now that the batch is queued again
-            failing_s += self._timer.monotonic() - began
-            again = failing_s < self._timeout_s
-            if self._metrics_up and len(batch) > 1:
-                self._batch_limit = max(1, len(batch) // 2)  # the collector is up: find the record it refuses
-                if again:
-                    continue
-            elif self._metrics_up:
-                self._refusals += 1
-                if self._refusals >= _REFUSALS:
-                    self._refusals = 0
-                    with self._lock:
-                        self._queue.popleft()
-                    self._store.add(_names.SAMPLES_DROPPED, _DROPPED_REFUSED, 1)
-                    _logger.warning(
-                        "otel-rl: a sample record refused %d times, alone, while metrics went through, was dropped",
-                        _REFUSALS,
-                    )
-                    if again:
-                        continue
-            self._trim()
-            return
-
-    def _next_batch(self) -> list[ReadableLogRecord]:
-        """The oldest queued records, at most ``_batch_limit`` of them and :data:`_BATCH_BYTES` together."""
-        with self._lock:
-            batch: list[ReadableLogRecord] = []
-            size = 0
-            while self._queue and len(batch) < self._batch_limit:
-                cost = record_bytes(self._queue[0])
-                if batch and size + cost > _BATCH_BYTES:
-                    break
-                batch.append(self._queue.popleft())
-                size += cost
-        return batch
-
-    def _encodable(self, batch: list[ReadableLogRecord]) -> list[ReadableLogRecord]:
-        """The records of ``batch`` that encode on their own; the others are dropped and counted."""
-        kept = [record for record in batch if _encodes(functools.partial(encode_logs, [record]))]
-        if len(kept) < len(batch):
-            lost = len(batch) - len(kept)
-            self._store.add(_names.SAMPLES_DROPPED, _DROPPED_UNENCODABLE, lost)
-            self._store.add(_names.EXPORT_UNENCODABLE, _SIGNAL_LOGS, lost)
-            _logger.warning("otel-rl: %d sample record(s) could not be encoded and were dropped", lost)
-        return kept
-
-    def _trim(self) -> None:
-        """Drop (and count) the oldest records beyond the queue's size."""
-        with self._lock:
-            overflow = len(self._queue) - self._queue_size
-            for _ in range(max(overflow, 0)):
-                self._queue.popleft()
-        if overflow > 0:
-            self._store.add(_names.SAMPLES_DROPPED, _DROPPED_QUEUE_FULL, overflow)
-            self.health.dropped(overflow)
 
     def _export_metrics(self) -> bool:
         """Export a cumulative snapshot; False when it failed (its window extremes go out with the next one)."""
@@ -458,11 +413,11 @@ class ExportWorker:
         data = self._without_unencodable(collected)
         timeout_ms = self._timeout_s * 1000
         with self.health.exporting() as errors:
-            result = _call(lambda: exporter.export(data, timeout_millis=timeout_ms), raising=True)
-            if result is _RAISED:
+            result = call_exporter(lambda: exporter.export(data, timeout_millis=timeout_ms))
+            if result is RAISED:
                 self._find_unencodable(data)
                 data = self._without_unencodable(collected)
-                result = _call(lambda: exporter.export(data, timeout_millis=timeout_ms))
+                result = call_exporter(lambda: exporter.export(data, timeout_millis=timeout_ms))
         self.health.exported("metrics", result == MetricExportResult.SUCCESS, errors)
         if result != MetricExportResult.SUCCESS:
             self._store.restore(window)
@@ -531,6 +486,26 @@ class QueueLogProcessor(LogRecordProcessor):
         return True
 
 
+class QueueSpanProcessor(SpanProcessor):
+    """Hands each ended span to the export worker, so spans share its bounded, retried, counted queue: a collector
+    outage shorter than the queue loses none (the SDK's batch processor drops a failed batch)."""
+
+    def __init__(self, worker: ExportWorker) -> None:
+        self._worker = worker
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Nothing to do until the span ends."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self._worker.submit_span(span)
+
+    def shutdown(self) -> None:
+        """Nothing to release: the worker is shut down by :class:`~otel_rl.Telemetry`."""
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
 def record_bytes(record: ReadableLogRecord) -> int:
     """A log record's size as a log store measures an entry, roughly: 256 bytes, plus for each body and attribute
     field 6 bytes, its name and its value (a string's UTF-8 bytes, 16 for any other value)."""
@@ -541,20 +516,6 @@ def record_bytes(record: ReadableLogRecord) -> int:
         6 + len(str(key)) + (len(value.encode("utf-8", errors="replace")) if isinstance(value, str) else 16)
         for key, value in fields
     )
-
-
-_RAISED = object()
-"""What :func:`_call` returns when the exporter raised (an encoding error), rather than returning a failure."""
-
-
-def _call(export: Callable[[], object], *, raising: bool = False) -> object:
-    """The exporter's result; None when it raised (or :data:`_RAISED` with ``raising``)."""
-    try:
-        return export()
-    except Exception as error:
-        if not captured(error):  # inside an export, the health warning quotes it once
-            _logger.warning("otel-rl: export raised", exc_info=True)
-        return _RAISED if raising else None
 
 
 def _encodes(encode: Callable[[], object]) -> bool:

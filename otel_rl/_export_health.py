@@ -25,9 +25,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Literal
 
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
 _logger = logging.getLogger(__name__)
 
 Signal = Literal["metrics", "logs", "spans"]
@@ -90,28 +87,30 @@ class ExportHealth:
     failing, one when every failing signal exports again.
 
     ``destination``: where exports go, as the warnings name it (``https://collector:4317 (OTLP/gRPC)``);
-    ``queue_size`` and ``pending``: the sample queue's capacity and how many records wait in it now."""
+    ``queue_size``, ``span_queue_size`` and ``pending``: the sample and span queues' capacities and how many records
+    and spans wait in them now."""
 
     def __init__(
         self,
         destination: str,
         *,
         queue_size: int,
-        pending: Callable[[], int],
+        span_queue_size: int,
+        pending: Callable[[], tuple[int, int]],
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         _install()
         self._destination = destination
         self._queue_size = queue_size
+        self._span_queue_size = span_queue_size
         self._pending = pending
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._failing: set[Signal] = set()
         """The signals whose last export failed: an outage lasts while it is not empty."""
         self._since = 0.0
-        self._late = 0
-        self._dropped = 0
-        self._lost_spans = 0
+        self._late: dict[Signal, int] = {}
+        self._dropped: dict[Signal, int] = {}
 
     @property
     def failing(self) -> bool:
@@ -138,7 +137,7 @@ class ExportHealth:
             if ok:
                 if not self._failing:
                     return
-                self._late += items if signal == "logs" else 0
+                self._late[signal] = self._late.get(signal, 0) + items
                 self._failing.discard(signal)
                 if self._failing:
                     return
@@ -148,40 +147,41 @@ class ExportHealth:
                 self._failing.add(signal)
                 if began:
                     self._since = self._monotonic()
-                    self._late = self._dropped = self._lost_spans = 0
-                self._lost_spans += items if signal == "spans" else 0
+                    self._late, self._dropped = {}, {}
                 if not began:
                     return
                 report = self._started(signal, errors)
         _logger.warning("%s", report)
 
-    def dropped(self, samples: int) -> None:
-        """Sample records dropped from a full queue (counted in the recovery warning while exports fail)."""
+    def dropped(self, signal: Signal, items: int) -> None:
+        """Sample records or spans dropped from a full queue (counted in the recovery warning while exports fail)."""
         with self._lock:
             if self._failing:
-                self._dropped += samples
+                self._dropped[signal] = self._dropped.get(signal, 0) + items
 
     def _started(self, signal: Signal, errors: Sequence[str]) -> str:
         error = _telling(errors)
         if len(error) > _ERROR_CHARS:
             error = error[: _ERROR_CHARS - 3] + "..."
         hint = diagnose(errors)
+        records, spans = self._pending()
         return (
             f"otel-rl: exports to {self._destination} are failing ({signal}): {error}"
             + (f" -- {hint}" if hint else "")
-            + f". Meanwhile metrics keep their totals (they go out with the first export that succeeds), sample "
-            f"records wait in a queue of {self._queue_size} ({self._pending()} now; beyond it the oldest are dropped) "
-            "and spans of failed exports are lost. otel-rl says when exports recover; the OpenTelemetry SDK's retry "
-            "lines for them are not shown."
+            + f". Meanwhile metrics keep their totals (they go out with the first export that succeeds), and sample "
+            f"records and spans wait in queues of {self._queue_size} and {self._span_queue_size} ({records} and "
+            f"{spans} now; beyond them the oldest are dropped). otel-rl says when exports recover; the OpenTelemetry "
+            "SDK's retry lines for them are not shown."
         )
 
     def _recovered(self) -> str:
         lasted = self._monotonic() - self._since
-        late, dropped, spans = self._late, self._dropped, self._lost_spans
+        late, dropped = self._late, self._dropped
         return (
-            f"otel-rl: exports to {self._destination} recovered after {lasted:.1f}s: sent late: {late} sample "
-            f"record(s), and the metrics' totals (their points during the outage are missing); lost: {dropped} sample "
-            f"record(s) (queue full) and {spans} span(s)"
+            f"otel-rl: exports to {self._destination} recovered after {lasted:.1f}s: sent late: "
+            f"{late.get('logs', 0)} sample record(s), {late.get('spans', 0)} span(s) and the metrics' totals (their "
+            f"points during the outage are missing); lost (queues full): {dropped.get('logs', 0)} sample record(s) "
+            f"and {dropped.get('spans', 0)} span(s)"
         )
 
 
@@ -226,28 +226,3 @@ def diagnose(errors: Sequence[str]) -> str:
     if "Connection refused" in text or "ConnectionRefused" in text:
         return "nothing accepts connections there: start the collector (otel-rl stack up) or fix the endpoint"
     return ""
-
-
-class ReportingSpanExporter(SpanExporter):
-    """A span exporter whose results (and SDK log lines, while it exports) go to an :class:`ExportHealth`; the
-    spans of a failed export are lost (the SDK's batch processor does not retry them) and counted as such."""
-
-    def __init__(self, exporter: SpanExporter, health: ExportHealth) -> None:
-        self._exporter = exporter
-        self._health = health
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        with self._health.exporting() as errors:
-            try:
-                result = self._exporter.export(spans)
-            except Exception:
-                self._health.exported("spans", False, errors, items=len(spans))
-                raise
-        self._health.exported("spans", result == SpanExportResult.SUCCESS, errors, items=len(spans))
-        return result
-
-    def shutdown(self) -> None:
-        self._exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._exporter.force_flush(timeout_millis)

@@ -41,6 +41,8 @@ SIGN = "rl.sign"
 """``positive``, ``negative`` or ``zero``."""
 PHASE = "rl.phase.name"
 """``generate``, ``score``, ``train``, ``sync`` or any phase name the trainer sets (capped)."""
+SPAN_NAME = "span.name"
+"""The phase span's name on the phase metrics (the phase itself: the collector's spanmetrics dimension too)."""
 SELF_METRIC = "otel_rl.metric"
 SELF_REASON = "otel_rl.reason"
 SELF_SIGNAL = "otel_rl.signal"
@@ -250,6 +252,40 @@ SAMPLES_EXPORTED = MetricName(
 SAMPLES_DROPPED = MetricName(
     "otel_rl.samples.dropped", "counter", "{sample}", "Sample records lost, by otel_rl.reason."
 )
+SPANS_EXPORTED = MetricName("otel_rl.spans.exported", "counter", "{span}", "Spans handed to the exporter.")
+SPANS_DROPPED = MetricName("otel_rl.spans.dropped", "counter", "{span}", "Spans lost, by otel_rl.reason.")
+PHASE_DURATION = MetricName(
+    "rl.phase.duration",
+    "histogram",
+    "s",
+    "Seconds of each phase span the rank ended (one per phase and step), by rl.phase.name and span.name.",
+)
+PHASE_CALLS = MetricName("rl.phase.calls", "counter", "", "Phase spans the rank ended, by rl.phase.name and span.name.")
+PHASE_BOUNDS: tuple[float, ...] = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    120,
+    300,
+    600,
+    1200,
+    1800,
+    3600,
+)
+"""The bucket bounds of ``rl.phase.duration`` (s), from a millisecond (a scoring call) to an hour (a long generation or
+a checkpoint): those of the collector's spanmetrics connector for other senders' phase spans, so both merge."""
 VALUES_REJECTED = MetricName(
     "otel_rl.values.rejected",
     "counter",
@@ -291,6 +327,8 @@ ALL_METRICS: tuple[MetricName, ...] = (
     STEP,
     SAMPLES_EXPORTED,
     SAMPLES_DROPPED,
+    SPANS_EXPORTED,
+    SPANS_DROPPED,
     VALUES_REJECTED,
     VALUES_RECORDED,
     EXPORT_FAILURES,
@@ -313,6 +351,8 @@ ALL_METRICS: tuple[MetricName, ...] = (
     RANKS_EXPECTED,
     PHASES,
     PHASE_STARTED,
+    PHASE_DURATION,
+    PHASE_CALLS,
     TOKENS_GENERATED,
     TOKENS_TRAINED,
     SAMPLES_TRAINED,

@@ -4,8 +4,10 @@ Every rank derives the trace of step ``n`` from the run id and ``n`` alone, so t
 one trace without talking to each other (no collectives): rank 0 emits the step's root span ``rl.step``, whose span
 id is derived the same way; every rank emits its own ``rl.rank.step`` span under that root, and its phases
 (``generate``, ``score``, ``train``, ``sync``, ``wait_data``, ...) under its rank span. A phase is a span named for
-the phase, with ``rl.phase.name``; the collector's ``spanmetrics`` connector turns them into duration histograms
-per run (docs/pipeline.md).
+the phase, with ``rl.phase.name``. Each phase span the rank ends is also counted in its own cumulative metrics
+(``rl.phase.calls``, ``rl.phase.duration``: the span's duration, the buckets of the collector's spanmetrics), which the
+collector merges over ranks like every metric: exact through collector outages and restarts, where spans, however
+retried, can only be counted once they reach a collector (docs/pipeline.md).
 
 Phases nest (``with telemetry.phase("train"): with telemetry.phase("sync"): ...``): the inner one is a child span,
 and the phase gauges name the innermost. :meth:`PhaseTracer.set` replaces the innermost phase (imperative style);
@@ -27,6 +29,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
@@ -34,7 +37,9 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from otel_rl import _names
+from otel_rl._buckets import ExplicitLayout
 from otel_rl._inputs import BadInput
+from otel_rl._stats import Statistics
 from otel_rl._store import MetricStore, attributes
 
 _logger = logging.getLogger(__name__)
@@ -130,8 +135,8 @@ class PhaseTracer:
         self._step: int | None = None
         self._root: trace.Span | None = None
         self._rank_span: trace.Span = trace.INVALID_SPAN
-        self._phases: list[tuple[str, trace.Span, int]] = []
-        """The open phases, outermost first: name, span, and when this rank entered the phase (ns)."""
+        self._phases: list[_Open] = []
+        """The open phases, outermost first."""
         self._reported: str | None = None
         self._warned_unstepped = False
 
@@ -142,13 +147,13 @@ class PhaseTracer:
         phases under it."""
         now = self._clock()
         with self._lock:
-            names = [(name, entered) for name, _, entered in self._phases]
+            names = [(phase.name, phase.entered) for phase in self._phases]
             self._end_all(now)
             self._step = number
             if number is not None:
                 self._open_step(number, now, policy_version)
                 for name, entered in names:
-                    self._phases.append((name, self._start(name, now, links=()), entered))
+                    self._phases.append(_Open(name, self._start(name, now, links=()), entered, now))
 
     @property
     def step_span(self) -> trace.Span:
@@ -185,7 +190,7 @@ class PhaseTracer:
         self._check_stepped(name)
         now = self._clock()
         with self._lock:
-            self._phases.append((name, self._start(name, now, links=links), now))
+            self._phases.append(_Open(name, self._start(name, now, links=links), now, now))
             self._report(now)
             self._queue_spans(links, now)
             return len(self._phases)
@@ -195,8 +200,7 @@ class PhaseTracer:
         now = self._clock()
         with self._lock:
             while len(self._phases) >= depth and self._phases:
-                _, span, _ = self._phases.pop()
-                span.end(end_time=now)
+                self._end(self._phases.pop(), now)
             self._report(now)
 
     def set(self, name: str) -> None:
@@ -204,12 +208,11 @@ class PhaseTracer:
         self._check_stepped(name)
         now = self._clock()
         with self._lock:
-            if self._phases and self._phases[-1][0] == name:
+            if self._phases and self._phases[-1].name == name:
                 return
             if self._phases:
-                _, span, _ = self._phases.pop()
-                span.end(end_time=now)
-            self._phases.append((name, self._start(name, now, links=()), now))
+                self._end(self._phases.pop(), now)
+            self._phases.append(_Open(name, self._start(name, now, links=()), now, now))
             self._report(now)
 
     def completed(self, durations: Sequence[tuple[str, float]]) -> None:
@@ -222,14 +225,13 @@ class PhaseTracer:
             start = now - sum(int(seconds * 1e9) for _, seconds in durations)
             for name, seconds in durations:
                 end = start + int(seconds * 1e9)
-                span = self._start(name, start, links=())
-                span.end(end_time=end)
+                self._end(_Open(name, self._start(name, start, links=()), start, start), end)
                 start = end
 
     def context(self) -> str:
         """The innermost phase's span (else the step's) as a string for :meth:`enter`'s ``links`` elsewhere."""
         with self._lock:
-            span = self._phases[-1][1] if self._phases else self._rank_span
+            span = self._phases[-1].span if self._phases else self._rank_span
         return TrajectoryContext(span.get_span_context(), self._clock()).encode()
 
     def close(self) -> None:
@@ -254,7 +256,7 @@ class PhaseTracer:
         )
 
     def _start(self, name: str, now: int, *, links: Sequence[TrajectoryContext]) -> trace.Span:
-        parent = self._phases[-1][1] if self._phases else self._rank_span
+        parent = self._phases[-1].span if self._phases else self._rank_span
         if self._tracer is None:
             return NonRecordingSpan(parent.get_span_context())
         span_attributes: dict[str, str | int] = {_names.PHASE: name, _names.RANK: self._rank}
@@ -270,20 +272,32 @@ class PhaseTracer:
 
     def _queue_spans(self, links: Sequence[TrajectoryContext], now: int) -> None:
         """One ``queue`` span per consumed trajectory, in its own trace, from its generation to now."""
-        if self._tracer is None:
-            return
         for link in links:
-            span = self._tracer.start_span(
-                _names.QUEUE_PHASE,
-                context=trace.set_span_in_context(NonRecordingSpan(link.span)),
-                start_time=min(link.generated_ns, now),
-                attributes={_names.PHASE: _names.QUEUE_PHASE, _names.RANK: self._rank},
+            start = min(link.generated_ns, now)
+            span = (
+                self._tracer.start_span(
+                    _names.QUEUE_PHASE,
+                    context=trace.set_span_in_context(NonRecordingSpan(link.span)),
+                    start_time=start,
+                    attributes={_names.PHASE: _names.QUEUE_PHASE, _names.RANK: self._rank},
+                )
+                if self._tracer is not None
+                else NonRecordingSpan(link.span)
             )
-            span.end(end_time=now)
+            self._end(_Open(_names.QUEUE_PHASE, span, start, start), now)
+
+    def _end(self, phase: _Open, now: int) -> None:
+        """End a phase's span and count it in the rank's own phase metrics (the same durations as the span's), which
+        the collector merges like any cumulative metric: exact across collector outages and restarts."""
+        phase.span.end(end_time=now)
+        seconds = (now - phase.started) / 1e9
+        labels = attributes(**{_names.PHASE: phase.name, _names.SPAN_NAME: phase.name})
+        self._store.add(_names.PHASE_CALLS, labels, 1)
+        self._store.record_histogram(_names.PHASE_DURATION, labels, _single(seconds))
 
     def _end_all(self, now: int) -> None:
-        for _, span, _ in reversed(self._phases):
-            span.end(end_time=now)
+        for phase in reversed(self._phases):
+            self._end(phase, now)
         self._phases.clear()
         for ended in (self._rank_span, self._root):
             if ended is not None and ended.is_recording():
@@ -294,16 +308,39 @@ class PhaseTracer:
     def _report(self, now: int) -> None:
         """The gauges: 1 for the innermost phase (0 for the one before), and when this rank entered each open
         phase (the streams of phases it left are removed: the merged minimum is over the ranks in the phase)."""
-        current = self._phases[-1][0] if self._phases else None
+        current = self._phases[-1].name if self._phases else None
         if self._reported is not None and self._reported != current:
             self._store.set(_names.PHASES, attributes(**{_names.PHASE: self._reported}), 0)
         if current is not None:
             self._store.set(_names.PHASES, attributes(**{_names.PHASE: current}), 1)
         self._reported = current
-        open_phases = {name: entered for name, _, entered in self._phases}
+        open_phases = {phase.name: phase.entered for phase in self._phases}
         self._store.retain(_names.PHASE_STARTED, {attributes(**{_names.PHASE: name}) for name in open_phases})
         for name, entered in open_phases.items():
             self._store.set(_names.PHASE_STARTED, attributes(**{_names.PHASE: name}), entered / 1e9)
+
+
+@dataclass
+class _Open:
+    """An open phase: its name, its span, when this rank entered the phase and when the span began (ns; later than
+    the entry for a phase reopened under a new step)."""
+
+    name: str
+    span: trace.Span
+    entered: int
+    started: int
+
+
+_PHASE_LAYOUT = ExplicitLayout(_names.PHASE_BOUNDS)
+
+
+def _single(seconds: float) -> Statistics:
+    """The statistics of one phase duration in the phase histogram's layout."""
+    counts = np.zeros(_PHASE_LAYOUT.size, dtype=np.int64)
+    counts[_PHASE_LAYOUT.slot(seconds)] = 1
+    return Statistics(
+        _PHASE_LAYOUT, 1, seconds, seconds * seconds, max(seconds, 0.0), max(-seconds, 0.0), seconds, seconds, counts
+    )
 
 
 def _span_id(run_id: str, step: int, rank: int) -> int:

@@ -26,7 +26,7 @@ from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
 from otel_rl import _names
 from otel_rl._buckets import Layouts
@@ -37,11 +37,12 @@ from otel_rl._export import (
     Exporters,
     ExportWorker,
     QueueLogProcessor,
+    QueueSpanProcessor,
     build_exporters,
     destination,
     shutdown_within,
 )
-from otel_rl._export_health import ReportingSpanExporter
+from otel_rl._export_health import ExportHealth
 from otel_rl._guard import failed, guarded
 from otel_rl._inputs import BadInput, as_integer, as_real, describe
 from otel_rl._phases import DerivedIds, PhaseTracer, TrajectoryContext
@@ -141,27 +142,50 @@ class Telemetry:
             self._store.set(_names.FLOPS_PEAK, (), settings.peak_flops)
         exporters = build_exporters(settings, Exporters(metric_exporter, log_exporter, span_exporter))
         self._output = exporters.output
+        traced = (settings.trace_phases or settings.samples_as_span_events) and exporters.spans is not None
+        interval_s = _CONSOLE_INTERVAL_S if console else settings.export_interval_s
+        self._span_worker: ExportWorker | None = None
+        health = ExportHealth(
+            destination(settings),
+            queue_size=settings.sample_queue_size,
+            span_queue_size=settings.span_queue_size,
+            pending=self._pending,
+        )
         self._worker = ExportWorker(
             self._store,
             metric_exporter=exporters.metrics,
             log_exporter=exporters.logs,
-            interval_s=_CONSOLE_INTERVAL_S if console else settings.export_interval_s,
+            interval_s=interval_s,
             timeout_s=settings.export_timeout_s,
             queue_size=settings.sample_queue_size,
+            span_queue_size=settings.span_queue_size,
             clock=clock,
-            destination=destination(settings),
+            health=health,
         )
         self._logger_provider = LoggerProvider(resource=self.resource)
         self._logger_provider.add_log_record_processor(QueueLogProcessor(self._worker))
         self._tracer_provider: TracerProvider | None = None
         ids = DerivedIds()
-        if (settings.trace_phases or settings.samples_as_span_events) and exporters.spans is not None:
+        if traced and isinstance(exporters.spans, PhaseSummary):
             self._tracer_provider = TracerProvider(resource=self.resource, id_generator=ids)
-            self._tracer_provider.add_span_processor(
-                SimpleSpanProcessor(exporters.spans)  # only appends: the step's phases are there when it prints
-                if isinstance(exporters.spans, PhaseSummary)
-                else BatchSpanProcessor(ReportingSpanExporter(exporters.spans, self._worker.health))
+            # only appends: the step's phases are there when it prints
+            self._tracer_provider.add_span_processor(SimpleSpanProcessor(exporters.spans))
+        elif traced:
+            self._span_worker = ExportWorker(
+                self._store,
+                metric_exporter=None,
+                log_exporter=None,
+                span_exporter=exporters.spans,
+                interval_s=interval_s,
+                timeout_s=settings.export_timeout_s,
+                queue_size=settings.sample_queue_size,
+                span_queue_size=settings.span_queue_size,
+                clock=clock,
+                health=health,
+                collector_up=lambda: self._worker.metrics_up,
             )
+            self._tracer_provider = TracerProvider(resource=self.resource, id_generator=ids)
+            self._tracer_provider.add_span_processor(QueueSpanProcessor(self._span_worker))
         self._phases = PhaseTracer(
             run_id=settings.run_id,
             rank=settings.rank,
@@ -433,9 +457,12 @@ class Telemetry:
 
     @guarded("otel_rl.flush", fallback=False)
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Export everything recorded so far (not the open step's samples), waiting at most ``timeout_s`` (None:
-        ``shutdown_timeout_s``; 0: not at all); False if it did not finish in time."""
-        return self._worker.wait(self._worker.request(), self._timeout(timeout_s))
+        """Export everything recorded so far (not the open step's samples), spans included, waiting at most
+        ``timeout_s`` (None: ``shutdown_timeout_s``; 0: not at all); False if it did not finish in time."""
+        deadline = time.monotonic() + self._timeout(timeout_s)
+        workers = [worker for worker in (self._span_worker, self._worker) if worker is not None]
+        tickets = [(worker, worker.request()) for worker in workers]
+        return all(worker.wait(ticket, max(0.0, deadline - time.monotonic())) for worker, ticket in tickets)
 
     @guarded("otel_rl.shutdown", fallback=False)
     def shutdown(self, timeout_s: float | None = None) -> bool:
@@ -445,6 +472,11 @@ class Telemetry:
         return self._shutdown(timeout_s, clean=True)
 
     # -- internals ----------------------------------------------------------------------------------------------
+
+    def _pending(self) -> tuple[int, int]:
+        """Sample records and spans waiting for export now (the export warnings quote them)."""
+        spans = self._span_worker.pending()[1] if self._span_worker is not None else 0
+        return self._worker.pending()[0], spans
 
     def _record(
         self, distribution: _names.Distribution, statistics: Statistics, labels: Callable[[], dict[str, str]]
@@ -493,11 +525,16 @@ class Telemetry:
         self._closing("otel_rl.phases", self._phases.close)
         if clean:
             self._store.set(_names.RUN_FINISHED, (), 1)
-        finished = bool(self._closing("otel_rl.export", lambda: self._worker.shutdown(timeout)))
+        finished = True
+        if self._span_worker is not None:  # first: the metrics then carry the last spans' counts
+            span_worker = self._span_worker
+            finished = bool(self._closing("otel_rl.spans", lambda: span_worker.shutdown(timeout / 2)))
+        remaining = deadline - time.monotonic()
+        finished = bool(self._closing("otel_rl.export", lambda: self._worker.shutdown(remaining))) and finished
         if self._tracer_provider is not None:
             provider, remaining = self._tracer_provider, deadline - time.monotonic()
             finished = (
-                bool(self._closing("otel_rl.spans", lambda: shutdown_within(provider.shutdown, remaining, "spans")))
+                bool(self._closing("otel_rl.tracer", lambda: shutdown_within(provider.shutdown, remaining, "spans")))
                 and finished
             )
         if self._output is not None and finished:  # else the export thread may still write to it

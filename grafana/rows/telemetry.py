@@ -31,15 +31,22 @@ def row() -> Row:
     )
     sample_flow = series(
         15,
-        "Samples exported and dropped (per second)",
-        "Sample log records handed to the exporter, and those dropped (queue_full, invalid, shutdown).",
+        "Samples and spans exported and dropped (per second)",
+        "Sample log records and spans handed to the exporter, and those dropped (samples: queue_full, invalid, "
+        "shutdown, ...; spans: queue_full when an outage outlasts the rank's span queue, refused, shutdown).",
         "short",
-        "samples / s",
-        prom("A", promql.rate("otel_rl_samples_exported_total", RUN, window=WINDOW), "exported"),
+        "items / s",
+        prom("A", promql.rate("otel_rl_samples_exported_total", RUN, window=WINDOW), "samples exported"),
         prom(
             "B",
             promql.rate("otel_rl_samples_dropped_total", RUN, by="otel_rl_reason", window=WINDOW),
-            "dropped {{otel_rl_reason}}",
+            "samples dropped {{otel_rl_reason}}",
+        ),
+        prom("C", promql.rate("otel_rl_spans_exported_total", RUN, window=WINDOW), "spans exported"),
+        prom(
+            "D",
+            promql.rate("otel_rl_spans_dropped_total", RUN, by="otel_rl_reason", window=WINDOW),
+            "spans dropped {{otel_rl_reason}}",
         ),
     )
     failures = series(

@@ -132,6 +132,11 @@ def _stats(telemetry: otel_rl.Telemetry) -> dict[str, float]:
         stats[f"samples_dropped_{reason}"] = store.counter_value(
             _names.SAMPLES_DROPPED, attributes(**{_names.SELF_REASON: reason})
         )
+    stats["spans_exported"] = store.counter_value(_names.SPANS_EXPORTED, ())
+    for reason in ("queue_full", "shutdown", "refused", "unencodable"):
+        stats[f"spans_dropped_{reason}"] = store.counter_value(
+            _names.SPANS_DROPPED, attributes(**{_names.SELF_REASON: reason})
+        )
     return stats
 
 

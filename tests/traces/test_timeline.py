@@ -1,6 +1,6 @@
 """Where the time goes, through the real collector, Jaeger and Prometheus (issue 22): four rank processes step through
-phases; each step's trace in Jaeger holds every rank's phase spans, the collector's spanmetrics give one series set
-per run whose counts and sums are those of the spans Jaeger holds, and tokens, FLOPs and the async pipeline's gauges
+phases; each step's trace in Jaeger holds every rank's phase spans, the ranks' phase metrics merge into one series
+set per run whose counts and sums are those of the spans Jaeger holds, and tokens, FLOPs and the async pipeline's gauges
 are the exact totals of what the ranks recorded."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ BUCKETS = (
     1800,
     3600,
 )
-"""The bounds of rl_phase_duration_seconds (collector_config/collector.yaml, connector spanmetrics)."""
+"""The bounds of rl_phase_duration_seconds (otel_rl._names.PHASE_BOUNDS; the collector's spanmetrics the same)."""
 
 
 def _sleep_for(rank: int, step: int, phase: str) -> float:
@@ -170,7 +170,7 @@ def _phase_spans(traces: dict[int, list[Span]]) -> dict[str, list[float]]:
     return durations
 
 
-def test_spanmetrics_durations_per_run_match_the_spans(
+def test_phase_durations_per_run_match_the_spans(
     shared_stack: Any, traces: dict[int, list[Span]], timeline: dict[str, Any]
 ) -> None:
     """rl_phase_duration_seconds per run and phase, merged over the four ranks: its count and every bucket exactly
@@ -235,16 +235,19 @@ GOLDEN_PHASE_SERIES = {
     "rl_phase_duration_seconds_sum",
     "rl_phase_calls_total",
 }
-"""The exact Prometheus series the collector's spanmetrics makes of a run's phase spans (docs/contract.md)."""
+"""The exact Prometheus series of a run's phase metrics (docs/contract.md)."""
 
 
 def test_golden_phase_series_names(shared_stack: Any, traces: dict[int, list[Span]], timeline: dict[str, Any]) -> None:
-    """The series the spanmetrics connector writes for the run are exactly the golden names, which docs/contract.md
-    documents, and the dashboards' builders name them."""
+    """The series of the ranks' phase metrics (scope otel_rl: none from spanmetrics, which skips the ranks' own
+    spans) are exactly the golden names, which docs/contract.md documents, and the dashboards' builders name them."""
     from pathlib import Path
 
-    run = promql.selector(rl_run_id=timeline["run_id"], otel_scope_name="spanmetricsconnector")
-    names = {series["__name__"] for series in Prometheus(shared_stack.prometheus_url).series(run)}
+    series = Prometheus(shared_stack.prometheus_url).series(
+        f'{{rl_run_id="{timeline["run_id"]}",__name__=~"rl_phase_(duration|calls).*"}}'
+    )
+    assert {item["otel_scope_name"] for item in series} == {"otel_rl"}
+    names = {item["__name__"] for item in series}
     assert names == GOLDEN_PHASE_SERIES
     contract = (Path(__file__).parents[2] / "docs" / "contract.md").read_text(encoding="utf-8")
     assert [name for name in sorted(GOLDEN_PHASE_SERIES) if f"`{name}`" not in contract] == []

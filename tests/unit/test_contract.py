@@ -98,6 +98,10 @@ def test_metric_names_are_pinned() -> None:
         ("rl.buffer.used", "gauge", "{sample}"),
         ("rl.buffer.capacity", "gauge", "{sample}"),
         ("rl.reported", "gauge", ""),
+        ("otel_rl.spans.exported", "counter", "{span}"),
+        ("otel_rl.spans.dropped", "counter", "{span}"),
+        ("rl.phase.duration", "histogram", "s"),
+        ("rl.phase.calls", "counter", ""),
         ("rl.trajectory.versions", "histogram", "{version}"),
         ("rl.trajectory.versions.max", "gauge", "{version}"),
         ("rl.trajectory.versions.min", "gauge", "{version}"),
@@ -345,3 +349,16 @@ def test_contract_document_lists_every_name() -> None:
     ]
     missing = [name for name in names if f"`{name}`" not in CONTRACT]
     assert missing == []
+
+
+def test_spanmetrics_buckets_are_the_ranks_phase_buckets() -> None:
+    """Other senders' phase spans (spanmetrics) and the ranks' own phase metrics share one bucket layout, so both
+    merge and one dashboard query reads both."""
+    units = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+    buckets = COLLECTOR["connectors"]["spanmetrics"]["histogram"]["explicit"]["buckets"]
+
+    def seconds(text: str) -> float:
+        number, unit = re.fullmatch(r"([0-9.]+)(ms|s|m|h)", text).groups()  # type: ignore[union-attr]
+        return float(number) * units[unit]
+
+    assert [seconds(bucket) for bucket in buckets] == pytest.approx(list(_names.PHASE_BOUNDS), rel=1e-12)

@@ -262,7 +262,8 @@ def test_an_outage_is_told_once_when_it_starts_and_once_when_it_ends(
         assert worker.shutdown(30)
     messages = [r.getMessage() for r in caplog.records if r.name == "otel_rl._export_health"]
     assert len(messages) == 2, messages
-    assert "are failing (logs)" in messages[0] and "queue of 100 (60 now" in messages[0]
+    assert "are failing (logs)" in messages[0] and "queues of 100 and 16384 (60 and 0 now" in messages[0]
     assert messages[1].startswith("otel-rl: exports to the configured exporters recovered after 19.0s")
-    assert "sent late: 100 sample record(s)" in messages[1] and "lost: 20 sample record(s)" in messages[1]
+    assert "sent late: 100 sample record(s), 0 span(s)" in messages[1]
+    assert "lost (queues full): 20 sample record(s) and 0 span(s)" in messages[1]
     assert len(logs.get_finished_logs()) == 100 and _dropped(store, "queue_full") == 20

@@ -166,7 +166,7 @@ def test_a_closed_port_is_one_warning_and_no_sdk_lines(
     failing = _ours(caplog, "are failing")
     assert len(failing) == 1, [r.getMessage() for r in failing]
     message = failing[0].getMessage()
-    assert endpoint in message and "sample records wait in a queue of 4096" in message
+    assert endpoint in message and "sample records and spans wait in queues of 4096 and 16384" in message
     assert any(error in message for error in ("UNAVAILABLE", "Connection")), message  # the SDK's error, quoted
     assert not [r for r in caplog.records if r.name.startswith(SDK_PREFIX) and r.levelno >= logging.WARNING]
 

@@ -71,8 +71,7 @@ def ranks(spans: InMemorySpanExporter, clock: Clock) -> Iterator[list[otel_rl.Te
 
 def _finished(spans: InMemorySpanExporter, ranks: list[otel_rl.Telemetry]) -> list[ReadableSpan]:
     for rank in ranks:
-        assert rank._tracer_provider is not None
-        rank._tracer_provider.force_flush()
+        assert rank.flush(5)
     return list(spans.get_finished_spans())
 
 

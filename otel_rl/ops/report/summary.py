@@ -14,6 +14,7 @@ dashboards' own builders (:mod:`otel_rl.ops.promql`), read over cumulative value
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -339,7 +340,10 @@ def performance(sources: Sources, begin: float, end: float, *, service: str, cou
     slowest = max(split, key=lambda phase: split[phase]["mean"] or 0.0) if split else None
     # Read at `counted` too: a rank counts a step's tokens after its rewards, so they may arrive a flush after `end`.
     trained = prometheus.value(promql.increase("rl_tokens_trained_total", sel, window=None), counted)
-    flops = prometheus.value(f"max(rl_flops_per_token{{{sel}}}) / sum(rl_flops_peak_per_second{{{sel}}})", counted)
+    # The largest over the run: ranks that shut down before `counted` are missing from the last flushes' sums.
+    run = f"{max(1, math.ceil(counted - begin))}s"
+    peak = f"max(max_over_time(rl_flops_peak_per_second{{{sel}}}[{run}]))"
+    flops = prometheus.value(f"max(max_over_time(rl_flops_per_token{{{sel}}}[{run}])) / {peak}", counted)
     tokens_per_s = None if trained is None else trained / wall
     return {
         "split": split,
