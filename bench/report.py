@@ -160,6 +160,16 @@ def tables(results: dict[str, Any]) -> list[Table]:
                 f"{phases['span_cost_per_span_us']:.1f} us/span",
             ]
         )
+        counted = phases.get("phase_metrics")
+        if counted:
+            ended, alone = _time(counted["counted_median_ns"]), _time(counted["span_only_median_ns"])
+            rows.append(
+                [
+                    "a phase's own metrics (rl.phase.calls, rl.phase.duration)",
+                    f"{counted['cost_per_phase_us']:.1f} us/phase",
+                    f"(ended {ended} vs span alone {alone})",
+                ]
+            )
         out.append(
             (
                 f"3b. Phase spans on the training thread "

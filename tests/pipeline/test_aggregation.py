@@ -212,6 +212,8 @@ GOLDEN_SERIES = {
     "rl_metric_min",
     "otel_rl_samples_exported_total",
     "otel_rl_samples_dropped_total",
+    "otel_rl_spans_exported_total",
+    "otel_rl_spans_dropped_total",
     "otel_rl_export_failures_total",
     "otel_rl_export_unencodable_total",
     "otel_rl_values_recorded_total",

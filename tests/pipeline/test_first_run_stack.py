@@ -132,9 +132,9 @@ def test_an_outage_is_told_when_it_starts_and_when_it_ends(stack: Any, caplog: p
             step = _steps(telemetry, 1.0, step)
         telemetry.shutdown()
     (failing,) = _ours(caplog, "are failing")
-    assert stack.otlp_grpc_endpoint in failing and "sample records wait in a queue" in failing
+    assert stack.otlp_grpc_endpoint in failing and "sample records and spans wait in queues" in failing
     (recovered,) = _ours(caplog, "recovered after")
     late = int(recovered.split("sent late: ", 1)[1].split(" ", 1)[0])
     assert late >= 8, recovered  # two samples a step for the ~8 s the collector was down
-    assert "lost: 0 sample record(s)" in recovered
+    assert "lost (queues full): 0 sample record(s) and 0 span(s)" in recovered
     assert not _sdk_lines(caplog)
