@@ -269,37 +269,32 @@ class ExportWorker:
         )
         """Says once when exports start failing and once when they recover (in place of the SDK's retry lines);
         ``health`` shares another worker's."""
+        outbox = functools.partial(
+            Outbox, batch_bytes=_BATCH_BYTES, store=store, health=self.health, monotonic=timer.monotonic
+        )
         self._logs: Outbox[ReadableLogRecord] | None = None
         if log_exporter is not None:
-            self._logs = Outbox(
+            self._logs = outbox(
                 signal="logs",
                 export=log_exporter.export,
                 success=LogRecordExportResult.SUCCESS,
                 encodes=lambda record: _encodes(functools.partial(encode_logs, [record])),
                 cost=record_bytes,
-                batch_bytes=_BATCH_BYTES,
                 exported=_names.SAMPLES_EXPORTED,
                 dropped=_names.SAMPLES_DROPPED,
-                store=store,
-                health=self.health,
                 queue_size=queue_size,
-                monotonic=timer.monotonic,
             )
         self._spans: Outbox[ReadableSpan] | None = None
         if span_exporter is not None:
-            self._spans = Outbox(
+            self._spans = outbox(
                 signal="spans",
                 export=span_exporter.export,
                 success=SpanExportResult.SUCCESS,
                 encodes=lambda span: _encodes(functools.partial(encode_spans, [span])),
                 cost=lambda span: 0,
-                batch_bytes=_BATCH_BYTES,
                 exported=_names.SPANS_EXPORTED,
                 dropped=_names.SPANS_DROPPED,
-                store=store,
-                health=self.health,
                 queue_size=span_queue_size,
-                monotonic=timer.monotonic,
             )
         self._exporters = [e for e in (metric_exporter, log_exporter, span_exporter) if e is not None]
         if metric_exporter is not None:

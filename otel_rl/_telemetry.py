@@ -14,6 +14,7 @@ worker (``otel_rl._export``) sends it all from its own thread.
 from __future__ import annotations
 
 import atexit
+import functools
 import math
 import sys
 import time
@@ -151,10 +152,9 @@ class Telemetry:
             span_queue_size=settings.span_queue_size,
             pending=self._pending,
         )
-        self._worker = ExportWorker(
+        worker = functools.partial(
+            ExportWorker,
             self._store,
-            metric_exporter=exporters.metrics,
-            log_exporter=exporters.logs,
             interval_s=interval_s,
             timeout_s=settings.export_timeout_s,
             queue_size=settings.sample_queue_size,
@@ -162,6 +162,7 @@ class Telemetry:
             clock=clock,
             health=health,
         )
+        self._worker = worker(metric_exporter=exporters.metrics, log_exporter=exporters.logs)
         self._logger_provider = LoggerProvider(resource=self.resource)
         self._logger_provider.add_log_record_processor(QueueLogProcessor(self._worker))
         self._tracer_provider: TracerProvider | None = None
@@ -171,17 +172,10 @@ class Telemetry:
             # only appends: the step's phases are there when it prints
             self._tracer_provider.add_span_processor(SimpleSpanProcessor(exporters.spans))
         elif traced:
-            self._span_worker = ExportWorker(
-                self._store,
+            self._span_worker = worker(
                 metric_exporter=None,
                 log_exporter=None,
                 span_exporter=exporters.spans,
-                interval_s=interval_s,
-                timeout_s=settings.export_timeout_s,
-                queue_size=settings.sample_queue_size,
-                span_queue_size=settings.span_queue_size,
-                clock=clock,
-                health=health,
                 collector_up=lambda: self._worker.metrics_up,
             )
             self._tracer_provider = TracerProvider(resource=self.resource, id_generator=ids)

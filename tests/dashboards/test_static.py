@@ -12,6 +12,7 @@ from typing import Any, Literal
 import pytest
 import yaml
 
+from otel_rl import _names
 from tests.dashboards.conftest import DASHBOARDS, ROOT, RULE_FILES, RULE_TESTS, dashboard_targets, rules
 
 PROVISIONING = ROOT / "grafana" / "provisioning"
@@ -114,30 +115,8 @@ _SYNTHETIC = [
     ("rl_mismatch_kl", 'rl_kl_estimator="k3"', 0.125, 100),
     ("rl_trajectory_versions", "", 2.0, 8),
 ]
-PHASE_BUCKETS = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1,
-    2.5,
-    5,
-    10,
-    30,
-    60,
-    120,
-    300,
-    600,
-    1200,
-    1800,
-    3600,
-)
-"""The bounds of rl_phase_duration_seconds (collector_config/collector.yaml, connector spanmetrics)."""
+PHASE_BUCKETS = _names.PHASE_BOUNDS
+"""The bounds of rl_phase_duration_seconds (the ranks' phase metrics; the collector's spanmetrics the same)."""
 
 
 def _phase_spans(phase: str, seconds: float, spans: int) -> list[tuple[str, str]]:

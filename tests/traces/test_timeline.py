@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from otel_rl import _names
 from otel_rl._phases import step_trace
 from otel_rl.ops import promql
 from otel_rl.ops.query import Jaeger, Prometheus, Span
@@ -23,29 +24,7 @@ FLOPS_PER_TOKEN = 6e9
 PEAK_FLOPS = 1e15
 PHASES = ("generate", "train", "sync")
 """The phases every rank goes through each step: generate, then train with a nested sync."""
-BUCKETS = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1,
-    2.5,
-    5,
-    10,
-    30,
-    60,
-    120,
-    300,
-    600,
-    1200,
-    1800,
-    3600,
-)
+BUCKETS = _names.PHASE_BOUNDS
 """The bounds of rl_phase_duration_seconds (otel_rl._names.PHASE_BOUNDS; the collector's spanmetrics the same)."""
 
 

@@ -87,14 +87,14 @@ func createTraces(
 	_ context.Context, set connector.Settings, cfg component.Config, next consumer.Metrics,
 ) (connector.Traces, error) {
 	state, err := runsOf(set, cfg)
-	return &tracesHalf{runs: state, next: next}, err
+	return &tracesHalf{half{runs: state, next: next}}, err
 }
 
 func createMetrics(
 	_ context.Context, set connector.Settings, cfg component.Config, next consumer.Metrics,
 ) (connector.Metrics, error) {
 	state, err := runsOf(set, cfg)
-	return &metricsHalf{runs: state, next: next}, err
+	return &metricsHalf{half{runs: state, next: next}}, err
 }
 
 type run struct {
@@ -199,14 +199,30 @@ func (r *runs) gauges(out pmetric.Metrics, id string, state *run, now time.Time)
 	}
 }
 
-type tracesHalf struct {
+// half is one pipeline's side of the connector: both share the runs of their component id.
+type half struct {
 	runs *runs
 	next consumer.Metrics
 	component.StartFunc
 	component.ShutdownFunc
 }
 
-func (*tracesHalf) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
+func (*half) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
+
+// report writes the gauges of the runs seen (the lock held on entry) and sends them once the lock is released.
+func (h *half) report(ctx context.Context, seen map[string]*run, now time.Time) error {
+	out := pmetric.NewMetrics()
+	for id, state := range seen {
+		h.runs.gauges(out, id, state, now)
+	}
+	h.runs.mu.Unlock()
+	if out.ResourceMetrics().Len() == 0 {
+		return nil
+	}
+	return h.next.ConsumeMetrics(ctx, out)
+}
+
+type tracesHalf struct{ half }
 
 // ConsumeTraces takes each Lens run's step, start and end from its ended spans.
 func (t *tracesHalf) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
@@ -237,51 +253,26 @@ func (t *tracesHalf) ConsumeTraces(ctx context.Context, td ptrace.Traces) error 
 			}
 		}
 	}
-	out := pmetric.NewMetrics()
-	for id, state := range seen {
-		t.runs.gauges(out, id, state, now)
-	}
-	t.runs.mu.Unlock()
-	if out.ResourceMetrics().Len() == 0 {
-		return nil
-	}
-	return t.next.ConsumeMetrics(ctx, out)
+	return t.report(ctx, seen, now)
 }
 
-type metricsHalf struct {
-	runs *runs
-	next consumer.Metrics
-	component.StartFunc
-	component.ShutdownFunc
-}
-
-func (*metricsHalf) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
+type metricsHalf struct{ half }
 
 // ConsumeMetrics writes the gauges of each Lens run whose process sent metrics: the heartbeat of a live process.
 func (m *metricsHalf) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
 	m.runs.mu.Lock()
 	now := time.Now()
 	m.runs.forget(now)
-	out := pmetric.NewMetrics()
-	seen := map[string]struct{}{}
+	seen := map[string]*run{}
 	for _, rm := range md.ResourceMetrics().All() {
 		id, state, _ := m.runs.lensRun(ctx, rm.Resource(), now)
 		if state == nil {
 			continue
 		}
-		if _, done := seen[id]; !done {
-			seen[id] = struct{}{}
-			if state.start == 0 {
-				state.start = pcommon.NewTimestampFromTime(now)
-			}
+		if state.start == 0 {
+			state.start = pcommon.NewTimestampFromTime(now)
 		}
+		seen[id] = state
 	}
-	for id := range seen {
-		m.runs.gauges(out, id, m.runs.byID[id], now)
-	}
-	m.runs.mu.Unlock()
-	if out.ResourceMetrics().Len() == 0 {
-		return nil
-	}
-	return m.next.ConsumeMetrics(ctx, out)
+	return m.report(ctx, seen, now)
 }
