@@ -44,7 +44,7 @@ def cuda_check(*, repeats: int = 15) -> dict[str, Any]:
     rewards, mask, versions = (t.to(device) for t in (step.rewards, step.mask, step.versions))
     flat, flat_mask = (t.to(device) for t in flat_values(step.tokens))
     floor_values = torch.randn(step.tokens, device=device)
-    rollout_fields = {name: t.to(device) for name, t in make_rollouts(step).items()}
+    rollout_fields: dict[str, Any] = {name: t.to(device) for name, t in make_rollouts(step).items()}
     telemetry = Telemetry(TelemetryConfig(run_id="bench-cuda", exporter="none", shutdown_timeout_s=1.0))
     calls: dict[str, Callable[[], object]] = {
         "rewards_2d": lambda: telemetry.record_rewards(rewards, mask=mask),

@@ -45,7 +45,9 @@ def ingest(*, rollouts: int = 512, tokens: int = 2048, repeats: int = 15, sample
     step = make_step(rollouts, tokens)
     flat, flat_mask = flat_values(step.tokens)
     floor_values = torch.randn(step.tokens)
-    rollout_fields = make_rollouts(step)
+    rollout_fields: dict[str, Any] = dict(make_rollouts(step))
+    rewards = rollout_fields["rewards"]
+    breakdown = {"correctness": rewards, "format": 0.5 * rewards, "length_penalty": -0.25 * rewards}
     telemetry = _telemetry()
     explicit = _telemetry("explicit")
     bandwidth_values = torch.ones(_BANDWIDTH_BYTES // 4)
@@ -61,6 +63,9 @@ def ingest(*, rollouts: int = 512, tokens: int = 2048, repeats: int = 15, sample
             "step_2d_explicit": lambda: record_step(explicit),
             "rewards_1d_explicit": lambda: explicit.record_rewards(flat, mask=flat_mask),
             "rollouts_2d": lambda: telemetry.record_rollouts(mask=step.mask, **rollout_fields),
+            "rollouts_2d_breakdown": lambda: telemetry.record_rollouts(
+                mask=step.mask, reward_breakdown=breakdown, **rollout_fields
+            ),
             "rewards_2d": lambda: telemetry.record_rewards(step.rewards, mask=step.mask),
             "staleness_2d": lambda: telemetry.record_staleness(step.versions, CURRENT_VERSION, mask=step.mask),
             "rewards_1d": lambda: telemetry.record_rewards(flat, mask=flat_mask),
@@ -109,6 +114,8 @@ def ingest(*, rollouts: int = 512, tokens: int = 2048, repeats: int = 15, sample
         "rewards_1d_exponential_vs_explicit": rewards_1d_ns / results["rewards_1d_explicit"]["median_ns"],
         "rewards_1d_vs_floor": rewards_1d_ns / floor_ns,
         "rollouts_vs_floor": results["rollouts_2d"]["median_ns"] / floor_ns,
+        "rollouts_breakdown_vs_rollouts": results["rollouts_2d_breakdown"]["median_ns"]
+        / results["rollouts_2d"]["median_ns"],
         "staleness_1d_vs_floor": results["staleness_1d"]["median_ns"] / floor_ns,
         "otel_sdk_speedup": results["otel_sdk_record_loop"]["median_ns"] / step_ns,
         "otel_sdk_speedup_1d": results["otel_sdk_record_loop"]["median_ns"] / rewards_1d_ns,

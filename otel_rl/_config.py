@@ -165,6 +165,15 @@ class TelemetryConfig:
     with ``peak_flops`` the dashboards show MFU = tokens trained/s x flops_per_token / sum of peak_flops."""
     peak_flops: float | None = None
     """Peak FLOP/s of this rank's device (e.g. 989e12 for an H100 SXM in BF16 dense); set on training ranks only."""
+    gpus_per_rank: float | None = None
+    """GPUs this rank holds, for the run's cost (``rl.gpu.seconds``: GPUs times the rank's lifetime); None counts one
+    when CUDA is available to the process, else none."""
+    gpu_hour_price: float | None = None
+    """Price of one GPU-hour (any currency); with it the dashboards, the report and ``otel-rl status`` show cost so
+    far, per step, per million trained tokens and per solved prompt group."""
+    ground_truth_reward: str = "correctness"
+    """The reward function (``rl.reward.fn``) the audit trusts as ground truth: RLRewardGaming fires when the total
+    reward rises while this one stalls or falls. A run without it stays silent."""
     distinct_prompts: bool = True
     """Top and bottom samples prefer episodes of different prompts (see :class:`~otel_rl.TopBottomFilter`): a
     GRPO group's rollouts share a prompt and often a reward, and a table of one prompt twice says little."""
@@ -433,6 +442,14 @@ def _validate(config: ResolvedConfig, label: _Labels) -> None:
         value = getattr(config, name)
         if value is not None and (not _finite(value) or value <= 0):
             raise ValueError(f'"{name}" must be a positive number or None, got {describe(value)}')
+    for name in ("gpus_per_rank", "gpu_hour_price"):
+        value = getattr(config, name)
+        if value is not None and (not _finite(value) or value < 0):
+            raise ValueError(f'"{name}" must be a number >= 0 or None, got {describe(value)}')
+    if not isinstance(config.ground_truth_reward, str) or not config.ground_truth_reward:
+        raise ValueError(
+            f'"ground_truth_reward" must be a reward function name, got {describe(config.ground_truth_reward)}'
+        )
     for name in ("samples_as_span_events", "distinct_prompts", "trace_phases", "console_self_telemetry"):
         if not isinstance(getattr(config, name), bool):
             raise ValueError(f'"{name}" must be a bool, got {describe(getattr(config, name))}')

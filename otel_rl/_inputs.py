@@ -45,6 +45,7 @@ Reason = Literal[
     "name_overflow",
     "name_invalid",
     "incomplete_group",
+    "unpaired",
 ]
 """Why values were rejected: ``nonfinite`` (NaN or inf), ``negative`` (below the allowed minimum), ``nonintegral``
 (a fraction where an integer is needed), ``range`` (an integer outside signed 64 bits), ``missing`` (``None``
@@ -53,7 +54,8 @@ together, or more dimensions than the call takes), ``dtype`` (complex or text, o
 is needed: a version, a group id), ``type`` (not a number at all), ``layout`` (a tensor whose values cannot be
 read: nested, meta), ``phase``, ``unknown_key`` (a sample dict's key), ``name_overflow`` and ``name_invalid``
 (label names past their cap or unusable), ``incomplete_group`` (a usable rollout of a prompt group whose outcome
-cannot be told, because another rollout of it, or of the call, is unusable), ``invalid`` (anything else)."""
+cannot be told, because another rollout of it, or of the call, is unusable), ``unpaired`` (a rollout left out of
+``rl.joint`` because its value or its total reward is unusable), ``invalid`` (anything else)."""
 
 REASONS: tuple[Reason, ...] = get_args(Reason)
 """Every reason; :attr:`Values.reasons` codes a position's reason as 1 + its index here (0: usable)."""

@@ -43,6 +43,11 @@ PHASE = "rl.phase.name"
 """``generate``, ``score``, ``train``, ``sync`` or any phase name the trainer sets (capped)."""
 SPAN_NAME = "span.name"
 """The phase span's name on the phase metrics (the phase itself: the collector's spanmetrics dimension too)."""
+JOINT_X = "rl.joint.x"
+"""What ``rl.joint`` pairs with the total reward: ``response_length``, or ``reward.<fn>`` for a reward function."""
+JOINT_MOMENT = "rl.joint.moment"
+"""Which sum of ``rl.joint`` a stream holds: ``n``, ``xx``, ``yy``, and ``x``, ``y``, ``xy`` each as ``.positive``
+and ``.negative`` parts (x the paired value, y the total reward)."""
 SELF_METRIC = "otel_rl.metric"
 SELF_REASON = "otel_rl.reason"
 SELF_SIGNAL = "otel_rl.signal"
@@ -149,10 +154,10 @@ REWARDS = _signed("rl.reward", "rewards, one per rollout (or per masked element)
 METRICS = _signed("rl.metric", "record_metric values, by rl.metric.key", "unbounded")
 
 
-def _counts(name: str, what: str, unit: str) -> Distribution:
+def _counts(name: str, what: str, unit: str, role: LayoutRole = "staleness") -> Distribution:
     """The metrics of a distribution of counts ``name`` (integers >= 0, whose sum is monotone already)."""
     return Distribution(
-        role="staleness",
+        role=role,
         histogram=MetricName(name, "histogram", unit, f"{what}."),
         maximum=MetricName(f"{name}.max", "gauge", unit, f"Largest of {what} over the last extremes_hold_s.", "max"),
         minimum=MetricName(f"{name}.min", "gauge", unit, f"Smallest of {what} over the last extremes_hold_s.", "min"),
@@ -168,6 +173,12 @@ MISMATCH_KL = _signed("rl.mismatch.kl", "per-token KL(pi_inference || pi_train) 
 TRAJECTORY_VERSIONS = _counts(
     "rl.trajectory.versions", "policy versions one trajectory's tokens were generated with", "{version}"
 )
+DROPPED_LENGTHS = _counts(
+    "rl.dropped.response.length", "response lengths of rollouts dropped as too stale", "{token}", "length"
+)
+DROPPED_STALENESS = _counts(
+    "rl.dropped.staleness", "policy lag of each rollout dropped as too stale (its oldest token's)", "{version}"
+)
 DISTRIBUTIONS: tuple[Distribution, ...] = (
     REWARDS,
     METRICS,
@@ -178,6 +189,8 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     IMPORTANCE_RATIO,
     MISMATCH_KL,
     TRAJECTORY_VERSIONS,
+    DROPPED_LENGTHS,
+    DROPPED_STALENESS,
 )
 """Every distribution otel-rl records."""
 GROUPS = MetricName("rl.groups", "counter", "{group}", "Prompt groups by rl.group.outcome (none / some / all solved).")
@@ -190,6 +203,30 @@ UNVERSIONED = MetricName(
 )
 STALENESS_DROPPED = MetricName(
     "rl.staleness.dropped", "counter", "{sample}", "Samples the trainer dropped for staleness, by rl.dataset."
+)
+JOINT = MetricName(
+    "rl.joint",
+    "counter",
+    "",
+    "Sums over the rollouts that have both of rl.joint.x and the total reward, by rl.joint.moment: what their "
+    "correlation, covariance and the variance shares of reward functions need, merged exactly.",
+)
+GROUND_TRUTH = MetricName(
+    "rl.reward.ground_truth",
+    "gauge",
+    "",
+    "1 on the rl.reward.fn the run designates as its ground truth (TelemetryConfig.ground_truth_reward).",
+    "max",
+)
+GPU_SECONDS = MetricName(
+    "rl.gpu.seconds", "counter", "s", "GPU-seconds the ranks held: each rank's GPUs times its lifetime, summed."
+)
+GPU_HOUR_PRICE = MetricName(
+    "rl.gpu.hour_price",
+    "gauge",
+    "",
+    "Price of one GPU-hour as the run states it (TelemetryConfig.gpu_hour_price).",
+    "max",
 )
 RUN_START = MetricName("rl.run.start_time", "gauge", "s", "Unix time the run's first process started.", "min")
 RUN_FINISHED = MetricName(
@@ -364,4 +401,10 @@ ALL_METRICS: tuple[MetricName, ...] = (
     BUFFER_CAPACITY,
     REPORTED,
     *TRAJECTORY_VERSIONS.metrics,
+    *DROPPED_LENGTHS.metrics,
+    *DROPPED_STALENESS.metrics,
+    JOINT,
+    GROUND_TRUTH,
+    GPU_SECONDS,
+    GPU_HOUR_PRICE,
 )

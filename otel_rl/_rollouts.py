@@ -18,13 +18,13 @@ once (groups too: sorted and segmented on the device, no ``unique`` and its hidd
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from otel_rl import _kernels, _names
+from otel_rl import _joint, _kernels, _names
 from otel_rl._buckets import Layouts
 from otel_rl._inputs import (
     REASONS,
@@ -70,6 +70,8 @@ class RolloutStatistics:
     rejected_parts: list[tuple[str, Reason, int]] = field(default_factory=list)
     """``(metric, reason, count)`` of values left out of a field that was kept (besides what the statistics
     carry)."""
+    joint: list[tuple[str, list[float]]] = field(default_factory=list)
+    """``(rl.joint.x, sums)`` of each pair with the total reward, the sums in :data:`otel_rl._joint.MOMENTS` order."""
     grouped: int = 0
     """Rollouts that took part in the prompt-group outcomes (``rl.groups``): with the ``rl.groups`` parts of
     ``rejected_parts``, every offered rollout."""
@@ -170,9 +172,11 @@ class RolloutSummarizer:
         rewards: Any = None,
         group_ids: Any = None,
         versions_spanned: Any = None,
+        reward_breakdown: Sequence[tuple[str, Any]] = (),
     ) -> RolloutStatistics:
         """The statistics of every field given; a bad field is in ``rejected``, the others are kept. An unusable
-        mask rejects every field, each under its own metric: without it, padding would be recorded as values."""
+        mask rejects every field, each under its own metric: without it, padding would be recorded as values.
+        ``reward_breakdown``: ``(rl.joint.x label, values)`` of each reward function to pair with ``rewards``."""
         out = RolloutStatistics()
         given = {
             "advantages": advantages,
@@ -189,6 +193,8 @@ class RolloutSummarizer:
             for argument, metric in _FIELDS:
                 if given[argument] is not None:
                     out.rejected.append((metric, error, given[argument]))
+            if rewards is not None and (response_lengths is not None or reward_breakdown):
+                out.rejected.append((_names.JOINT.name, error, rewards))
             return out
         pending: list[_Pending] = []
 
@@ -245,8 +251,34 @@ class RolloutSummarizer:
                 pending.append(_Pending(groups, _as_list, lambda counts: _group_counts(counts, out)))
             except BadInput as error:
                 out.rejected.append((_names.GROUPS.name, error, group_ids))
+        if rewards is not None:
+            pairs = [("response_length", response_lengths)] if response_lengths is not None else []
+            for label, values in (*pairs, *reward_breakdown):
+                self._joint(label, values, rewards, masks, out, pending)
         _finish(pending)
         return out
+
+    @staticmethod
+    def _joint(
+        label: str, values: Any, rewards: Any, masks: _Masks, out: RolloutStatistics, pending: list[_Pending]
+    ) -> None:
+        """The co-moments of ``values`` with the total reward (``rl.joint``); the offered rollouts left out of the pair
+        are counted (``unpaired``), a pair whose shapes do not fit is rejected whole."""
+        argument = "response_lengths" if label == "response_length" else f"reward_breakdown[{label[7:]!r}]"
+        try:
+            sums = _joint.comoments(
+                values, rewards, masks.rows, argument=argument, nonnegative=label == "response_length"
+            )
+        except BadInput as error:
+            out.rejected.append((_names.JOINT.name, error, values))
+            return
+
+        def finish(found: list[float]) -> None:
+            out.joint.append((label, found[:-1]))
+            if found[-1]:
+                out.rejected_parts.append((_names.JOINT.name, "unpaired", int(found[-1])))
+
+        pending.append(_Pending(sums, lambda t: [float(v) for v in t.tolist()], finish))
 
     def _advantages(
         self,

@@ -131,6 +131,7 @@ class MetricStore:
         self._lock = threading.Lock()
         self._histograms: dict[_Key, _HistogramState] = {}
         self._counters: dict[_Key, float] = {}
+        self._accruing: dict[_Key, float] = {}
         self._gauges: dict[_Key, float] = {}
         self._window = Extremes()
 
@@ -203,6 +204,14 @@ class MetricStore:
             for key in [key for key in self._gauges if key[0] == gauge and key[1] not in keep]:
                 del self._gauges[key]
 
+    def accrue(self, counter: MetricName, attrs: Attributes, per_second: float) -> None:
+        """Make ``counter`` grow by ``per_second`` for every second since the store's start: its value at each
+        collection is ``per_second`` times the time elapsed (GPU-seconds of a rank that holds ``per_second`` GPUs)."""
+        if not per_second >= 0:
+            raise ValueError(f'"per_second" of {counter.name!r} must be >= 0, got {per_second!r}')
+        with self._lock:
+            self._accruing[(counter, attrs)] = per_second
+
     def counter_value(self, counter: MetricName, attrs: Attributes) -> float:
         """The current cumulative value of a counter (0 when never added to)."""
         with self._lock:
@@ -222,6 +231,8 @@ class MetricStore:
                 for key, state in self._histograms.items()
             }
             counters = dict(self._counters)
+            elapsed_s = max(0, now_ns - self._start_time_ns) / 1e9
+            counters.update({key: per_second * elapsed_s for key, per_second in self._accruing.items()})
             gauges = dict(self._gauges)
             while self._recent and self._recent[0][0] <= now_ns - self._hold_ns:
                 self._recent.popleft()

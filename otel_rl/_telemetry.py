@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal
 
+import torch
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.sdk.metrics.export import MetricExporter
@@ -29,7 +30,7 @@ from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resou
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
-from otel_rl import _names
+from otel_rl import _joint, _names
 from otel_rl._buckets import Layouts
 from otel_rl._canary import MergeCanary
 from otel_rl._config import ResolvedConfig, TelemetryConfig
@@ -45,7 +46,7 @@ from otel_rl._export import (
 )
 from otel_rl._export_health import ExportHealth
 from otel_rl._guard import failed, guarded
-from otel_rl._inputs import BadInput, as_integer, as_real, describe
+from otel_rl._inputs import BadInput, as_integer, as_real, as_values, describe
 from otel_rl._phases import DerivedIds, PhaseTracer, TrajectoryContext
 from otel_rl._rollouts import RolloutSummarizer
 from otel_rl._samples import EpisodeSample, SampleFilter, TopBottomFilter
@@ -81,6 +82,13 @@ def layouts(settings: ResolvedConfig) -> Layouts:
         reward_bounds=settings.reward_bounds,
         staleness_bounds=settings.staleness_bounds,
     )
+
+
+def _gpus(stated: float | None) -> float:
+    """The GPUs a rank holds: as stated, else one when CUDA is available to the process (a rank drives one device)."""
+    if stated is not None:
+        return stated
+    return 1.0 if torch.cuda.is_available() else 0.0
 
 
 class Telemetry:
@@ -122,6 +130,7 @@ class Telemetry:
         self._rewards.warm_up()
         self._metrics.warm_up()
         self._staleness.warm_up()
+        self._dropped = {d: ValueSummarizer(layout.of(d)) for d in (_names.DROPPED_LENGTHS, _names.DROPPED_STALENESS)}
         self._rollouts = RolloutSummarizer(layout, solved_reward=settings.solved_reward)
         self._rollouts.warm_up()
         self._reward_fns = LabelCap(
@@ -141,6 +150,10 @@ class Telemetry:
             self._store.set(_names.FLOPS_PER_TOKEN, (), settings.flops_per_token)
         if settings.peak_flops is not None:
             self._store.set(_names.FLOPS_PEAK, (), settings.peak_flops)
+        self._store.accrue(_names.GPU_SECONDS, (), _gpus(settings.gpus_per_rank))
+        if settings.gpu_hour_price is not None:
+            self._store.set(_names.GPU_HOUR_PRICE, (), settings.gpu_hour_price)
+        self._store.set(_names.GROUND_TRUTH, ((_names.REWARD_FN, settings.ground_truth_reward),), 1)
         exporters = build_exporters(settings, Exporters(metric_exporter, log_exporter, span_exporter))
         self._output = exporters.output
         traced = (settings.trace_phases or settings.samples_as_span_events) and exporters.spans is not None
@@ -247,6 +260,7 @@ class Telemetry:
         rewards: Any = None,
         group_ids: Any = None,
         versions_spanned: Any = None,
+        reward_breakdown: Mapping[str, Any] | None = None,
     ) -> None:
         """Record one step's rollout health signals in one call; every argument is optional.
 
@@ -261,7 +275,13 @@ class Telemetry:
           rollouts (``reward >= solved_reward``) into ``rl.groups``, zero-variance groups into
           ``rl.groups.zero_variance``. A group's rollouts must be recorded in one call;
         - ``versions_spanned`` ``(rollouts,)``: how many policy versions each trajectory's tokens were generated
-          with (1 unless generation went on across weight updates) into ``rl.trajectory.versions``.
+          with (1 unless generation went on across weight updates) into ``rl.trajectory.versions``;
+        - ``rewards`` (the total, ``(rollouts,)``) with ``response_lengths`` and with each entry of
+          ``reward_breakdown`` (reward function name to ``(rollouts,)``): the sums their correlation and covariance
+          need, over the rollouts that have both, into ``rl.joint`` (``rl.joint.x`` ``response_length`` or
+          ``reward.<fn>``); rollouts missing either value are counted (``unpaired``). The audit rules read them:
+          whether length is paid, which function drives the total. Record the functions' own distributions with
+          :meth:`record_rewards`.
 
         ``mask`` ``(rollouts, tokens)`` (or ``(rollouts,)``; nonzero = keep) selects tokens; rollouts without any
         are left out of the per-rollout fields, and a per-rollout field must have as many rollouts as the mask
@@ -279,6 +299,9 @@ class Telemetry:
             rewards=rewards,
             group_ids=group_ids,
             versions_spanned=versions_spanned,
+            reward_breakdown=[
+                (f"reward.{self._reward_fns.label(fn)}", v) for fn, v in (reward_breakdown or {}).items()
+            ],
         )
         for metric, bad_input, values in result.rejected:
             self._self_telemetry.reject_call(metric, bad_input, values)
@@ -290,6 +313,9 @@ class Telemetry:
             self._self_telemetry.reject_parts(distribution.histogram.name, statistics)
         for counter, attrs, amount in result.counts:
             self._store.add(counter, attrs, amount)
+        for label, sums in result.joint:
+            for moment, total in zip(_joint.MOMENTS, sums, strict=True):
+                self._store.add(_names.JOINT, ((_names.JOINT_MOMENT, moment), (_names.JOINT_X, label)), total)
 
     @guarded(_names.METRICS.histogram.name, values="values")
     def record_metric(self, key: str, values: Any, *, mask: Any = None) -> None:
@@ -337,11 +363,46 @@ class Telemetry:
         )
 
     @guarded(_names.STALENESS_DROPPED.name, values="count")
-    def record_staleness_drops(self, count: int, *, dataset: str | None = None) -> None:
-        """Count ``count`` (an integer >= 0) samples the trainer dropped for being too stale
-        (``rl.staleness.dropped``)."""
-        amount = as_integer(count, argument="count", minimum=0)
-        self._store.add(_names.STALENESS_DROPPED, attributes(**self._dataset(dataset)), amount)
+    def record_staleness_drops(
+        self,
+        count: int | None = None,
+        *,
+        response_lengths: Any = None,
+        staleness: Any = None,
+        dataset: str | None = None,
+    ) -> None:
+        """Count samples the trainer dropped for being too stale (``rl.staleness.dropped``), and what they were like.
+
+        ``count``: an integer >= 0; by default the number of ``response_lengths`` (else of ``staleness``).
+        ``response_lengths`` and ``staleness`` (policy versions behind), one per dropped rollout, go into
+        ``rl.dropped.response.length`` and ``rl.dropped.staleness``, beside the kept rollouts' ``rl.response.length``
+        and ``rl.staleness``: dropping stale rollouts drops the long ones first (they take longest to generate), which
+        biases training toward short, easy problems; the audit rule RLStaleDropsBiasedByLength compares the two."""
+        source = attributes(**self._dataset(dataset))
+        for values, distribution, argument in (
+            (response_lengths, _names.DROPPED_LENGTHS, "response_lengths"),
+            (staleness, _names.DROPPED_STALENESS, "staleness"),
+        ):
+            if values is None:
+                continue
+            name = distribution.histogram.name
+            try:
+                converted = as_values(values, argument=argument)
+                negative = int((converted.tensor < 0).sum())
+                statistics = self._dropped[distribution].summarize(
+                    converted, ~(converted.tensor < 0), argument=argument
+                )
+            except BadInput as error:
+                self._self_telemetry.reject_call(name, error, values)
+                continue
+            self._store.record(distribution, source, statistics)
+            self._self_telemetry.reject_parts(name, statistics)
+            if negative:
+                self._self_telemetry.reject(name, "negative", negative, f"{negative} value(s) rejected: negative")
+            if count is None:
+                count = statistics.count + negative + sum(statistics.rejected.values())
+        amount = as_integer(0 if count is None else count, argument="count", minimum=0)
+        self._store.add(_names.STALENESS_DROPPED, source, amount)
 
     @guarded(_names.PHASES.name, values="phase")
     def set_phase(self, phase: str) -> None:

@@ -1,5 +1,5 @@
 """The ``otel-rl`` command line (the console script's entry point): ``otel-rl stack ...``, ``otel-rl report``,
-``otel-rl alerts`` and ``otel-rl agent ...``.
+``otel-rl status``, ``otel-rl alerts`` and ``otel-rl agent ...``.
 
 Each subcommand module registers its subparser with an ``add_*_command(subparsers)`` function that sets a
 ``handler`` default (a function of the parsed arguments returning the exit status); :func:`main` parses and calls
@@ -23,12 +23,14 @@ def build_parser() -> argparse.ArgumentParser:
     from otel_rl.ops.report.cli import add_report_command
     from otel_rl.ops.stack.agent import add_agent_command
     from otel_rl.ops.stack.cli import add_stack_command
+    from otel_rl.ops.status import add_status_command
 
     parser = argparse.ArgumentParser(prog="otel-rl", description="otel-rl tooling")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_stack_command(subparsers)
     add_report_command(subparsers)
+    add_status_command(subparsers)
     add_alerts_command(subparsers)
     add_agent_command(subparsers)
     return parser

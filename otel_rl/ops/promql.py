@@ -283,6 +283,76 @@ def effective_sample_size(metric: str, selector: str, *, window: str | None) -> 
     return f"{sums} ^ 2 / ({values} * {squares})"
 
 
+def histogram_mean(metric: str, selector: str, *, by: str = "", window: str | None) -> str:
+    """Mean of a histogram of values >= 0 (lengths, versions: its sum is monotone) over ``window``: the exact
+    increase of the native histogram's sum, else the classic ``_sum``, over the count's. No value for a window without
+    values."""
+    group = _group(by)
+    native = _since(f"{metric}{{{selector}}}", window, "histogram_sum")
+    classic = _since(f"{metric}_sum{{{selector}}}", window)
+    values = _nonzero(count(metric, selector, by=by, window=window), window)
+    return f"(sum{group} ({native}) or sum{group} ({classic})) / {values}"
+
+
+def _joint(selector: str, moment: str, window: str | None) -> str:
+    """The exact increase of one ``rl_joint_total`` sum per ``rl_joint_x``; a signed one (``x``, ``y``, ``xy``) as its
+    positive part minus its negative part."""
+    if moment in ("x", "y", "xy"):
+        return f"({_joint(selector, f'{moment}.positive', window)} - {_joint(selector, f'{moment}.negative', window)})"
+    return exact_increase(
+        "rl_joint_total", f"{selector},{match('rl_joint_moment', moment)}", by="rl_joint_x", window=window
+    )
+
+
+def _comoments(selector: str, window: str | None) -> tuple[str, str, str]:
+    """``n Σxy - Σx Σy``, ``n Σx² - (Σx)²`` and ``n Σy² - (Σy)²`` per ``rl_joint_x``: n² times the covariance and
+    the two variances of the window's paired rollouts."""
+    n, x, y = (_joint(selector, m, window) for m in ("n", "x", "y"))
+    covariance = f"({n} * {_joint(selector, 'xy', window)} - {x} * {y})"
+    variance_x = f"({n} * {_joint(selector, 'xx', window)} - {x} ^ 2)"
+    variance_y = f"({n} * {_joint(selector, 'yy', window)} - {y} ^ 2)"
+    return covariance, variance_x, variance_y
+
+
+def correlation(selector: str, *, window: str | None) -> str:
+    """Pearson correlation of each ``rl_joint_x`` (``response_length``, ``reward.<fn>``) with the total reward over
+    the rollouts of ``window`` that have both (``record_rollouts``), from the exact ``rl_joint_total`` sums: in
+    [-1, 1]; no value where either is constant."""
+    covariance, variance_x, variance_y = _comoments(selector, window)
+    return f"clamp({covariance} / (sqrt({variance_x} * {variance_y}) > 0), -1, 1)"
+
+
+def variance_share(selector: str, *, window: str | None) -> str:
+    """Each reward function's share of the total reward's variance over ``window``, ``Cov(f, total) / Var(total)``
+    per ``rl_joint_x`` ``reward.<fn>``: the shares of functions that add up to the total sum to 1. No value where the
+    total is constant."""
+    covariance, _, variance_y = _comoments(f"{selector},{match('rl_joint_x', 'reward[.].+', '=~')}", window)
+    return f"{covariance} / ({variance_y} > 0)"
+
+
+def gpu_hours(selector: str) -> str:
+    """GPU-hours the run's ranks have held so far (``rl_gpu_seconds_total``: each rank's GPUs times its lifetime)."""
+    return f"sum({GPU_SECONDS}{{{selector}}}) / 3600"
+
+
+def cost(selector: str) -> str:
+    """The run's cost so far: its GPU-hours times the price per GPU-hour it states (``gpu_hour_price``). No value
+    for a run that states no price."""
+    return f"{gpu_hours(selector)} * max(rl_gpu_hour_price{{{selector}}})"
+
+
+def cost_per(selector: str, unit: Literal["step", "million_tokens", "solved_group"]) -> str:
+    """The run's cost so far per step completed (declaring step k with ``step()`` completes steps 0 to k - 1), per
+    million trained tokens, or per prompt group solved by some or all of its rollouts (``record_rollouts``). No value
+    before the first of them."""
+    amount = {
+        "step": f"max(rl_step{{{selector}}})",
+        "million_tokens": f"(sum(rl_tokens_trained_total{{{selector}}}) / 1e6)",
+        "solved_group": f"sum(rl_groups_total{{{selector},{match('rl_group_outcome', 'some|all', '=~')}}})",
+    }[unit]
+    return f"{cost(selector)} / ({amount} > 0)"
+
+
 def distribution(metric: str, selector: str, *, window: str) -> str:
     """A heatmap query: values recorded per bucket over ``window``.
 
@@ -362,6 +432,10 @@ def phase_mean(selector: str, *, by: str = "rl_phase_name", window: str) -> str:
     sums = _sum(by, _since(f"{PHASE_DURATION}_sum{{{selector}}}", window))
     counts = _sum(by, _since(f"{PHASE_DURATION}_count{{{selector}}}", window))
     return f"{sums} / {_nonzero(counts, window)}"
+
+
+GPU_SECONDS = "rl_gpu_seconds_total"
+"""GPU-seconds the run's ranks held (each rank's ``gpus_per_rank`` times its lifetime, summed at the collector)."""
 
 
 def mfu(selector: str, *, window: str) -> str:

@@ -49,6 +49,7 @@ def test_ingest_reports_positive_times_and_ratios(results: dict[str, Any]) -> No
         "step_2d_explicit",
         "rewards_1d_explicit",
         "rollouts_2d",
+        "rollouts_2d_breakdown",
         "read_bandwidth",
     }
     assert set(ingest["operations"]) == expected

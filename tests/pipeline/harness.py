@@ -132,12 +132,27 @@ class RankProcess:
         (default: torch's inference from the JSON values)."""
         self.send("staleness", versions=versions, current=current, mask=mask, dataset=dataset, phase=phase, dtype=dtype)
 
-    def staleness_drops(self, count: int, *, dataset: str | None = None) -> None:
-        self.send("staleness_drops", count=count, dataset=dataset)
+    def staleness_drops(
+        self,
+        count: int | None,
+        *,
+        dataset: str | None = None,
+        response_lengths: Sequence[float] | None = None,
+        staleness: Sequence[float] | None = None,
+    ) -> None:
+        """``record_staleness_drops``, the lengths and lags as JSON lists (Python floats in the rank)."""
+        self.send(
+            "staleness_drops",
+            count=count,
+            dataset=dataset,
+            response_lengths=response_lengths,
+            staleness=staleness,
+        )
 
     def rollouts(self, **fields: Any) -> None:
         """``record_rollouts`` with ``fields`` (its keyword arguments) as JSON lists, which the rank turns into
-        tensors: ``mask`` bool, ``response_lengths`` and ``group_ids`` int64, the other fields float64."""
+        tensors: ``mask`` bool, ``response_lengths`` and ``group_ids`` int64, the other fields float64;
+        ``reward_breakdown`` a dict of such lists (float64)."""
         self.send("rollouts", fields=fields)
 
     def set_phase(self, phase: str) -> None:

@@ -56,10 +56,21 @@ def main() -> None:
                 phase=command.get("phase"),
             )
         elif kind == "staleness_drops":
-            telemetry.record_staleness_drops(command["count"], dataset=command.get("dataset"))
+            telemetry.record_staleness_drops(
+                command.get("count"),
+                response_lengths=command.get("response_lengths"),
+                staleness=command.get("staleness"),
+                dataset=command.get("dataset"),
+            )
         elif kind == "rollouts":
             fields = command["fields"]
-            telemetry.record_rollouts(**{name: _rollout_tensor(name, values) for name, values in fields.items()})
+            breakdown = fields.pop("reward_breakdown", None)
+            telemetry.record_rollouts(
+                **{name: _rollout_tensor(name, values) for name, values in fields.items()},
+                reward_breakdown=None
+                if breakdown is None
+                else {fn: torch.tensor(values, dtype=torch.float64) for fn, values in breakdown.items()},
+            )
         elif kind == "set_phase":
             telemetry.set_phase(command["phase"])
         elif kind == "phase_enter":

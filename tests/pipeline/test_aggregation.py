@@ -221,6 +221,8 @@ GOLDEN_SERIES = {
     "rl_run_finished",
     "rl_ranks_up",
     "rl_ranks_expected",
+    "rl_reward_ground_truth",
+    "rl_gpu_seconds_total",
     "rl_staleness_unversioned_total",
 }
 """The exact Prometheus series names the OpenTelemetry names of docs/contract.md become."""

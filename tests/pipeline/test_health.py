@@ -422,6 +422,8 @@ GOLDEN_HEALTH_SERIES = {
     "rl_run_finished",
     "rl_ranks_up",
     "rl_ranks_expected",
+    "rl_reward_ground_truth",
+    "rl_gpu_seconds_total",
     "rl_phase",
     "rl_phase_started_seconds",
     "otel_rl_samples_exported_total",

@@ -138,6 +138,8 @@ GOLDEN_NATIVE_SERIES = {
     "rl_run_finished",
     "rl_ranks_up",
     "rl_ranks_expected",
+    "rl_reward_ground_truth",
+    "rl_gpu_seconds_total",
     "rl_staleness_unversioned_total",
 }
 """The Prometheus series of a run in the exponential form (test_aggregation.py pins the explicit form's)."""

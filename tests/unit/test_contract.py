@@ -105,6 +105,16 @@ def test_metric_names_are_pinned() -> None:
         ("rl.trajectory.versions", "histogram", "{version}"),
         ("rl.trajectory.versions.max", "gauge", "{version}"),
         ("rl.trajectory.versions.min", "gauge", "{version}"),
+        ("rl.dropped.response.length", "histogram", "{token}"),
+        ("rl.dropped.response.length.max", "gauge", "{token}"),
+        ("rl.dropped.response.length.min", "gauge", "{token}"),
+        ("rl.dropped.staleness", "histogram", "{version}"),
+        ("rl.dropped.staleness.max", "gauge", "{version}"),
+        ("rl.dropped.staleness.min", "gauge", "{version}"),
+        ("rl.joint", "counter", ""),
+        ("rl.reward.ground_truth", "gauge", ""),
+        ("rl.gpu.seconds", "counter", "s"),
+        ("rl.gpu.hour_price", "gauge", ""),
     }
 
 
@@ -147,6 +157,7 @@ def test_histogram_forms_are_pinned(
         inference_logprobs=[[-1.1, -2.0]] * 2,
         versions_spanned=[1, 2],
     )
+    telemetry.record_staleness_drops(response_lengths=[512], staleness=[9])
     telemetry.flush(5)
     telemetry.shutdown()
     forms: dict[str, tuple[str, object]] = {}
@@ -173,6 +184,8 @@ def test_every_distribution_declares_its_role() -> None:
         "rl.importance_ratio": "ratio",
         "rl.mismatch.kl": "small",
         "rl.trajectory.versions": "staleness",
+        "rl.dropped.response.length": "length",
+        "rl.dropped.staleness": "staleness",
     }
 
 
@@ -213,6 +226,12 @@ def test_gauge_merge_rules_are_pinned() -> None:
         "rl.reported": "mean",
         "rl.trajectory.versions.max": "max",
         "rl.trajectory.versions.min": "min",
+        "rl.dropped.response.length.max": "max",
+        "rl.dropped.response.length.min": "min",
+        "rl.dropped.staleness.max": "max",
+        "rl.dropped.staleness.min": "min",
+        "rl.reward.ground_truth": "max",
+        "rl.gpu.hour_price": "max",
     }
     assert {m.merge for m in _names.ALL_METRICS if m.kind != "gauge"} == {"sum"}
 
@@ -346,6 +365,8 @@ def test_contract_document_lists_every_name() -> None:
         _names.GROUP_OUTCOME,
         _names.SIGN,
         _names.PHASE,
+        _names.JOINT_X,
+        _names.JOINT_MOMENT,
     ]
     missing = [name for name in names if f"`{name}`" not in CONTRACT]
     assert missing == []

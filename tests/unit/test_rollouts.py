@@ -157,6 +157,7 @@ def test_bad_fields_are_dropped_and_counted_the_rest_kept(metric_exporter: Recor
         ("rl.groups", "nonintegral"): 1,
         ("rl.groups", "incomplete_group"): 1,
         ("rl.importance_ratio", "missing"): 3,
+        ("rl.joint", "unpaired"): 1,  # the negative length has no pair with its reward
     }
     telemetry.shutdown()
 

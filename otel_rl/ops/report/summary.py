@@ -389,7 +389,22 @@ def summary_between(sources: Sources, begin: float, end: float, *, service: str,
         },
         "health": health(sources, end, since=since),
         "performance": performance(sources, begin, end, service=service, counted=counted),
+        "cost": cost(sources, end),
         "samples": {"top": samples(sources, "top", 3), "bottom": samples(sources, "bottom", 3)},
+    }
+
+
+def cost(sources: Sources, at: float) -> dict[str, float | None]:
+    """What the run cost up to ``at``: its GPU-hours, and at its stated price per GPU-hour the total and the cost per
+    step, per million trained tokens and per solved prompt group (None without a price)."""
+    sel = sources.selector(rl_rank="")
+    value = sources.prometheus.value
+    return {
+        "gpu_hours": value(promql.gpu_hours(sel), at),
+        "total": value(promql.cost(sel), at),
+        "per_step": value(promql.cost_per(sel, "step"), at),
+        "per_million_tokens": value(promql.cost_per(sel, "million_tokens"), at),
+        "per_solved_group": value(promql.cost_per(sel, "solved_group"), at),
     }
 
 
@@ -474,6 +489,15 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             (
                 "slowest step",
                 f"step {step['step']}: {step['seconds']:.3f} s, trace {step['trace_id']}" if step else "- (no Jaeger)",
+            )
+        )
+    spent = summary.get("cost") or {}
+    if spent.get("total") is not None:
+        rows.append(
+            (
+                "cost",
+                f"{_num(spent['total'])} ({_num(spent['gpu_hours'])} GPU-hours): per step {_num(spent['per_step'])}, "
+                f"per M tokens {_num(spent['per_million_tokens'])}, per solved group {_num(spent['per_solved_group'])}",
             )
         )
     samples_ = summary.get("samples") or {}
