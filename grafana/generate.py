@@ -21,7 +21,7 @@ from pathlib import Path
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
-from rows import data, inference, performance, reward, rollouts, run, samples, staleness, telemetry
+from rows import audit, data, inference, performance, reward, rollouts, run, samples, staleness, telemetry
 from rows.panels import PROMETHEUS, Row
 
 DASHBOARDS_DIR = Path(__file__).resolve().parent / "dashboards"
@@ -31,6 +31,7 @@ RL_RUN_ROWS: tuple[Callable[[], Row], ...] = (
     performance.row,
     reward.row,
     rollouts.row,
+    audit.row,
     staleness.row,
     data.row,
     samples.row,

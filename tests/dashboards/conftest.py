@@ -11,7 +11,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
-RULES = ROOT / "prometheus" / "rules" / "otel_rl.yml"
+RULES = (ROOT / "prometheus" / "rules" / "otel_rl.yml", ROOT / "prometheus" / "rules" / "otel_rl_audit.yml")
 RULE_FILES = sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
 RULE_TESTS = sorted((ROOT / "prometheus" / "rules" / "tests").glob("*.yml"))
 
@@ -40,9 +40,13 @@ def dashboard_targets() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
 
 
 def rules() -> list[dict[str, Any]]:
-    """Every rule of prometheus/rules/otel_rl.yml, with its group name under ``_group``."""
-    data = yaml.safe_load(RULES.read_text(encoding="utf-8"))
-    return [{**rule, "_group": group["name"]} for group in data["groups"] for rule in group["rules"]]
+    """Every rule of prometheus/rules/otel_rl.yml and otel_rl_audit.yml, with its group name under ``_group``."""
+    return [
+        {**rule, "_group": group["name"]}
+        for path in RULES
+        for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]
+        for rule in group["rules"]
+    ]
 
 
 def metric_names(expr: str) -> set[str]:

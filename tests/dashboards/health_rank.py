@@ -3,11 +3,11 @@
 
 For a few export periods it records what the "Run", "Rollout health" and "Data & staleness" rows read: one
 ``record_rollouts`` call per step (advantages, response lengths, entropy, trainer and inference log-probabilities,
-rewards of prompt groups), rewards and staleness per dataset and staleness phase (a few tokens without a version),
-staleness drops, tokens and the async pipeline's gauges, policy versions per trajectory, and a phase that alternates
-between ``generate`` and ``train``. Then it shuts down cleanly, or with
-``--hang`` stops stepping and waits, still exporting, until the test kills it: a stalled trainer that then dies
-without a clean shutdown, and, with a world size it does not fill, a run with ranks missing.
+rewards of prompt groups and their correctness breakdown), rewards and staleness per dataset and staleness phase (a
+few tokens without a version), staleness drops with their lengths and lags, tokens and the async pipeline's gauges,
+policy versions per trajectory, and a phase that alternates between ``generate`` and ``train``. Then it shuts down
+cleanly, or with ``--hang`` stops stepping and waits, still exporting, until the test kills it: a stalled trainer
+that then dies without a clean shutdown, and, with a world size it does not fill, a run with ranks missing.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def record_step(telemetry: otel_rl.Telemetry, step: int, rng: torch.Generator) -
         rewards=rewards,
         group_ids=groups,
         versions_spanned=torch.randint(1, 3, (ROLLOUTS,), generator=rng),
+        reward_breakdown={"correctness": rewards},
     )
     tokens = int(mask.sum())
     telemetry.record_tokens(generated=tokens, trained=tokens, samples=ROLLOUTS)
@@ -56,7 +57,7 @@ def record_step(telemetry: otel_rl.Telemetry, step: int, rng: torch.Generator) -
     versions[:2] = -1  # no version: counted in rl.staleness.unversioned
     telemetry.record_staleness(versions.clamp(min=-1), step, dataset="math", phase="in_flight")
     telemetry.record_staleness(step - torch.randint(0, 8, (64,), generator=rng), step, dataset="code", phase="in_queue")
-    telemetry.record_staleness_drops(2, dataset="code")
+    telemetry.record_staleness_drops(response_lengths=[30, 31], staleness=[9, 12], dataset="code")
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ import pytest
 import requests
 
 from otel_rl.ops import promql
+from otel_rl.ops.alerts.client import duration_seconds
 from otel_rl.ops.query import Prometheus, VictoriaLogs
 from otel_rl.ops.report.dashboard import substitute
 from tests.dashboards.conftest import LENS_ONLY, MALFORMED_ONLY, ROOT, dashboard_targets, metric_names, rules
@@ -370,14 +371,24 @@ def test_recording_rule_recorded_the_run(live_run: LiveRun, name: str, run_id: s
             "merge_canary_misplaced": 1e-6,
             "phase_stuck_p99_multiple": 5,
             "phase_stuck_floor_seconds": 600,
+            "reward_gaming_rise_stddevs": 0.5,
+            "ground_truth_rise_stddevs": 0.1,
+            "length_reward_correlation": 0.5,
+            "length_reward_correlation_rise": 0.1,
+            "reward_variance_share": 0.8,
+            "entropy_fall_ratio": 0.5,
+            "mismatch_kl_growth": 2,
+            "stale_drop_length_ratio": 1.5,
+            "stale_drop_fraction": 0.05,
+            "zero_variance_share_rise": 0.2,
         }
 
 
 @pytest.mark.parametrize("run_id", [RUN_ID, CLASSIC_RUN_ID])
 def test_histogram_self_check_counts_every_value(live_run: LiveRun, run_id: str) -> None:
     """Once a run's last points are in, its histograms in Prometheus count every value the ranks recorded into
-    them: the self-check reads 0 for rewards, staleness, metrics and the record_rollouts histograms (and the
-    counter saw values)."""
+    them: the self-check reads 0 for rewards, staleness, metrics, the record_rollouts histograms and the stale drops'
+    (and the counter saw values)."""
     selector = f'{{rl_run_id="{run_id}"}}[10m]'
     missing = live_run.prometheus.query(f"last_over_time(otel_rl:histogram_values_missing:increase10m{selector})")
     recorded = live_run.prometheus.query(f"max_over_time(otel_rl:histogram_values_recorded:increase10m{selector})")
@@ -391,6 +402,8 @@ def test_histogram_self_check_counts_every_value(live_run: LiveRun, run_id: str)
         "rl.importance_ratio",
         "rl.mismatch.kl",
         "rl.trajectory.versions",
+        "rl.dropped.response.length",
+        "rl.dropped.staleness",
     )
     assert {item["metric"]["otel_rl_metric"]: float(item["value"][1]) for item in missing} == dict.fromkeys(
         histograms, 0
@@ -400,7 +413,8 @@ def test_histogram_self_check_counts_every_value(live_run: LiveRun, run_id: str)
 
 def _provoked(expr: str, shift_ms: int) -> str:
     """The alert expression with every threshold made to pass (labels kept: -1e9 after ``>``, +1e9 after ``<``)
-    and "an hour ago" moved into the run."""
+    and its look back ("an hour ago", "30 minutes ago") moved into the run: the longest offset to ``shift_ms``, the
+    others in proportion."""
     expr = re.sub(
         r'(<[^=]*?)rl_alert_threshold\{threshold="(\w+)"\}', r'\1(rl_alert_threshold{threshold="\2"} * 0 + 1e9)', expr
     )
@@ -408,16 +422,23 @@ def _provoked(expr: str, shift_ms: int) -> str:
         r'(>[^=]*?)rl_alert_threshold\{threshold="(\w+)"\}', r'\1(rl_alert_threshold{threshold="\2"} * 0 - 1e9)', expr
     )
     expr = re.sub(r"(>[^=]*?)rl:phase_stuck_threshold_seconds", r"\1(rl:phase_stuck_threshold_seconds - 1e9)", expr)
-    return expr.replace("offset 1h", f"offset {shift_ms}ms")
+    offsets = {match: duration_seconds(match) for match in re.findall(r"offset (\d+[smh])", expr)}
+    longest = max(offsets.values(), default=1)
+    return re.sub(r"offset (\d+[smh])", lambda m: f"offset {round(shift_ms * offsets[m.group(1)] / longest)}ms", expr)
 
 
 def _recorded_span(prometheus: Prometheus, expr: str) -> tuple[float, float]:
-    """First and last time the recorded series used in ``expr`` hold a finite value for the run."""
-    times = []
+    """The first time every recorded series used in ``expr`` holds a finite value for the run, and the last time any
+    does: series begin at different times (rl:reward_ground_truth with the first export, each reward function's mean
+    with its first reward)."""
+    firsts, lasts = [], []
     for name in {n for n in metric_names(expr) if ":" in n}:
         for item in prometheus.query(f'{name}{{rl_run_id="{RUN_ID}"}}[10m]'):
-            times += [float(t) for t, v in item["values"] if v not in ("NaN", "+Inf", "-Inf")]
-    return min(times), max(times)
+            times = [float(t) for t, v in item["values"] if v not in ("NaN", "+Inf", "-Inf")]
+            if times:
+                firsts.append(min(times))
+                lasts.append(max(times))
+    return max(firsts), max(lasts)
 
 
 ALERTS = [rule for rule in rules() if "alert" in rule]
@@ -436,10 +457,11 @@ BUG_COUNTERS = {"OtelRLUnencodableTelemetry"}
 def test_alert_expression_matches_the_run(live_run: LiveRun, rule: dict[str, Any]) -> None:
     """On real series every alert expression selects the run it is about: its joins and label sets match real data.
 
-    Thresholds are made to pass; "an hour ago" becomes the first recorded point of the run (the run is short) and
-    "now" its last; RLNonFiniteRewards fires for real (the faulty rank's NaNs). The lifecycle alerts select the
-    crashed run, for real: RLTrainerStalled and RLRanksMissing while it hung, RLTelemetryAbsent and
-    RLRunEndedUncleanly 400 s after its last point, and these two never select the demo run, which finished cleanly.
+    Thresholds are made to pass; "an hour ago" (or the audit's 10 and 30 minutes) becomes the first recorded point of
+    the run (the run is short) and "now" its last; RLNonFiniteRewards fires for real (the faulty rank's NaNs). The
+    lifecycle alerts select the crashed run, for real: RLTrainerStalled and RLRanksMissing while it hung,
+    RLTelemetryAbsent and RLRunEndedUncleanly 400 s after its last point, and these two never select the demo run,
+    which finished cleanly.
     """
     at, shift_ms, run_id = time.time(), 0, RUN_ID
     if rule["alert"] in ENDED:
@@ -448,7 +470,7 @@ def test_alert_expression_matches_the_run(live_run: LiveRun, rule: dict[str, Any
         assert RUN_ID not in {item["metric"].get("rl_run_id") for item in clean}, (rule["alert"], clean)
     elif rule["alert"] in HUNG:
         at, run_id = live_run.crashed_span[1], CRASHED_RUN_ID
-    elif "offset 1h" in rule["expr"]:
+    elif "offset " in rule["expr"] and any(":" in name for name in metric_names(rule["expr"])):
         earliest, at = _recorded_span(live_run.prometheus, rule["expr"])
         shift_ms = round((at - earliest) * 1000)
         assert shift_ms > 0
@@ -526,12 +548,23 @@ RATIO_PANELS: dict[tuple[str, str], str] = {
     ("Entropy per token: mean and percentiles", "A"): "mean",
     ("Mismatch KL(π_inference ‖ π_train): mean per estimator", "A"): "mean",
     ("Weight-sync latency", "A"): "phase_mean",
+    ("Total reward and ground truth (mean)", "A"): "mean",
+    ("Total reward and ground truth (mean)", "B"): "mean",
+    ("Correlation with the total reward", "A"): "correlation",
+    ("Reward variance share by function", "A"): "sums_to_one",
+    ("Stale drops: length dropped and trained", "A"): "mean",
+    ("Stale drops: length dropped and trained", "B"): "mean",
 }
 NOT_RATIOS_OF_COUNTERS = {
     # (panel title, refId): one counter's rate over gauges (no two counters to keep in step)
     ("Time split by phase", "A"),
     ("Idle: waiting for data and for weights", "A"),
     ("MFU", "A"),
+    # the run's cost: GPU-seconds times a price, over steps, tokens or groups (unbounded by nature)
+    ("Cost", "A"),
+    ("Cost", "B"),
+    ("Cost", "C"),
+    ("Cost", "D"),
 }
 RATIO_RULES: dict[str, tuple[str, str]] = {
     # recording rule -> (its bound, as RATIO_PANELS, its window)
@@ -543,6 +576,8 @@ RATIO_RULES: dict[str, tuple[str, str]] = {
     "rl:mismatch_kl_mean:rate5m": ("mean", "5m"),
     "rl:entropy_mean:rate10m": ("mean", "10m"),
     "rl:reward_stddev:rate10m": ("stddev", "10m"),
+    "rl:response_length_mean:rate10m": ("mean", "10m"),
+    "rl:stale_drop_fraction:rate10m": ("fraction", "10m"),
 }
 
 
@@ -563,7 +598,9 @@ def _slack(bound: float) -> float:
 def _extremes_of_mean(expr: str, window: str) -> tuple[str, str]:
     """The exact extremes, over ``window``, of the values a mean query of ``promql.mean`` (or a mean rule) averages:
     the same metric, selector and grouping."""
-    found = re.search(r"sum(?: by \(([^)]*)\))? \(\(?(\w+)_positive_total\{([^}]*)\}", expr)
+    found = re.search(r"sum(?: by \(([^)]*)\))? \(\(?(\w+)_positive_total\{([^}]*)\}", expr) or re.search(
+        r"sum(?: by \(([^)]*)\))? \(\(?histogram_sum\((\w+)\{([^}]*)\}", expr
+    )
     assert found, expr
     by, metric, selector = found.groups()
     return promql.extremes(metric, selector, by=by or "", window=window)
@@ -600,6 +637,10 @@ def _assert_within_bounds(
         bad = [(t, v) for _, t, v in every if not -ROUNDING <= v <= 1 + ROUNDING]
     elif kind == "stddev":
         bad = [(t, v) for _, t, v in every if not v >= 0]
+    elif kind == "correlation":
+        bad = [(t, v) for _, t, v in every if not -1 <= v <= 1]
+    elif kind == "sums_to_one":
+        bad = []
     elif kind == "phase_mean":
         low, high = _phase_mean_bounds(live_run, expr)
         bad = [(t, v) for _, t, v in every if not low - _slack(low) <= v <= high + _slack(high)]
@@ -614,7 +655,7 @@ def _assert_within_bounds(
             if not low - _slack(low) <= v <= high + _slack(high):
                 bad.append((t, (low, v, high)))
     assert not bad, (name, sorted(bad, key=str)[:10])
-    if kind == "shares":
+    if kind in ("shares", "sums_to_one"):
         totals: dict[tuple[str, float], float] = {}
         for labels, t, v in every:
             run = dict(labels).get("rl_run_id", runs[0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -114,6 +115,7 @@ _SYNTHETIC = [
     ("rl_mismatch_kl", 'rl_kl_estimator="k1"', 0.25, 100),
     ("rl_mismatch_kl", 'rl_kl_estimator="k3"', 0.125, 100),
     ("rl_trajectory_versions", "", 2.0, 8),
+    ("rl_dropped_response_length", "", 512.0, 2),
 ]
 PHASE_BUCKETS = _names.PHASE_BOUNDS
 """The bounds of rl_phase_duration_seconds (the ranks' phase metrics; the collector's spanmetrics the same)."""
@@ -168,6 +170,33 @@ _SYNTHETIC_OTHER = [
         + " ".join("1" if i + 1 in (-99, -39, 73, 101) else "0" for i in range(-100, 101))
         + "]}}x40",
     ),
+    # The audit: per step 10 rollouts paired with their total reward y (5 of 1.5, 5 of 0.5): lengths x of 120 and 136
+    # (4 of the 136 with a reward of 1.5), correctness (4 of the 1.5s and 1 of the 0.5s), format = y - correctness.
+    # Over a minute's 4 steps: length-reward correlation 3840 / sqrt(102400 * 400) = 0.6; correctness's covariance
+    # term 240 of the total's 400 (share 0.6, correlation 0.6), format's 160 (share 0.4).
+    *[
+        (f'rl_joint_total{{rl_joint_x="{x}",rl_joint_moment="{moment}"}}', f"0+{per_step:g}x40")
+        for x, moments in (
+            ("response_length", {"n": 10, "x.positive": 1280, "xx": 164480, "xy.positive": 1304}),
+            ("reward.correctness", {"n": 10, "x.positive": 5, "xx": 5, "xy.positive": 6.5}),
+            (
+                "reward.format",
+                {"n": 10, "x.positive": 5.5, "x.negative": 0.5, "xx": 4.5, "xy.positive": 6.25, "xy.negative": 0.25},
+            ),
+        )
+        for moment, per_step in {
+            "x.negative": 0,
+            "y.positive": 10,
+            "y.negative": 0,
+            "yy": 12.5,
+            "xy.negative": 0,
+            **moments,
+        }.items()
+    ],
+    ('rl_reward_ground_truth{rl_reward_fn="total"}', "1x40"),
+    # Cost: 2 ranks of one GPU each (30 GPU-seconds per 15 s step) at 2 per GPU-hour.
+    ("rl_gpu_seconds_total", "0+30x40"),
+    ("rl_gpu_hour_price", "2x40"),
     # Where the time goes: record_tokens, the FLOPs gauges, set_async_state; the recorded open-phase series.
     ("rl_tokens_generated_total", "0+150x40"),
     ("rl_tokens_trained_total", "0+75x40"),
@@ -259,6 +288,10 @@ def _synthetic_series(run: str) -> list[dict[str, str]]:
                 for le, n in _classic(metric, value, count).items()
             ]
             series.append({"series": f"{metric}_count{{{labels}}}", "values": f"0+{count}x40"})
+            total = value * count
+            series.append(
+                {"series": f"{metric}_sum{{{labels}}}", "values": f"0{'+' if total >= 0 else '-'}{abs(total):g}x40"}
+            )
         distribution = _distribution(metric)
         sums = {
             distribution.positive: max(value, 0),
@@ -403,6 +436,24 @@ _EXPECTED: dict[tuple[str, str], float | dict[str, float]] = {
     ("Phase timeline", "A"): {'{rl_phase_name="generate"}': 1, '{rl_phase_name="train"}': 1},
     ("Time in the open phases vs their stuck thresholds", "A"): {'{rl_phase_name="train"}': 30},
     ("Time in the open phases vs their stuck thresholds", "B"): {'{rl_phase_name="train"}': 600},
+    # The audit (cost at 5 min: 600 GPU-seconds at 2 per hour; 300 steps, 1,500 tokens, 60 solved groups).
+    ("Total reward and ground truth (mean)", "A"): 1.0,
+    ("Total reward and ground truth (mean)", "B"): {'{rl_reward_fn="total"}': 1},
+    ("Correlation with the total reward", "A"): {
+        '{rl_joint_x="response_length"}': 0.6,
+        '{rl_joint_x="reward.correctness"}': 0.6,
+        '{rl_joint_x="reward.format"}': 160 / math.sqrt(320 * 400),
+    },
+    ("Reward variance share by function", "A"): {
+        '{rl_joint_x="reward.correctness"}': 0.6,
+        '{rl_joint_x="reward.format"}': 0.4,
+    },
+    ("Stale drops: length dropped and trained", "A"): 512.0,
+    ("Stale drops: length dropped and trained", "B"): 128.0,
+    ("Cost", "A"): 600 / 3600 * 2,
+    ("Cost", "B"): 600 / 3600 * 2 / 300,
+    ("Cost", "C"): 600 / 3600 * 2 / (1500 / 1e6),
+    ("Cost", "D"): 600 / 3600 * 2 / 60,
     # Inference: one vLLM and one SGLang server, each series its own (vLLM's newer name first where it has two).
     ("Inference: waiting and running requests", "A"): {'{instance="gpu:8000"}': 2, '{instance="sg:30000"}': 5},
     ("Inference: waiting and running requests", "B"): {'{instance="gpu:8000"}': 6, '{instance="sg:30000"}': 7},
@@ -533,6 +584,13 @@ def test_every_alert_has_a_unit_test_that_fires_and_one_that_stays_silent() -> N
         "RLRunEndedUncleanly",
         "RLPhaseStuck",
         "OtelRLUnencodableTelemetry",
+        "RLRewardGaming",
+        "RLLengthRewardCorrelationRising",
+        "RLRewardFunctionDominates",
+        "RLEntropyFalling",
+        "RLMismatchKLAccelerating",
+        "RLStaleDropsBiasedByLength",
+        "RLZeroVarianceShareRising",
     }
     fires: set[str] = set()
     silent: set[str] = set()
@@ -553,7 +611,7 @@ def test_every_alert_has_a_runbook_and_uses_thresholds_that_have_defaults() -> N
         if "alert" not in rule:
             continue
         assert set(rule["annotations"]) == {"summary", "description", "runbook_url", "dashboard_url"}, rule["alert"]
-        assert rule["labels"]["severity"] == "warning", rule["alert"]
+        assert rule["labels"]["severity"] == ("notify" if "audit" in rule["labels"] else "warning"), rule["alert"]
         used = set(re.findall(r'rl_alert_threshold\{threshold="(\w+)"\}', rule["expr"]))
         assert used <= defaults, (rule["alert"], used - defaults)
 
