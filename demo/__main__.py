@@ -7,6 +7,7 @@ Examples::
     python -m demo --endpoint http://collector:4317  # an existing collector (summary needs --prometheus-url ...)
     python -m demo --exporter console                # no stack at all: readable per-step output
     python -m demo --provoke-alert                   # then let staleness run away until RLStalenessHigh pages
+    python -m demo --reward-hack                     # from 30% of the steps on, the format reward pays length
 """
 
 from __future__ import annotations
@@ -77,6 +78,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="after the steps, stop syncing weights to the rollout generator so that staleness runs away, until "
         "Alertmanager's RLStalenessHigh notification reaches the demo's webhook (about 11 minutes: the rule's for: "
         "10m); print it (local stack only)",
+    )
+    parser.add_argument(
+        "--reward-hack",
+        action="store_true",
+        help="from 30%% of the steps on, the format reward pays every response token (a loophole): the policy learns "
+        "length instead of sums, and the audit alerts should say so",
     )
     args = parser.parse_args(argv)
     if args.provoke_alert and (args.endpoint is not None or args.exporter != "otlp"):
@@ -150,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         master_port=_free_port(),
         step_seconds=args.step_seconds,
         runaway=receiver is not None,
+        reward_hack=args.reward_hack,
     )
     started = time.time()
     if receiver is None:

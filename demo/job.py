@@ -51,6 +51,15 @@ class JobSettings:
     learning_rate: float = 1e-2
     entropy_bonus: float = 0.02
     seed: int = 0
+    max_staleness: int = 5
+    """Rollouts whose oldest token is more versions behind than this are dropped from the loss, as an async trainer
+    drops data too stale to correct (``record_staleness_drops``): in the stall of the middle fifth, all of them."""
+    gpu_hour_price: float = 2.0
+    """The price per GPU-hour the demo states (each rank stands for one GPU): the cost panel, report and status."""
+    reward_hack: bool = False
+    """From ``hack_from`` of the steps on, the format reward pays length (``demo.task``, ``gamed``): the policy learns
+    to be long instead of right, and the audit (RLRewardGaming, RLLengthRewardCorrelationRising, ...) should say so."""
+    hack_from: float = 0.3
     runaway: bool = False
     """After ``steps`` steps, keep training while the rollout generator gets no new weights (a stuck weight sync), so
     staleness grows by one version a step, until the main process sets the ranks' stop event
@@ -92,6 +101,8 @@ def run_rank(rank: int, settings: JobSettings, progress: Any, stop: Any = None) 
             shutdown_timeout_s=10,
             flops_per_token=flops_per_token(Policy()),
             peak_flops=PEAK_FLOPS,
+            gpus_per_rank=1.0,
+            gpu_hour_price=settings.gpu_hour_price,
         )
     )
     torch.manual_seed(settings.seed)
@@ -156,7 +167,9 @@ def _score_and_train(
 ) -> dict[str, Any]:
     """Score the step's rollouts and record them (phase ``score``), then train and publish the new weights."""
     with telemetry.phase("score"):
-        by_fn = rewards(prompts, rollouts.tokens)
+        by_fn = rewards(
+            prompts, rollouts.tokens, gamed=settings.reward_hack and step >= settings.hack_from * settings.steps
+        )
         lengths = response_lengths(rollouts.tokens)
         mask = torch.arange(MAX_TOKENS).expand_as(rollouts.tokens) < lengths.unsqueeze(1)
         advantages, zero_variance = group_advantages(by_fn["total"], settings.group_size)
@@ -191,9 +204,13 @@ def _score_and_train(
     newest = rollouts.versions.masked_fill(~mask, -1).max(dim=1).values
     oldest = rollouts.versions.masked_fill(~mask, 2**62).min(dim=1).values
     spanned = (newest - oldest + 1).clamp(min=1)  # the versions a response's tokens were generated with (monotone)
+    rollout_staleness = staleness.max(dim=1).values
+    stale = rollout_staleness > settings.max_staleness
+    if bool(stale.any()):
+        telemetry.record_staleness_drops(response_lengths=lengths[stale], staleness=rollout_staleness[stale])
     with telemetry.phase("train"):
         loss, logprobs, entropy = grpo_loss(
-            policy, rollouts, advantages, mask.float(), entropy_bonus=settings.entropy_bonus
+            policy, rollouts, advantages, (mask & ~stale.unsqueeze(1)).float(), entropy_bonus=settings.entropy_bonus
         )
         telemetry.record_rollouts(
             mask=mask,
@@ -205,6 +222,7 @@ def _score_and_train(
             rewards=by_fn["total"],
             group_ids=torch.arange(prompts.shape[0]) // settings.group_size,
             versions_spanned=spanned,
+            reward_breakdown={fn: by_fn[fn] for fn in REWARD_FNS},
         )
         optimizer.zero_grad()
         loss.backward()
@@ -229,4 +247,5 @@ def _score_and_train(
         "solved_per_group": (by_fn["total"] >= 1.0).view(-1, settings.group_size).sum(dim=1).tolist(),
         "advantages": advantages.tolist(),
         "tokens": tokens,
+        "dropped_stale": int(stale.sum()),
     }

@@ -48,6 +48,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         "",
         *_performance(summary["performance"]),
         "",
+        *_cost(summary.get("cost") or {}),
         "## Samples (from VictoriaLogs)",
         "",
         "| selection | reward | step | prompt | response | target |",
@@ -60,6 +61,20 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f"| {sample.get('_msg', '')} | {sample.get('target', '')} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _cost(cost: dict[str, Any]) -> list[str]:
+    """The cost section: GPU-hours and, at the run's stated price, the total and per step, token and solved group."""
+    if cost.get("gpu_hours") is None:
+        return []
+    return [
+        "## Cost (GPU-hours x the stated price per GPU-hour)",
+        "",
+        f"{_number(cost['gpu_hours'])} GPU-hours, {_number(cost['total'])} in all: {_number(cost['per_step'])} per "
+        f"step, {_number(cost['per_million_tokens'])} per million trained tokens, {_number(cost['per_solved_group'])} "
+        "per solved prompt group",
+        "",
+    ]
 
 
 _RANKS_TIME = "the ranks' time"

@@ -2,7 +2,10 @@
 
 A response is a few tokens from ``VOCAB``; it is well-formed when it is one or two digits then ``<eos>``.
 Two reward functions, as an RL job would have: ``correctness`` (1 when the number equals a + b) and ``format``
-(+0.5 when well-formed, -0.5 otherwise), so early rewards are mostly negative.
+(+0.5 when well-formed, -0.5 otherwise), so early rewards are mostly negative. The gamed variant (``gamed=True``, the
+demo's ``--reward-hack``) has a loophole a real format reward can have: it pays ``LENGTH_PAY`` per token whatever the
+tokens are, so four tokens of anything earn more than a short correct answer, and a policy that finds it stops
+answering.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ VOCAB = ("0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "<eos>", " ", "?")
 EOS = VOCAB.index("<eos>")
 MAX_TOKENS = 4
 REWARD_FNS = ("correctness", "format")
+LENGTH_PAY = 0.75
+"""What the gamed format reward pays per response token."""
 
 
 def sample_prompts(count: int, generator: torch.Generator) -> torch.Tensor:
@@ -34,8 +39,8 @@ def response_lengths(tokens: torch.Tensor) -> torch.Tensor:
     return torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1) + 1, torch.full_like(tokens[:, 0], MAX_TOKENS))
 
 
-def rewards(operands: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-rollout rewards by function, plus ``total``."""
+def rewards(operands: torch.Tensor, tokens: torch.Tensor, *, gamed: bool = False) -> dict[str, torch.Tensor]:
+    """Per-rollout rewards by function, plus ``total``; ``gamed``: the format reward pays length (see the module)."""
     lengths = response_lengths(tokens)
     digits = tokens < 10
     positions = torch.arange(MAX_TOKENS).expand_as(tokens)
@@ -48,5 +53,5 @@ def rewards(operands: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.Ten
     value = tens * 10 + ones
     correct = well_formed & (value == operands.sum(dim=1))
     correctness = correct.float()
-    fmt = torch.where(well_formed, 0.5, -0.5)
+    fmt = LENGTH_PAY * lengths.to(torch.float32) if gamed else torch.where(well_formed, 0.5, -0.5)
     return {"correctness": correctness, "format": fmt, "total": correctness + fmt}

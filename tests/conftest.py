@@ -216,6 +216,7 @@ property, fuzz) are deterministic and never rerun."""
 
 SLOWEST_FIRST: Final = (
     "tests/alerts/test_delivery.py",
+    "tests/demo/test_reward_hack.py",
     "tests/reliability/test_stack_faults.py",
     "tests/reliability/test_security.py",
     "tests/integrations/test_verl.py",
