@@ -332,8 +332,9 @@ def test_group_and_sign_counters_equal_the_python_reference(shared_stack: Any, h
 
 
 def test_rejected_values_are_exactly_the_bad_ones(shared_stack: Any, health_run: HealthRun) -> None:
-    """Only what is bad counts as rejected: NaN ratios on unmasked tokens (once for the ratio, once per KL estimator)
-    and each call naming a dataset over the cap; masked NaN, rollouts without tokens and unversioned tokens never."""
+    """Only what is bad counts as rejected: NaN ratios on unmasked tokens (once for the ratio, once per KL estimator),
+    each call naming a dataset over the cap, and each NaN reward of a rollout with tokens (for its group, and as
+    unpaired with its length); masked NaN, rollouts without tokens and unversioned tokens never."""
     prometheus = Prometheus(shared_stack.prometheus_url)
     result = prometheus.query(f'otel_rl_values_rejected_total{{rl_run_id="{health_run.run_id}"}}')
     rejected = {(s["metric"]["otel_rl_metric"], s["metric"]["otel_rl_reason"]): float(s["value"][1]) for s in result}
@@ -343,6 +344,7 @@ def test_rejected_values_are_exactly_the_bad_ones(shared_stack: Any, health_run:
         ("rl.mismatch.kl", "nonfinite"): 2 * ref.nonfinite_tokens,
         ("rl.dataset", "name_overflow"): ref.overflow_calls,
         ("rl.groups", "nonfinite"): ref.nan_rewards,
+        ("rl.joint", "unpaired"): ref.nan_rewards,  # a NaN reward pairs with no length
     }
 
 
@@ -407,6 +409,7 @@ GOLDEN_HEALTH_SERIES = {
         for suffix in ("", "_positive_total", "_negative_total", "_squares_total", "_max", "_min")
     ),
     "rl_reward_exemplars",
+    "rl_joint_total",
     "rl_staleness",
     "rl_staleness_max",
     "rl_staleness_min",
