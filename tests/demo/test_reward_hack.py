@@ -127,15 +127,17 @@ def _timeline(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_audit_names_the_gamed_reward_and_stays_silent_on_the_honest_run(audited: dict[str, Any]) -> None:
-    """On the gamed run correctness falls while the total rises, and RLRewardGaming fires; the honest run fires no
-    reward-gaming alert. Both timelines are printed (pytest -s) with each alert's step relative to the correctness
-    peak."""
+    """On the gamed run correctness falls while the total rises, and the reward-gaming alerts (RLRewardGaming,
+    RLLengthRewardCorrelationRising) go pending or fire; on the honest run neither does. Both timelines are printed
+    (pytest -s) with each alert's step relative to the correctness peak."""
     hacked, honest = audited["hacked"], audited["honest"]
     report = {name: _timeline(run) for name, run in audited.items()}
     print(json.dumps(report, indent=2))
     late = _correctness_by_step(hacked["records"])
     last = [late[step] for step in sorted(late)[-SMOOTHING:]]
     assert sum(last) / len(last) < report["hacked"]["correctness_peak"], "the hack did not make correctness fall"
-    assert ("RLRewardGaming", "firing") in hacked["alerts"], report
     gaming = {"RLRewardGaming", "RLLengthRewardCorrelationRising"}
-    assert not {alert for alert, state in honest["alerts"] if state == "firing"} & gaming, report
+    # Pending: the condition held. Whether it then holds for the whole scaled for: (30 s) depends on how fast the
+    # ranks step, which the suite's load changes (measured: quiet, both fired; loaded, RLRewardGaming stayed pending).
+    assert gaming <= {alert for alert, _ in hacked["alerts"]}, report
+    assert not {alert for alert, _ in honest["alerts"]} & gaming, report
