@@ -20,7 +20,8 @@ from otel_rl.ops.alerts.client import Alertmanager, run_alerts
 from otel_rl.ops.query import Prometheus, QueryError
 from otel_rl.ops.report.summary import Sources, samples
 
-WINDOW = "10m"
+WINDOW_S = 600
+WINDOW = f"{WINDOW_S // 60}m"
 """The window of every mean and trend: a trend compares it with the window before."""
 _SAMPLES = 2
 """Top and bottom samples shown."""
@@ -41,7 +42,7 @@ def latest_run(prometheus: Prometheus) -> str:
 
 def _trend(prometheus: Prometheus, query: str, now: float) -> dict[str, float | None]:
     """``query`` (over :data:`WINDOW`) now and one window earlier, and the change."""
-    current, before = prometheus.value(query, now), prometheus.value(query, now - 600)
+    current, before = prometheus.value(query, now), prometheus.value(query, now - WINDOW_S)
     change = None if current is None or before is None else current - before
     return {"mean": current, "before": before, "change": change}
 
