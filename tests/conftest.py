@@ -32,6 +32,9 @@ Labels = tuple[tuple[str, str], ...]
 """A stream's attributes, sorted by name (otel-rl's metric attributes are all strings)."""
 Stream = tuple[str, Labels]
 """A metric name and the attributes of one of its streams."""
+EXPORT_WAIT_S: Final = 60.0
+"""How long a test waits for an in-process flush or shutdown: generous, since the suite runs loaded on shared
+machines (a flush returns as soon as it is done, so passing runs do not wait)."""
 _Point = TypeVar("_Point", NumberDataPoint, HistogramDataPoint, ExponentialHistogramDataPoint)
 
 

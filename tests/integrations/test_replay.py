@@ -16,7 +16,7 @@ from opentelemetry.sdk.metrics.export import ExponentialHistogramDataPoint, Hist
 import otel_rl
 from otel_rl import _names
 from otel_rl.tracking import MetricsDictLogger, canonical_key
-from tests.conftest import EncodingMetricExporter, attributes_of, duration_s
+from tests.conftest import EXPORT_WAIT_S, EncodingMetricExporter, attributes_of, duration_s
 from tests.fixtures import trainer_inputs
 
 _VERSION_KEYS = ("current_param_version", "param_version", "policy_version")
@@ -57,7 +57,7 @@ def test_a_verl_step_keeps_every_key_exact(rollout_correction: bool) -> None:
     )
     assert len(step) == expected_keys + trainer_inputs.VERL_VALIDATION_KEYS + 1  # and timing_s/testing
     MetricsDictLogger(telemetry).log(step, step=7)
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     points = _metric_points(exporter)
     assert _names.OVERFLOW not in points
     expected = {canonical_key(key): value for key, value in step.items() if not key.endswith(_VERSION_KEYS)}
@@ -65,7 +65,7 @@ def test_a_verl_step_keeps_every_key_exact(rollout_correction: bool) -> None:
     for key, value in expected.items():
         assert points[key] == {"count": 1, "sum": float(value), "max": float(value), "min": float(value)}, key
     assert not {labels: n for labels, n in exporter.numbers(_names.VALUES_REJECTED.name).items() if n}
-    telemetry.shutdown(5)
+    telemetry.shutdown(EXPORT_WAIT_S)
 
 
 def test_verl_keys_longer_than_64_characters_keep_their_names() -> None:
@@ -76,10 +76,10 @@ def test_verl_keys_longer_than_64_characters_keep_their_names() -> None:
     longest = max(validation, key=len)
     assert len(longest) > 64
     MetricsDictLogger(telemetry).log(validation, step=3)
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     points = _metric_points(exporter)
     assert longest in points and _names.OVERFLOW not in points
-    telemetry.shutdown(5)
+    telemetry.shutdown(EXPORT_WAIT_S)
 
 
 def test_trl_logs_are_forwarded_exactly_and_summaries_are_not() -> None:
@@ -98,7 +98,7 @@ def test_trl_logs_are_forwarded_exactly_and_summaries_are_not() -> None:
     end = {**trainer_inputs.trl_train_end(), "train_tokens_per_second": 1234.5}
     callback.on_log(args, state, TrainerControl(), logs=dict(logs))
     callback.on_log(args, state, TrainerControl(), logs=end)
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     points = _metric_points(exporter)
     forwarded = {key: value for key, value in logs.items() if key != "epoch" and value is not None}
     assert set(points) == set(forwarded)
@@ -106,7 +106,7 @@ def test_trl_logs_are_forwarded_exactly_and_summaries_are_not() -> None:
         assert points[key]["max"] == value and points[key]["count"] == 1, key
     assert forwarded["num_tokens"] != float(np.float32(forwarded["num_tokens"])) or forwarded["num_tokens"] < 2**24
     assert callback.errors == 0
-    telemetry.shutdown(5)
+    telemetry.shutdown(EXPORT_WAIT_S)
 
 
 def test_torchforge_calls_record_every_key_and_sample() -> None:
@@ -131,7 +131,7 @@ def test_torchforge_calls_record_every_key_and_sample() -> None:
         for key, value, reduction in calls:
             record_metric(key, value, Reduce[reduction])
         telemetry.step(4)
-        assert telemetry.flush(5)
+        assert telemetry.flush(EXPORT_WAIT_S)
     finally:
         otel_rl.reset(5)
     values: dict[str, list[float]] = defaultdict(list)
@@ -178,7 +178,7 @@ def test_verl_timings_become_phase_spans_and_tokens_a_counter() -> None:
     )
     step = trainer_inputs.verl_grpo_step(4, rollout_correction=False)
     MetricsDictLogger(telemetry).log(step, step=4)
-    assert telemetry.flush(5) and telemetry.shutdown(5)
+    assert telemetry.flush(EXPORT_WAIT_S) and telemetry.shutdown(EXPORT_WAIT_S)
     phases = {s.name: s for s in spans.get_finished_spans() if s.attributes and "rl.phase.name" in s.attributes}
     sections = {
         "generate": "gen",

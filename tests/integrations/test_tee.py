@@ -46,7 +46,7 @@ import otel_rl
 from otel_rl import _names
 from otel_rl._tee import STEP_KEYS
 from otel_rl.tracking import canonical_key
-from tests.conftest import EncodingMetricExporter
+from tests.conftest import EXPORT_WAIT_S, EncodingMetricExporter
 
 wandb = pytest.importorskip("wandb")
 SummaryWriter = pytest.importorskip("torch.utils.tensorboard").SummaryWriter
@@ -433,9 +433,9 @@ def test_wandb_logs_of_each_trainer_reach_otel_rl(trainer: str, mode: str, wandb
         assert tee.active
         _log_all(logged)
     assert not tee.active
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     _assert_recorded(exporter, _expected_from_wandb(logged))
-    telemetry.shutdown(5)
+    telemetry.shutdown(EXPORT_WAIT_S)
 
 
 @pytest.mark.parametrize("trainer", TENSORBOARD_TRAINERS)
@@ -452,9 +452,9 @@ def test_tensorboard_scalars_of_each_trainer_reach_otel_rl(trainer: str, tmp_pat
         for tag, value, step in logged.scalars:
             writer.add_scalar(tag, value, step)
     writer.close()
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     _assert_recorded(exporter, _expected_from_tensorboard(logged))
-    telemetry.shutdown(5)
+    telemetry.shutdown(EXPORT_WAIT_S)
     events = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
     events.Reload()
     assert set(events.Tags()["scalars"]) == {tag for tag, _, _ in logged.scalars}
@@ -501,10 +501,10 @@ def test_a_run_started_before_the_tee_is_teed_and_close_restores(mode: str, wand
         tee.close()
         assert (Run.__dict__["_log"], NoopRun.__dict__["log"]) == originals
         wandb.log({"reward": 0.75}, step=2)
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     assert _metric_points(exporter)["reward/mean"]["count"] == 1
     assert exporter.number(_names.STEP.name) == 1
-    telemetry.shutdown(5)
+    telemetry.shutdown(EXPORT_WAIT_S)
 
 
 def test_a_second_tee_is_the_first_and_values_are_not_doubled(wandb_dir: Path) -> None:
@@ -517,11 +517,11 @@ def test_a_second_tee_is_the_first_and_values_are_not_doubled(wandb_dir: Path) -
         other = otel_rl.Telemetry(otel_rl.TelemetryConfig(run_id="other", exporter="none"))
         with pytest.raises(ValueError, match=r'"telemetry" must be the one otel_rl.tee_wandb\(\) already tees'):
             otel_rl.tee_wandb(other)
-        other.shutdown(5)
+        other.shutdown(EXPORT_WAIT_S)
         wandb.log({"kl": 0.5}, step=1)
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     assert _metric_points(exporter)["kl/mean"]["count"] == 1
-    telemetry.shutdown(5)
+    telemetry.shutdown(EXPORT_WAIT_S)
 
 
 def test_concurrent_logging_threads_lose_nothing(wandb_dir: Path, tmp_path: Path) -> None:
@@ -545,12 +545,12 @@ def test_concurrent_logging_threads_lose_nothing(wandb_dir: Path, tmp_path: Path
         for thread in threads:
             thread.join()
     writer.close()
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     points = _metric_points(exporter)
     for key in ("actor/pg_loss", "actor/grad_norm"):
         assert points[key]["count"] == 4 * calls, key
         assert points[key]["sum"] == 4 * sum(range(calls)), key
-    telemetry.shutdown(5)
+    telemetry.shutdown(EXPORT_WAIT_S)
 
 
 def test_what_cannot_be_recorded_is_counted_and_never_raised(wandb_dir: Path, tmp_path: Path) -> None:
@@ -564,10 +564,10 @@ def test_what_cannot_be_recorded_is_counted_and_never_raised(wandb_dir: Path, tm
         wandb.log({"step": -3, "reward": 0.5})
         writer.add_scalar("reward", 0.0, global_step=-1)
     writer.close()
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     assert _metric_points(exporter)["reward/mean"]["count"] == 3
     assert _rejected(exporter) == 4
-    telemetry.shutdown(5)
+    telemetry.shutdown(EXPORT_WAIT_S)
 
 
 def test_scalars_and_histograms_of_a_summary_writer_are_teed(tmp_path: Path) -> None:
@@ -584,7 +584,7 @@ def test_scalars_and_histograms_of_a_summary_writer_are_teed(tmp_path: Path) -> 
         writer.add_histogram("rollout/response_length", lengths, global_step=4)
     writer.add_scalar("after/close", 1.0, 5)
     writer.close()
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     points = _metric_points(exporter)
     assert set(points) == {"staleness/mean", "staleness/max", "response_length"}
     assert (points["staleness/max"]["max"], points["response_length"]["count"]) == (2.0, 32)
@@ -593,7 +593,7 @@ def test_scalars_and_histograms_of_a_summary_writer_are_teed(tmp_path: Path) -> 
     assert len(reward) == 1 and isinstance(reward[0], HistogramDataPoint | ExponentialHistogramDataPoint)
     assert (reward[0].count, reward[0].sum) == (rewards.size, rewards.sum())
     assert exporter.number(_names.STEP.name) == 4
-    telemetry.shutdown(5)
+    telemetry.shutdown(EXPORT_WAIT_S)
 
 
 def test_the_tee_defaults_to_the_global_telemetry(wandb_dir: Path) -> None:
@@ -608,7 +608,7 @@ def test_the_tee_defaults_to_the_global_telemetry(wandb_dir: Path) -> None:
         )
         try:
             wandb.log({"reward": 1.0}, step=2)
-            assert otel_rl.get_telemetry().flush(5)
+            assert otel_rl.get_telemetry().flush(EXPORT_WAIT_S)
         finally:
             otel_rl.reset(5)
     assert _metric_points(exporter)["reward/mean"]["sum"] == 1.0

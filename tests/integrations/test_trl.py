@@ -28,7 +28,7 @@ from trl import GRPOConfig, GRPOTrainer
 from otel_rl import Telemetry, TelemetryConfig
 from otel_rl.ops.query import Prometheus, VictoriaLogs
 from otel_rl.trl import OtelRLCallback
-from tests.conftest import RecordingMetricExporter
+from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
 from tests.pipeline.harness import eventually
 
 STEPS = 2
@@ -306,7 +306,7 @@ def test_without_a_trainer_the_logged_reward_means_become_metrics(metric_exporte
         "note": "x",
     }
     callback.on_log(args, state, TrainerControl(), logs=logs)
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     keys = {dict(a)["rl.metric.key"] for name, a in metric_exporter.latest() if name == "rl.metric"}
     assert (callback.exact, callback.errors, keys) == (False, 0, {"loss", "reward", "rewards/length/mean"})
     telemetry.shutdown()

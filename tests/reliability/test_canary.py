@@ -24,7 +24,7 @@ from otel_rl.ops import promql
 from otel_rl.ops.query import Prometheus
 from otel_rl.ops.stack import collector_build, layout
 from otel_rl.ops.stack.env import otel_rl_home
-from tests.conftest import RecordingMetricExporter
+from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
 from tests.pipeline.harness import ROOT, eventually, private_stack, start_ranks
 
 RANKS = 4
@@ -141,7 +141,7 @@ def test_no_canary_with_explicit_histograms(metric_exporter: RecordingMetricExpo
         )
         telemetry.step(1)
         telemetry.step(2)
-        telemetry.flush(5)
+        telemetry.flush(EXPORT_WAIT_S)
         telemetry.shutdown()
         points = list(metric_exporter.streams(_names.MERGE_CANARY.name).values())
         if expected is None:

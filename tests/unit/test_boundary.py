@@ -17,7 +17,7 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 import otel_rl
 from otel_rl import _names
 from otel_rl.torchforge import Reduce, record_episode_sample, record_metric
-from tests.conftest import EncodingMetricExporter
+from tests.conftest import EXPORT_WAIT_S, EncodingMetricExporter
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def telemetry(exporter: EncodingMetricExporter, logs: InMemoryLogRecordExporter)
         log_exporter=logs,
     )
     yield instance
-    instance.shutdown(5)
+    instance.shutdown(EXPORT_WAIT_S)
 
 
 def _rejected(exporter: EncodingMetricExporter) -> dict[tuple[str, str], float]:
@@ -71,7 +71,7 @@ def test_a_bad_sample_field_never_breaks_step_or_shutdown(
     telemetry.record_staleness([3], 4)
     telemetry.record_sample(otel_rl.EpisodeSample(reward=0.5, staleness=cast(Any, staleness), response="r"))
     telemetry.step(2)
-    assert telemetry.shutdown(5)
+    assert telemetry.shutdown(EXPORT_WAIT_S)
     (record,) = logs.get_finished_logs()
     attributes = dict(record.log_record.attributes or {})
     assert _names.SAMPLE_STALENESS not in attributes
@@ -98,7 +98,7 @@ def test_integers_beyond_int64_are_rejected_and_exports_keep_encoding(
     telemetry.step(5)
     call(telemetry)
     telemetry.record_rewards([1.0])
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     assert exporter.number(_names.STEP.name) == 5
     assert sum(count for (name, _), count in _rejected(exporter).items() if name == metric) >= 1
 
@@ -109,7 +109,7 @@ def test_a_counter_that_outgrows_int64_is_exported_as_a_double(
     """Valid drops that add up past 2**63 keep being exported (as a double) instead of breaking every export."""
     for _ in range(3):
         telemetry.record_staleness_drops(2**62)
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     assert exporter.number(_names.STALENESS_DROPPED.name) == float(3 * 2**62)
 
 
@@ -118,7 +118,7 @@ def test_set_phase_with_an_unprintable_name_is_counted(
 ) -> None:
     """A phase whose repr raises becomes ``_overflow`` and is counted; the call returns."""
     telemetry.set_phase(cast(Any, _BrokenRepr()))  # as from a caller without type checks
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     assert exporter.number(_names.PHASES.name, {_names.PHASE: _names.OVERFLOW}) == 1
     assert _rejected(exporter)[(_names.PHASES.name, "name_invalid")] == 1
 
@@ -136,7 +136,7 @@ def test_python_and_float64_values_stay_exact(
     values = [float(v) for v in (value if isinstance(value, list) else [value])]
     telemetry.record_metric("key", value)
     telemetry.record_rewards(value)
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     for distribution, attrs in (
         (_names.METRICS, {_names.METRIC_KEY: "key"}),
         (_names.REWARDS, {_names.REWARD_FN: "total"}),
@@ -151,7 +151,7 @@ def test_none_inside_a_list_is_dropped_alone(telemetry: otel_rl.Telemetry, expor
     """TRL reward functions return None for completions they do not score: each None is counted ("missing"), a
     string inside the list too ("type"), and every number of the list is kept (a bool is 1 or 0)."""
     telemetry.record_rewards([1.0, None, 0.25, "x", True, None, False], fn="accuracy")
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     histogram = exporter.exponential_point(_names.REWARDS.histogram.name, {_names.REWARD_FN: "accuracy"})
     assert (histogram.count, histogram.sum) == (4, 2.25)
     assert _rejected(exporter) == {("rl.reward", "missing"): 2, ("rl.reward", "type"): 1}
@@ -170,7 +170,7 @@ def test_rollout_fields_that_disagree_with_the_mask_are_rejected(
         rewards=torch.tensor([1.0, 0.0, 1.0]),
         entropy=torch.full((4, 3), 0.5),
     )
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     rejected = _rejected(exporter)
     assert rejected[(_names.RESPONSE_LENGTHS.histogram.name, "shape")] == 3
     assert rejected[(_names.GROUPS.name, "shape")] == 3
@@ -184,7 +184,7 @@ def test_rejected_advantages_count_no_signs(
 ) -> None:
     """Advantages rejected whole (complex dtype, three dimensions) count no advantage signs either."""
     telemetry.record_rollouts(advantages=advantages)
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     assert not exporter.streams(_names.ADVANTAGE_SIGNS.name)
     assert (
         sum(n for (metric, _), n in _rejected(exporter).items() if metric == _names.ADVANTAGES.histogram.name)
@@ -205,7 +205,7 @@ def test_sparse_and_strided_tensors_are_read_like_dense_ones(
         inference_logprobs=logprobs.clone(),
         advantages=torch.arange(8.0)[::4],
     )
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     entropy = exporter.exponential_point(_names.ENTROPY.histogram.name)
     assert (entropy.count, entropy.sum) == (4, 2.5)
     assert exporter.exponential_point(_names.IMPORTANCE_RATIO.histogram.name).count == 4
@@ -224,7 +224,7 @@ def test_a_sample_with_hundreds_of_extras_keeps_its_identity(
     telemetry.step(3)
     telemetry.record_sample(otel_rl.EpisodeSample(reward=1.0, reward_breakdown=breakdown, extra=extra))
     telemetry.step(4)
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     (exported,) = logs.get_finished_logs()
     record = exported.log_record
     attributes = dict(record.attributes or {})
@@ -261,7 +261,7 @@ def test_torchforge_shim_takes_malformed_samples(
         record_metric("rollout/sample", {"reward": 1.0, "reward_breakdown": [1, 2], "extra": "text"}, Reduce.SAMPLE)
         record_episode_sample("rollout/sample", ArrayTruncated())
         telemetry.step(2)
-        assert telemetry.flush(5)
+        assert telemetry.flush(EXPORT_WAIT_S)
     finally:
         otel_rl._global._current = None
     assert len(logs.get_finished_logs()) == 2
@@ -279,10 +279,10 @@ def test_metric_keys_take_a_cap_slot_only_with_a_kept_value(exporter: EncodingMe
     telemetry.record_metric("strings", ["x", "y"])
     telemetry.record_metric("loss", 0.5)
     telemetry.record_metric("kl", 0.1)
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     keys = {dict(labels)[_names.METRIC_KEY] for labels in exporter.streams(_names.METRICS.histogram.name)}
     assert keys == {"loss", "kl"}
-    telemetry.shutdown(5)
+    telemetry.shutdown(EXPORT_WAIT_S)
 
 
 def test_flush_with_a_zero_timeout_does_not_wait(exporter: EncodingMetricExporter) -> None:
@@ -347,7 +347,7 @@ def test_bools_are_rewards_and_metrics(
     )
     telemetry.record_rewards(True, fn="scalar")
     telemetry.record_metric("flag", np.bool_(False))
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     rewards = exporter.exponential_point(_names.REWARDS.histogram.name, {_names.REWARD_FN: "correct"})
     masked = exporter.exponential_point(_names.REWARDS.histogram.name, {_names.REWARD_FN: "masked"})
     accuracy = exporter.exponential_point(_names.METRICS.histogram.name, {_names.METRIC_KEY: "accuracy"})
@@ -393,5 +393,5 @@ def test_bool_versions_are_rejected_as_dtype(
 ) -> None:
     """A policy version is an identity, not a truth value: record_staleness rejects bools as dtype, each counted."""
     telemetry.record_staleness(versions, 3)
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     assert _rejected(exporter) == {(_names.STALENESS.histogram.name, "dtype"): 1 if versions is True else 2}

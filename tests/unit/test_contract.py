@@ -13,7 +13,7 @@ import yaml
 from opentelemetry.sdk.metrics.export import ExponentialHistogramDataPoint, HistogramDataPoint
 
 from otel_rl import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS, Telemetry, TelemetryConfig, _names
-from tests.conftest import RecordingMetricExporter
+from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
 
 ROOT = Path(__file__).parents[2]
 CONTRACT = (ROOT / "docs" / "contract.md").read_text()
@@ -158,7 +158,7 @@ def test_histogram_forms_are_pinned(
         versions_spanned=[1, 2],
     )
     telemetry.record_staleness_drops(response_lengths=[512], staleness=[9])
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     telemetry.shutdown()
     forms: dict[str, tuple[str, object]] = {}
     for (name, _), point in metric_exporter.latest().items():

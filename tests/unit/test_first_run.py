@@ -22,7 +22,7 @@ import otel_rl
 from otel_rl import Telemetry, TelemetryConfig, _env
 from otel_rl._config import OtlpProtocol
 from otel_rl._export_health import SDK_LOGGERS
-from tests.conftest import EncodingMetricExporter
+from tests.conftest import EXPORT_WAIT_S, EncodingMetricExporter
 
 SDK_PREFIX = "opentelemetry.exporter"
 
@@ -205,7 +205,7 @@ def test_samples_before_any_step_are_warned_about_once(caplog: pytest.LogCapture
         for loop in range(10):
             for index in range(8):
                 telemetry.record_sample({"reward": float(loop * 8 + index)})
-        assert telemetry.flush(5)
+        assert telemetry.flush(EXPORT_WAIT_S)
         telemetry.step(1)
         telemetry.record_sample({"reward": 0.0})
         telemetry.shutdown()

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from otel_rl import Telemetry, TelemetryConfig, _names
 from otel_rl._buckets import Layouts
 from otel_rl._rollouts import RolloutStatistics, RolloutSummarizer
-from tests.conftest import RecordingMetricExporter
+from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
 
 LAYOUTS = Layouts.resolve("exponential", scale=5)
 SOLVED = 1.0
@@ -284,7 +284,7 @@ def test_rejections_reach_the_exported_counter(metric_exporter: RecordingMetricE
     pred, target = torch.tensor([1, 2, 3, 4, 5, 6]), torch.tensor([1, 0, 3, 4, 5, 0])
     telemetry.record_rollouts(group_ids=[0, 0, 1, 1, 2, 2], rewards=pred == target)
     telemetry.record_rollouts(group_ids=[3, 3, 4, 4], rewards=[1.0, None, 0.0, math.nan])
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     latest = metric_exporter.latest()
     outcomes = {
         dict(attrs)[_names.GROUP_OUTCOME]: getattr(point, "value")

@@ -15,7 +15,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import otel_rl
 from otel_rl import _names
 from otel_rl._phases import step_trace
-from tests.conftest import EncodingMetricExporter, RecordingMetricExporter, attributes_of, duration_s, parent_id
+from tests.conftest import (
+    EXPORT_WAIT_S,
+    EncodingMetricExporter,
+    RecordingMetricExporter,
+    attributes_of,
+    duration_s,
+    parent_id,
+)
 
 
 class Clock:
@@ -66,12 +73,12 @@ def ranks(spans: InMemorySpanExporter, clock: Clock) -> Iterator[list[otel_rl.Te
     instances = [_rank(0, spans, clock), _rank(1, spans, clock)]
     yield instances
     for instance in instances:
-        instance.shutdown(5)
+        instance.shutdown(EXPORT_WAIT_S)
 
 
 def _finished(spans: InMemorySpanExporter, ranks: list[otel_rl.Telemetry]) -> list[ReadableSpan]:
     for rank in ranks:
-        assert rank.flush(5)
+        assert rank.flush(EXPORT_WAIT_S)
     return list(spans.get_finished_spans())
 
 
@@ -195,7 +202,7 @@ def test_throughput_and_async_state_are_exact_counters_and_gauges(spans: InMemor
     rank.record_tokens(generated=2**53 + 1, trained=1)
     rank.set_async_state(queue_depth=3, in_flight=5, buffer_used=120, buffer_capacity=512)
     rank.set_async_state(queue_depth=-1)
-    assert rank.flush(5)
+    assert rank.flush(EXPORT_WAIT_S)
 
     def value(metric: _names.MetricName) -> int | float:
         return metrics.number(metric.name)
@@ -213,7 +220,7 @@ def test_throughput_and_async_state_are_exact_counters_and_gauges(spans: InMemor
     ) == (3, 5, 120, 512)
     assert (value(_names.FLOPS_PER_TOKEN), value(_names.FLOPS_PEAK)) == (6e9, 1e15)
     assert rank.self_telemetry.rejected(_names.QUEUE_DEPTH.name) == 1
-    rank.shutdown(5)
+    rank.shutdown(EXPORT_WAIT_S)
 
 
 def test_without_trace_export_records_still_name_the_step(clock: Clock) -> None:
@@ -228,6 +235,6 @@ def test_without_trace_export_records_still_name_the_step(clock: Clock) -> None:
     rank.step(9)
     rank.record_sample(otel_rl.EpisodeSample(reward=1.0))
     rank.step(10)
-    rank.shutdown(5)
+    rank.shutdown(EXPORT_WAIT_S)
     (record,) = logs.get_finished_logs()
     assert record.log_record.trace_id == step_trace("phases", 9)[0]

@@ -20,7 +20,7 @@ from otel_rl import Telemetry, TelemetryConfig, _names
 from otel_rl._buckets import ExponentialLayout, Layout, Layouts
 from otel_rl._rollouts import RolloutStatistics, RolloutSummarizer
 from otel_rl._stats import ValueSummarizer
-from tests.conftest import DataPoint, RecordingMetricExporter
+from tests.conftest import EXPORT_WAIT_S, DataPoint, RecordingMetricExporter
 from tests.reference import exponential_sides
 
 
@@ -142,7 +142,7 @@ def test_bad_fields_are_dropped_and_counted_the_rest_kept(metric_exporter: Recor
         advantages=torch.tensor([0.5, -0.5]),
     )
     telemetry.record_rollouts(logprobs=torch.zeros(3))  # no inference_logprobs: dropped
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     assert metric_exporter.exponential_point("rl.importance_ratio").count == 5
     assert metric_exporter.exponential_point("rl.mismatch.kl", {"rl.kl.estimator": "k3"}).count == 5
     assert metric_exporter.exponential_point("rl.response.length").count == 1
@@ -171,7 +171,7 @@ def test_staleness_health_counters(metric_exporter: RecordingMetricExporter) -> 
     telemetry.record_staleness(torch.tensor([7]), 10, dataset="poetry")  # third dataset: _overflow
     telemetry.record_staleness_drops(3, dataset="math")
     telemetry.record_rewards([1.0, 0.0], dataset="code")
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     staleness = {
         labels: metric_exporter.exponential_point("rl.staleness", dict(labels)).count
         for labels in metric_exporter.streams("rl.staleness")
@@ -199,7 +199,7 @@ def test_lifecycle_gauges(metric_exporter: RecordingMetricExporter) -> None:
     )
     telemetry.set_phase("generate")
     telemetry.set_phase("train")
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     assert metric_exporter.number("rl.run.finished") == 0
     assert (metric_exporter.number("rl.ranks.up"), metric_exporter.number("rl.ranks.expected")) == (1, 4)
     phases = {dict(labels)["rl.phase.name"]: value for labels, value in metric_exporter.numbers("rl.phase").items()}
@@ -220,7 +220,7 @@ def test_exemplars_reach_dataset_streams(metric_exporter: RecordingMetricExporte
     telemetry.record_sample({"reward": 0.75, "staleness": 1, "dataset": "math", "episode_id": "m"})
     telemetry.record_sample({"reward": 0.25, "episode_id": "c"})
     telemetry.step(2)
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     exemplars = {
         labels: _episode_ids(point)
         for name in ("rl.reward", "rl.staleness")

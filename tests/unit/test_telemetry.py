@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_rl import EpisodeSample, Telemetry, TelemetryConfig
 from otel_rl._buckets import ExponentialLayout
-from tests.conftest import RecordingMetricExporter, attributes_of
+from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter, attributes_of
 
 BOUNDS = (-1.0, 0.0, 1.0)
 
@@ -56,7 +56,7 @@ def test_negative_rewards_are_exported_with_exact_totals(metric_exporter: Record
     telemetry = make(metric_exporter)
     telemetry.record_rewards(torch.tensor([-3.0, -0.5, -0.25]), fn="format")
     telemetry.record_rewards(np.array([-1.0]), fn="format")
-    assert telemetry.flush(5)
+    assert telemetry.flush(EXPORT_WAIT_S)
     key = {"rl.reward.fn": "format"}
     histogram = metric_exporter.histogram_point("rl.reward", key)
     assert (histogram.count, histogram.sum) == (4, -4.75)
@@ -75,9 +75,9 @@ def test_points_are_cumulative_with_a_stable_start(metric_exporter: RecordingMet
     export window."""
     telemetry = make(metric_exporter, extremes_hold_s=1e-9)
     telemetry.record_rewards([0.5])
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     telemetry.record_rewards([-0.5])
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     first, second = (
         next(m for m in data.resource_metrics[0].scope_metrics[0].metrics if m.name == "rl.reward").data.data_points[0]
         for data in metric_exporter.exports[:2]
@@ -101,14 +101,14 @@ def test_extremes_are_held_across_exports(metric_exporter: RecordingMetricExport
     )
     total = {"rl.reward.fn": "total"}
     telemetry.record_rewards([9.0])
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     now[0] += 2 * 10**9
     telemetry.record_rewards([0.125])
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     assert metric_exporter.number("rl.reward.max", total) == 9.0
     now[0] += 6 * 10**9
     telemetry.record_rewards([0.25])
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     assert metric_exporter.number("rl.reward.max", total) == 0.25
     telemetry.shutdown()
 
@@ -118,10 +118,10 @@ def test_failed_export_keeps_the_window_extremes(metric_exporter: RecordingMetri
     telemetry = make(metric_exporter)
     metric_exporter.fail = True
     telemetry.record_rewards([9.0])
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     metric_exporter.fail = False
     telemetry.record_rewards([0.1])
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     assert metric_exporter.number("rl.reward.max", {"rl.reward.fn": "total"}) == 9.0
     assert metric_exporter.number("otel_rl.export.failures", {"otel_rl.signal": "metrics"}) == 1
     telemetry.shutdown()
@@ -133,7 +133,7 @@ def test_staleness_and_policy_version(metric_exporter: RecordingMetricExporter) 
     versions = torch.tensor([[10, 9, 7], [8, 8, 12]])
     mask = torch.tensor([[1, 1, 1], [1, 0, 1]])
     telemetry.record_staleness(versions, 10, mask=mask)
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     histogram = metric_exporter.histogram_point("rl.staleness")
     assert (histogram.count, histogram.sum, list(histogram.bucket_counts)) == (4, 6, [1, 1, 1, 1])
     assert (metric_exporter.number("rl.staleness.max"), metric_exporter.number("rl.staleness.min")) == (3, 0)
@@ -162,7 +162,7 @@ def test_bad_input_never_raises_and_is_counted(
     """Bad input on the hot path is dropped, counted by metric and reason, and does not raise."""
     telemetry = make(metric_exporter)
     call(telemetry)
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     assert rejected(metric_exporter)[(metric, reason)] == count
     telemetry.shutdown()
 
@@ -171,7 +171,7 @@ def test_valid_part_of_a_call_is_kept(metric_exporter: RecordingMetricExporter) 
     """NaN among valid rewards: the valid ones are recorded, the NaN counted."""
     telemetry = make(metric_exporter)
     telemetry.record_rewards([1.0, float("nan"), -1.0])
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     assert metric_exporter.histogram_point("rl.reward", {"rl.reward.fn": "total"}).count == 2
     telemetry.shutdown()
 
@@ -185,7 +185,7 @@ def test_exponential_points_carry_exact_sides_and_the_recorded_count(metric_expo
     )
     telemetry.record_rewards(torch.tensor([1.0, 2.5, float("nan"), 0.0, -0.3, float("inf"), 1.0], dtype=torch.float64))
     telemetry.record_rewards([100.0])
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     point = metric_exporter.exponential_point("rl.reward", {"rl.reward.fn": "total"})
     layout = ExponentialLayout(3)
     assert (point.scale, point.count, point.zero_count, point.min, point.max) == (3, 6, 1, -0.3, 100.0)
@@ -205,7 +205,7 @@ def test_reward_fn_cardinality_is_capped(metric_exporter: RecordingMetricExporte
     for index in range(200):
         telemetry.record_rewards([1.0], fn=f"fn{index}")
     telemetry.record_rewards([1.0], fn=cast(Any, 123))  # a caller without type checks
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     fns = {dict(labels)["rl.reward.fn"] for labels in metric_exporter.streams("rl.reward")}
     assert fns == {"fn0", "fn1", "fn2", "_overflow"}
     assert metric_exporter.histogram_point("rl.reward", {"rl.reward.fn": "_overflow"}).count == 198
@@ -221,7 +221,7 @@ def test_samples_become_log_records_at_the_step_boundary(metric_exporter: Record
     for index, reward in enumerate([0.2, 0.9, -0.7, 0.1]):
         telemetry.record_sample(EpisodeSample(reward=reward, episode_id=f"e{index}", prompt="2+2?", response="4"))
     telemetry.step(2)
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     records = [r.log_record for r in logs.get_finished_logs()]
     assert [
         (r.event_name, attributes_of(r)["rl.sample.selection"], attributes_of(r)["rl.episode.id"]) for r in records
@@ -254,7 +254,7 @@ def test_sample_queue_is_bounded_and_drops_are_counted(metric_exporter: Recordin
         for index in range(10):
             telemetry.record_sample(EpisodeSample(reward=float(index)))
     telemetry.step(5)
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     assert metric_exporter.number("otel_rl.samples.dropped", {"otel_rl.reason": "queue_full"}) == 50 - 8
     assert metric_exporter.number("otel_rl.export.failures", {"otel_rl.signal": "logs"}) >= 1
     telemetry.shutdown(1)
@@ -362,7 +362,7 @@ def test_console_mode_prints_a_readable_line_per_step(capsys: pytest.CaptureFixt
     telemetry.record_rewards([1.0, 0.0], fn="correctness")
     telemetry.record_sample(EpisodeSample(reward=1.0, response="forty-two"))
     telemetry.step(2)
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     telemetry.shutdown()
     out = capsys.readouterr().out
     assert "[otel-rl] step 1 rank 0 rl.reward{fn=correctness} n=2 mean=0.5 " in out
@@ -404,7 +404,7 @@ def test_redaction_hook_rewrites_texts_before_they_leave(metric_exporter: Record
     telemetry.step(1)
     telemetry.record_sample(EpisodeSample(reward=1.0, prompt="call 555-0100", response=b"pin 1234", target="42"))
     telemetry.step(2)
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     (record,) = logs.get_finished_logs()
     assert record.log_record.body == {
         "prompt": "prompt:call ###-####",
@@ -427,7 +427,7 @@ def test_failing_redaction_drops_the_sample_and_never_leaks(
     telemetry.step(1)
     telemetry.record_sample(EpisodeSample(reward=1.0, prompt="secret-ssn-123"))
     telemetry.step(2)
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     assert logs.get_finished_logs() == ()
     assert metric_exporter.number("otel_rl.samples.dropped", {"otel_rl.reason": "redaction"}) == 1
     assert "secret-ssn" not in caplog.text
@@ -444,7 +444,7 @@ def test_histograms_carry_exemplars_that_lead_to_the_sample(metric_exporter: Rec
     telemetry.record_staleness([7, 8], 9)
     telemetry.record_sample(EpisodeSample(reward=0.9, episode_id="ep-9", staleness=2))
     telemetry.step(4)
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     (record,) = [r.log_record for r in logs.get_finished_logs()]
     (reward,) = metric_exporter.histogram_point("rl.reward", {"rl.reward.fn": "total"}).exemplars
     (staleness,) = metric_exporter.histogram_point("rl.staleness").exemplars
@@ -467,7 +467,7 @@ def test_reward_breakdown_values_become_exemplars_of_their_reward_function(
     breakdown = {"correctness": 1.0, "format": 0.5, "length": -0.2}
     telemetry.record_sample(EpisodeSample(reward=1.3, episode_id="ep-1", reward_breakdown=breakdown))
     telemetry.step(2)
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     exemplars = {
         dict(labels)["rl.reward.fn"]: [e.value for e in point.exemplars]
         for labels, point in metric_exporter.streams("rl.reward").items()
@@ -482,7 +482,7 @@ def test_metric_keys_have_their_own_cap(metric_exporter: RecordingMetricExporter
     for key in ("loss", "kl", "entropy"):
         telemetry.record_metric(key, 1.0)
     telemetry.record_rewards([1.0], fn="a")
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     keys = {dict(a)["rl.metric.key"] for (name, a) in metric_exporter.latest() if name == "rl.metric"}
     assert keys == {"loss", "kl", "_overflow"}
     assert rejected(metric_exporter) == {("rl.metric", "name_overflow"): 1}
@@ -501,7 +501,7 @@ def test_exporters_fall_back_one_by_one(tmp_path: Path) -> None:
     telemetry.step(1)
     telemetry.record_sample(EpisodeSample(reward=1.0, response="kept"))
     telemetry.step(2)
-    assert telemetry.shutdown(5)
+    assert telemetry.shutdown(EXPORT_WAIT_S)
     records = [json.loads(line) for line in output.read_text().splitlines()]
     assert [record["body"]["response"] for record in records if "body" in record] == ["kept"]
     assert not [record for record in records if "resource_metrics" in record]

@@ -14,7 +14,7 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 import otel_rl
 from otel_rl import torchforge
 from otel_rl.torchforge import Reduce, record_episode_sample, record_metric
-from tests.conftest import RecordingMetricExporter
+from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
 
 
 @dataclass
@@ -64,7 +64,7 @@ def telemetry(metric_exporter: RecordingMetricExporter, logs: InMemoryLogRecordE
 
 def _records(telemetry: otel_rl.Telemetry, logs: InMemoryLogRecordExporter) -> list[dict[str, Any]]:
     telemetry.step(99)
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     records: list[dict[str, Any]] = []
     for r in logs.get_finished_logs():
         body = r.log_record.body
@@ -143,7 +143,7 @@ def test_numpy_scalars_and_the_reduction_keyword(
     record_metric("loss", np.float32(2.0), reduction=Reduce.MEAN)
     record_metric("loss", np.int64(-4), Reduce.STD)
     record_metric("loss", 1.0, reduction=Reduce.MAX)
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     key = {"rl.metric.key": "loss"}
     histogram = metric_exporter.exponential_point("rl.metric", key)
     assert (histogram.count, histogram.sum) == (3, -1.0)
@@ -160,7 +160,7 @@ def test_bad_input_never_raises_and_is_counted(
     record_metric("loss", "nan-ish")
     record_episode_sample("rollout/sample", object())
     record_metric("loss", 3.0, reduction=cast(Any, "mean"))  # as from a caller without type checks
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     rejected = metric_exporter.number(
         "otel_rl.values.rejected", {"otel_rl.metric": "rl.metric", "otel_rl.reason": "type"}
     )
@@ -190,6 +190,6 @@ def test_forge_disable_metrics_turns_calls_off(
     record_metric("loss", 1.0)
     monkeypatch.setenv("FORGE_DISABLE_METRICS", "false")
     record_metric("kl", 1.0)
-    telemetry.flush(5)
+    telemetry.flush(EXPORT_WAIT_S)
     keys = {dict(a)["rl.metric.key"] for (name, a) in metric_exporter.latest() if name == "rl.metric"}
     assert keys == {"kl"}
