@@ -97,8 +97,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run_job(settings: JobSettings, *, runaway_until: Callable[[], bool] | None = None) -> None:
     """Start the ranks, show progress, and wait for all of them; raises if any rank failed. With
     ``settings.runaway``, ``runaway_until`` is asked twice a second once the steps are done, and the ranks stop at
-    its first true answer."""
-    context = mp.get_context("spawn")
+    its first true answer. The ranks are forks of a forkserver that imported torch and otel_rl once (each spawned
+    rank would import them again: seconds of CPU each)."""
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(["demo.job"])
     progress = context.Queue()
     stop = context.Event()
     processes = [

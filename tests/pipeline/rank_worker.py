@@ -1,4 +1,4 @@
-"""A rank process driven over stdin by the pipeline tests: one JSON command per line, one reply line each.
+"""A rank process driven over a pipe by the pipeline tests: one command (a dict) in, one reply line out.
 
 Runs the real otel_rl package with the real OTLP exporter, so what reaches the collector is exactly what a trainer
 sends. Commands: ``rewards`` and ``staleness`` (each with an optional ``dataset``; staleness also ``phase`` and the
@@ -9,13 +9,18 @@ the reference aggregates); for the time a step takes, ``phase_enter`` / ``phase_
 context manager held across commands, ``links`` optional), ``trajectory_context`` (replies with it), ``tokens``
 (``record_tokens``) and ``async_state`` (``set_async_state``). Setting ``clock_offset_s`` (not a TelemetryConfig
 field) shifts the rank's clock.
+
+The harness starts each rank as a fork of a forkserver that imported this module (torch, numba, the OpenTelemetry
+SDK and otel_rl) once, so a rank starts in a fraction of a second instead of the ~6 s of CPU those imports take; the
+rank then takes the environment and standard error the test gives it.
 """
 
 from __future__ import annotations
 
 import json
-import sys
+import os
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +31,25 @@ import otel_rl
 from tests.reference import bucket_counts
 
 
-def main() -> None:
-    settings = json.loads(sys.argv[1])
+def serve(settings: dict[str, Any], environment: dict[str, str], stderr: str | None, connection: Connection) -> None:
+    """Run one rank: ``environment`` replaces the process's (the forkserver's is the one it was started with),
+    ``stderr`` (a file's path) takes its log output, and commands come over ``connection`` until ``shutdown``."""
+    os.environ.clear()
+    os.environ.update(environment)
+    if stderr is not None:
+        os.dup2(os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND), 2)
+
     offset_ns = int(float(settings.pop("clock_offset_s", 0.0)) * 1e9)
     clock = (lambda: time.time_ns() + offset_ns) if offset_ns else time.time_ns
     config = otel_rl.TelemetryConfig(**settings)
     telemetry = otel_rl.Telemetry(config, clock=clock)
-    print("ready", flush=True)
+    connection.send("ready")
     phases: list[Any] = []
-    for line in sys.stdin:
-        command = json.loads(line)
+    while True:
+        try:
+            command = connection.recv()
+        except EOFError:
+            return
         kind = command.pop("command")
         if kind == "rewards":
             mask = command.get("mask")
@@ -79,7 +93,7 @@ def main() -> None:
         elif kind == "phase_leave":
             phases.pop().__exit__(None, None, None)
         elif kind == "trajectory_context":
-            print(json.dumps({"context": telemetry.trajectory_context()}), flush=True)
+            connection.send(json.dumps({"context": telemetry.trajectory_context()}))
             continue
         elif kind == "tokens":
             telemetry.record_tokens(**command["counts"])
@@ -92,18 +106,18 @@ def main() -> None:
         elif kind == "step":
             telemetry.step(command["step"])
         elif kind == "flush":
-            print(json.dumps({"flushed": telemetry.flush(command.get("timeout_s", 30))}), flush=True)
+            connection.send(json.dumps({"flushed": telemetry.flush(command.get("timeout_s", 30))}))
             continue
         elif kind == "stats":
-            print(json.dumps(_stats(telemetry)), flush=True)
+            connection.send(json.dumps(_stats(telemetry)))
             continue
         elif kind == "synthetic":
-            print(json.dumps(_synthetic(telemetry, reward_bounds=config.resolved.reward_bounds, **command)), flush=True)
+            connection.send(json.dumps(_synthetic(telemetry, reward_bounds=config.resolved.reward_bounds, **command)))
             continue
         elif kind == "shutdown":
-            print(json.dumps({"finished": telemetry.shutdown(command.get("timeout_s", 30))}), flush=True)
+            connection.send(json.dumps({"finished": telemetry.shutdown(command.get("timeout_s", 30))}))
             return
-        print("ok", flush=True)
+        connection.send("ok")
 
 
 ROLLOUT_DTYPES = {
@@ -198,7 +212,3 @@ def _synthetic(
             )
         )
     return reply
-
-
-if __name__ == "__main__":
-    main()

@@ -267,7 +267,7 @@ def health_run(shared_stack: Any) -> Iterator[HealthRun]:
         yield HealthRun(run_id, ranks, ref, (before, ready))
     finally:
         for rank in ranks:
-            if rank.process.poll() is None:
+            if rank.alive():
                 rank.kill()
 
 

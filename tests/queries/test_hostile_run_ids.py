@@ -85,7 +85,7 @@ def _record(index: int, run_id: str, endpoint: str) -> Run:
         assert rank.flush()
         assert rank.shutdown()
     finally:
-        if rank.process.poll() is None:
+        if rank.alive():
             rank.kill()
     return run
 

@@ -99,13 +99,12 @@ def _ranks(secure: Secure, specs: dict[str, tuple[str, dict[str, Any]]]) -> dict
 
 
 def _rank(secure: Secure, name: str, **settings: Any) -> RankProcess:
-    stderr = open(secure.folder / f"{name}.stderr", "w", encoding="utf-8")  # noqa: SIM115 - closed with the process
     settings.setdefault("endpoint", secure.stack.otlp_grpc_endpoint)
     return RankProcess(
         run_id=f"{name}-{uuid.uuid4().hex[:8]}",
         rank=0,
         world_size=1,
-        stderr=stderr,
+        stderr=secure.folder / f"{name}.stderr",
         export_interval_s=0.3,
         export_timeout_s=1.0,
         **settings,

@@ -236,7 +236,7 @@ def test_shutdown_flushes_and_a_hung_collector_cannot_hang_exit(healthy_stack: A
             started = time.monotonic()
             reply = json.loads(rank.send("shutdown", timeout_s=2.0))
             shutdowns.append(time.monotonic() - started)
-            rank.process.wait(30)  # then the process exits (interpreter teardown: seconds on a loaded machine)
+            rank.wait()
             assert reply == {"finished": False}
         assert max(shutdowns) < 2.0 + 1.5, f"shutdown(timeout_s=2.0) took {shutdowns}"
     finally:
