@@ -421,9 +421,10 @@ def test_no_entry_point_raises_and_exports_keep_going(
                     inference_logprobs=second,
                     rewards=first,
                     group_ids=second,
+                    reward_breakdown=second if name is None else {name: second},
                 )
             elif call == "drops":
-                telemetry.record_staleness_drops(first, dataset=name)
+                telemetry.record_staleness_drops(first, response_lengths=second, staleness=first, dataset=name)
             elif call == "phase":
                 telemetry.set_phase(name)
             elif call == "version":
