@@ -2,9 +2,10 @@
 hangs inside its train phase while the others go on stepping, and RLPhaseStuck fires naming train, and only train.
 
 Prometheus evaluates a copy of the shipped rules whose only change is RLPhaseStuck's ``for:`` (0 s instead of 1 m:
-tests/alerts/overlay.py), with the run's floor lowered to 5 s (a per-run override, as a user writes them), so that the
-test waits seconds, not minutes; the threshold itself is the shipped rule's (5 x the phase's p99 over the last hour,
-at least the floor)."""
+tests/alerts/overlay.py), with the run's floor lowered to 15 s (a per-run override, as a user writes them), so that
+the test waits seconds, not minutes; the threshold itself is the shipped rule's (5 x the phase's p99 over the last
+hour, at least the floor). A floor of 5 s once fired for generate during the healthy steps of a suite run on the
+loaded 2-core machine."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ import pytest
 import requests
 
 from tests.alerts.overlay import write_overlay
-from tests.pipeline.harness import RankProcess, private_stack, start_ranks
+from tests.pipeline.harness import RankProcess, eventually, private_stack, start_ranks
 
 RANKS = 4
-FLOOR_S = 5.0
+FLOOR_S = 15.0
 HUNG_RANK = 2
 
 
@@ -73,7 +74,9 @@ def test_a_rank_hung_in_a_phase_fires_the_alert_naming_it(stack: Any, run_id: st
     """Steps of generate then train (p99 well under a second) until the rules recorded the p99: no alert. Then rank 2
     enters train and hangs there,
     still exporting, while ranks 0, 1 and 3 keep stepping: RLPhaseStuck fires for the run with rl_phase_name train,
-    its value the time since rank 2 entered it, and never for generate."""
+    its value the time since rank 2 entered it, and never for generate. (A rerun first waits out the alert of the run
+    it shares with the failed attempt: an open phase is gone 30 s after its ranks stop reporting it.)"""
+    eventually(lambda: _stuck_alerts(stack, run_id) == [], what="no RLPhaseStuck left by an earlier attempt")
     ranks = start_ranks(RANKS, endpoint=stack.otlp_grpc_endpoint, run_id=run_id, histogram="exponential")
     try:
         step, deadline = 0, time.time() + 90
