@@ -37,7 +37,9 @@ def serve(settings: dict[str, Any], environment: dict[str, str], stderr: str | N
     os.environ.clear()
     os.environ.update(environment)
     if stderr is not None:
-        os.dup2(os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND), 2)
+        log = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.dup2(log, 2)
+        os.close(log)
 
     offset_ns = int(float(settings.pop("clock_offset_s", 0.0)) * 1e9)
     clock = (lambda: time.time_ns() + offset_ns) if offset_ns else time.time_ns
