@@ -1,11 +1,17 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Each installs what it needs and reuses what is
-# already there: the virtual environment (keyed on pyproject.toml), then the stack's binaries (the collector built
-# from collector_config/builder.yaml, cached by its hash; VictoriaLogs, Prometheus and promtool by `go install`).
+# already there: the virtual environment (keyed on the three pyproject.toml files), then the stack's binaries (the
+# collector built from collector_config/builder.yaml, cached by its hash; VictoriaLogs, Prometheus and promtool by
+# `go install`).
+#
+# Three distributions, one version (docs/architecture.md): otel-rl (the trainer library, pyproject.toml),
+# otel-rl-contract (contract/) and otel-rl-ops (ops/, the `otel-rl` command). The environments below install them
+# editable from the checkout; `make dist` builds their wheels and sdists as users install them.
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
+PROJECTS := pyproject.toml contract/pyproject.toml ops/pyproject.toml
 # The trainer's core install (no extras) against the lowest supported OpenTelemetry release.
 LOWEST := .venv-otel-lowest
 LOWEST_INSTALLED := $(LOWEST)/.installed
@@ -21,32 +27,32 @@ UV := .uv/venv/bin/uv
 UV_INSTALLED := .uv/venv/uv-$(UV_VERSION).installed
 export UV_CACHE_DIR ?= $(CURDIR)/.uv/cache
 
-.PHONY: venv verl-env stack-install stack-up stack-down demo check lint test test-otel-lowest typecheck chart-check bench soak clean
+.PHONY: venv verl-env dist stack-install stack-up stack-down demo check lint test test-otel-lowest typecheck chart-check bench soak clean
 
 $(UV_INSTALLED):
 	test -x .uv/venv/bin/python || $(PYTHON) -m venv .uv/venv
 	.uv/venv/bin/python -m pip install -q 'uv==$(UV_VERSION)'
 	touch $@
 
-$(INSTALLED): pyproject.toml | $(UV_INSTALLED)
+$(INSTALLED): $(PROJECTS) | $(UV_INSTALLED)
 	test -x $(PY) || $(UV) venv -q --seed --python $(PYTHON) $(VENV)
-	$(UV) pip install -q --python $(PY) -e '.[dev]'
+	$(UV) pip install -q --python $(PY) -e ./contract -e ./ops -e '.[dev]'
 	touch $@
 
 # Core install first, then a smoke run proving a trainer needs no extra; the test tools come after.
-$(LOWEST_INSTALLED): pyproject.toml .ci/otel-lowest.txt | $(UV_INSTALLED)
+$(LOWEST_INSTALLED): pyproject.toml contract/pyproject.toml .ci/otel-lowest.txt | $(UV_INSTALLED)
 	test -x $(LOWEST)/bin/python || $(UV) venv -q --seed --python $(PYTHON) $(LOWEST)
-	$(UV) pip install -q --python $(LOWEST)/bin/python -e . -c .ci/otel-lowest.txt
+	$(UV) pip install -q --python $(LOWEST)/bin/python -e ./contract -e . -c .ci/otel-lowest.txt
 	$(LOWEST)/bin/python -c 'import otel_rl, otel_rl.torchforge; t = otel_rl.Telemetry(otel_rl.TelemetryConfig(exporter="none")); t.record_rewards([1.0]); t.shutdown()'
 	$(UV) pip install -q --python $(LOWEST)/bin/python -c .ci/otel-lowest.txt 'pytest>=8' 'pytest-timeout>=2.3' 'pytest-rerunfailures>=15' 'pytest-xdist>=3.8' 'hypothesis>=6.100' 'pyyaml>=6'
 	touch $@
 
 # torch as in the main environment, so its wheels come from the cache; then a check that verl's plugin loader
 # registers the `otel_rl` backend (the `verl.plugins` entry point in pyproject.toml).
-$(VERL_INSTALLED): pyproject.toml | $(INSTALLED)
+$(VERL_INSTALLED): pyproject.toml contract/pyproject.toml | $(INSTALLED)
 	test -x $(VERL)/bin/python || $(UV) venv -q --python $(PYTHON) $(VERL)
 	$(UV) pip freeze --python $(PY) | grep -E '^torch==' > $(VERL)/constraints.txt
-	$(UV) pip install -q --python $(VERL)/bin/python -e . 'verl==0.9.1' -c $(VERL)/constraints.txt
+	$(UV) pip install -q --python $(VERL)/bin/python -e ./contract -e . 'verl==0.9.1' -c $(VERL)/constraints.txt
 	$(VERL)/bin/python -c 'from verl.utils.tracking import Tracking; assert "otel_rl" in Tracking.supported_backend'
 	touch $@
 
@@ -55,9 +61,16 @@ verl-env: $(VERL_INSTALLED)
 # The unit suite on the lowest supported OpenTelemetry (the main venv has the newest).
 test-otel-lowest: $(LOWEST_INSTALLED)
 	$(UV) pip list --python $(LOWEST)/bin/python 2>/dev/null | grep -E '^opentelemetry-sdk +1\.39\.0$$'
-	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider tests/unit otel_rl --ignore=otel_rl/ops --ignore=otel_rl/trl.py $(XDIST) $(CHECK_WORKERS)
+	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider tests/unit otel_rl contract/otel_rl_contract --ignore=otel_rl/trl.py $(XDIST) $(CHECK_WORKERS)
 
 venv: $(INSTALLED)
+
+# The three distributions' wheels and sdists, as users install them (tests/packaging builds its own copy).
+dist: $(UV_INSTALLED)
+	rm -rf dist
+	$(UV) build -q --out-dir dist contract
+	$(UV) build -q --out-dir dist ops
+	$(UV) build -q --out-dir dist .
 
 stack-install: venv
 	$(VENV)/bin/otel-rl stack install
@@ -84,7 +97,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 typecheck: venv
-	$(VENV)/bin/mypy otel_rl demo bench tests
+	$(VENV)/bin/mypy otel_rl contract/otel_rl_contract ops/otel_rl_ops ops/hatch_build.py demo bench tests
 
 # The fast loop: lint, types, and every test that starts and builds nothing (unit, property, fuzz, doctests).
 check: lint typecheck
@@ -111,4 +124,4 @@ soak: stack-install
 	$(PY) -m tests.reliability.soak --report soak-report.json
 
 clean:
-	rm -rf $(VENV) $(LOWEST) $(VERL) demo-output .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LOWEST) $(VERL) dist demo-output .pytest_cache .mypy_cache .ruff_cache

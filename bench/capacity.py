@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from otel_rl_ops import promql
+from otel_rl_ops.query import Prometheus, VictoriaLogs
 
 from bench.collector_scale import _proc
 from otel_rl import EpisodeSample, Telemetry, TelemetryConfig
-from otel_rl.ops import promql
-from otel_rl.ops.query import Prometheus, VictoriaLogs
 
 _RANKS = 4
 _PROMPT_BYTES = 1024
@@ -182,8 +182,8 @@ def capacity(*, steps: int = 50, per_step: int = 200) -> dict[str, Any]:
     """Both measurements against one private stack (``steps`` x ``per_step`` samples per sender)."""
     import tempfile
 
-    from otel_rl.ops.stack import install
-    from otel_rl.ops.stack.services import Stack, StackConfig, StackPorts
+    from otel_rl_ops.stack import install
+    from otel_rl_ops.stack.services import Stack, StackConfig, StackPorts
 
     with tempfile.TemporaryDirectory(prefix="otel-rl-capacity-") as state:
         config = StackConfig(ports=StackPorts.free(), state_dir=Path(state))

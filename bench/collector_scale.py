@@ -16,12 +16,13 @@ import time
 import uuid
 from typing import Any
 
+from otel_rl_contract import REWARD_FN, REWARD_FN_TOTAL, REWARDS, SCOPE_VERSION, STALENESS, STEP
+from otel_rl_ops.query import Prometheus
+
 from otel_rl import TelemetryConfig
-from otel_rl._names import REWARD_FN, REWARD_FN_TOTAL, REWARDS, SCOPE_VERSION, STALENESS, STEP
 from otel_rl._stats import StalenessSummarizer, ValueSummarizer
 from otel_rl._store import MetricStore, attributes
 from otel_rl._telemetry import build_resource, layouts
-from otel_rl.ops.query import Prometheus
 
 _VALUES_PER_TICK = 16
 _TICK_S = 1.0
@@ -136,8 +137,8 @@ def collector_scale(rank_counts: list[int], *, ticks: int, aggregation_interval:
     import tempfile
     from pathlib import Path
 
-    from otel_rl.ops.stack import install
-    from otel_rl.ops.stack.services import Stack, StackConfig, StackPorts
+    from otel_rl_ops.stack import install
+    from otel_rl_ops.stack.services import Stack, StackConfig, StackPorts
 
     with tempfile.TemporaryDirectory(prefix="otel-rl-scale-") as state:
         config = StackConfig(

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import torch.multiprocessing as mp
+from otel_rl_ops.alerts.webhook import Notification, WebhookReceiver, format_notification
+from otel_rl_ops.report.summary import Sources, summarize
 from tqdm import tqdm
 
 from demo.job import PHASES, SERVICE_NAME, JobSettings, run_rank
 from demo.report import format_summary
-from otel_rl.ops.alerts.webhook import Notification, WebhookReceiver, format_notification
-from otel_rl.ops.report.summary import Sources, summarize
 
 _DEFAULT_OUT = Path("demo-output")
 _UNSAFE = re.compile(r"[^\w.-]|^\.")
@@ -135,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     endpoint = args.endpoint
     receiver = WebhookReceiver() if args.provoke_alert else None
     if args.exporter == "otlp" and endpoint is None:
-        from otel_rl.ops.stack.config import StackConfig
-        from otel_rl.ops.stack.services import Stack
+        from otel_rl_ops.stack.config import StackConfig
+        from otel_rl_ops.stack.services import Stack
 
         config = StackConfig(alert_webhook_url=None if receiver is None else receiver.url)
         stack = Stack.attach(config.resolved_state_dir(), config=config)
@@ -223,7 +223,7 @@ def provoke_alert(settings: JobSettings, receiver: WebhookReceiver) -> Notificat
 
 def render_report(sources: Sources, path: Path) -> Path:
     """The RL run dashboard rendered for this run (the same queries as Grafana), as an HTML page with a PNG."""
-    from otel_rl.ops.report.render import build_report, write_report
+    from otel_rl_ops.report.render import build_report, write_report
 
     report = build_report(
         prometheus_url=sources.prometheus_url,

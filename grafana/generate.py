@@ -6,7 +6,7 @@ validates the JSON (``Dashboard.from_json``). The committed JSON files are what 
 so edit the code and rerun it, never the JSON by hand.
 
 This file assembles: each row of the "RL run" dashboard is a module of ``grafana/rows/`` (its panels, their
-explicit ids and layout), and every query comes from :mod:`otel_rl.ops.promql` (native histograms first with the
+explicit ids and layout), and every query comes from :mod:`otel_rl_ops.promql` (native histograms first with the
 classic buckets as the fallback, quantiles clamped to the exact extremes, label values quoted). Metric names are
 those of docs/contract.md.
 """

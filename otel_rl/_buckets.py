@@ -40,8 +40,7 @@ from opentelemetry.sdk.metrics.export import (
     Histogram,
     HistogramDataPoint,
 )
-
-from otel_rl._names import Distribution, LayoutRole
+from otel_rl_contract import Distribution, LayoutRole
 
 WINDOW_OCTAVES = 40
 """Octaves of the exponential window on each side of 1: indices from ``-(40 << scale)`` to ``(40 << scale) - 1``."""
@@ -283,7 +282,7 @@ def _root_of_two(k: int, scale: int) -> float:
 
 @dataclass(frozen=True)
 class Layouts:
-    """The bucket layout of every :data:`~otel_rl._names.LayoutRole`, resolved once per process: one instance per
+    """The bucket layout of every :data:`~otel_rl_contract.LayoutRole`, resolved once per process: one instance per
     role, shared by every summarizer of that role (layouts cache their device tensors)."""
 
     by_role: Mapping[LayoutRole, Layout]

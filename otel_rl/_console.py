@@ -4,7 +4,7 @@ The first thing a user without a stack sees, so it must agree with what the dash
 values. A step's line, e.g. ``[otel-rl] step 3 rank 0 rl.staleness n=100 mean=0.86 p50=1 p90=1 p99=1 min=0 max=1``:
 
 - ``n`` and ``mean``: the values recorded in the step (the change of the cumulative count and sum);
-- ``p50``, ``p90``, ``p99``: the dashboards' rule (``otel_rl.ops.promql.quantile``): Prometheus's
+- ``p50``, ``p90``, ``p99``: the dashboards' rule (``otel_rl_ops.promql.quantile``): Prometheus's
   ``histogram_quantile`` of the step's buckets (:func:`native_quantile` for exponential histograms,
   :func:`classic_quantile` for explicit ones), rounded for distributions of integers (roles in
   :data:`INTEGER_ROLES`), clamped to the exact extremes (:func:`shown_quantile`);
@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
+import otel_rl_contract as contract
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter, LogRecordExporter
 from opentelemetry.sdk.metrics.export import (
@@ -40,30 +41,29 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_rl import _names
 from otel_rl._buckets import ExponentialLayout
 
 PREFIX = "[otel-rl]"
 QUANTILES = (0.5, 0.9, 0.99)
-INTEGER_ROLES: frozenset[_names.LayoutRole] = frozenset({"staleness", "length"})
+INTEGER_ROLES: frozenset[contract.LayoutRole] = frozenset({"staleness", "length"})
 """Roles whose values are integers (staleness, versions, token counts): their quantiles are rounded, as the
 dashboards' ``integers=True`` does, so a lag of 1 never shows as 0.987."""
-_INTEGER_HISTOGRAMS = frozenset(d.histogram.name for d in _names.DISTRIBUTIONS if d.role in INTEGER_ROLES)
+_INTEGER_HISTOGRAMS = frozenset(d.histogram.name for d in contract.DISTRIBUTIONS if d.role in INTEGER_ROLES)
 _DISTRIBUTION_PARTS = frozenset(
     metric.name
-    for d in _names.DISTRIBUTIONS
+    for d in contract.DISTRIBUTIONS
     for metric in (d.positive, d.negative, d.squares, d.maximum, d.minimum)
     if metric is not None
 )
 _STATE = (
-    _names.POLICY_VERSION,
-    _names.QUEUE_DEPTH,
-    _names.IN_FLIGHT,
-    _names.BUFFER_USED,
-    _names.BUFFER_CAPACITY,
+    contract.POLICY_VERSION,
+    contract.QUEUE_DEPTH,
+    contract.IN_FLIGHT,
+    contract.BUFFER_USED,
+    contract.BUFFER_CAPACITY,
 )
 _SELF_PREFIX = "otel_rl."
-_PHASE_METRICS = frozenset((_names.PHASE_DURATION.name, _names.PHASE_CALLS.name))
+_PHASE_METRICS = frozenset((contract.PHASE_DURATION.name, contract.PHASE_CALLS.name))
 """The phase durations and counts: the ``phases`` line shows them, from the spans."""
 _TEXT_CHARS = 80
 
@@ -270,7 +270,7 @@ class ConsoleMetricFormatter:
     def __call__(self, data: MetricsData) -> str:
         lines: list[str] = []
         for resource_metrics in data.resource_metrics:
-            rank = resource_metrics.resource.attributes.get(_names.RANK)
+            rank = resource_metrics.resource.attributes.get(contract.RANK)
             metrics = [metric for scope in resource_metrics.scope_metrics for metric in scope.metrics]
             gauges = {
                 _stream(metric.name, point.attributes): float(point.value)
@@ -278,7 +278,7 @@ class ConsoleMetricFormatter:
                 if isinstance(metric.data, Gauge)
                 for point in metric.data.data_points
             }
-            step = gauges.get((_names.STEP.name, ()))
+            step = gauges.get((contract.STEP.name, ()))
             prefix = _prefix(step, rank)
             lines += self._distributions(prefix, metrics, gauges)
             lines += self._counts(prefix, metrics)
@@ -359,13 +359,13 @@ class PhaseSummary(SpanExporter):
         finished = []
         for span in spans:
             attrs = span.attributes or {}
-            if span.end_time is None or span.start_time is None or span.name == _names.STEP_SPAN:
+            if span.end_time is None or span.start_time is None or span.name == contract.STEP_SPAN:
                 continue
-            phase = _names.RANK_STEP_SPAN if span.name == _names.RANK_STEP_SPAN else attrs.get(_names.PHASE)
+            phase = contract.RANK_STEP_SPAN if span.name == contract.RANK_STEP_SPAN else attrs.get(contract.PHASE)
             if phase is None:
                 continue
-            step = attrs.get(_names.SAMPLE_STEP)
-            rank = attrs.get(_names.RANK)
+            step = attrs.get(contract.SAMPLE_STEP)
+            rank = attrs.get(contract.RANK)
             finished.append(
                 (
                     rank,
@@ -391,7 +391,7 @@ class PhaseSummary(SpanExporter):
         lines = []
         for (span_rank, span_step), phases in grouped.items():
             parts = []
-            wall = phases.pop(_names.RANK_STEP_SPAN, None)
+            wall = phases.pop(contract.RANK_STEP_SPAN, None)
             if wall:
                 parts.append(f"step_time={_seconds(sum(wall))}")
             for phase, durations in phases.items():
@@ -425,16 +425,16 @@ class ConsoleLogFormatter:
     def __call__(self, record: ReadableLogRecord) -> str:
         log = record.log_record
         attrs = dict(log.attributes or {})
-        step = attrs.get(_names.SAMPLE_STEP)
-        rank = record.resource.attributes.get(_names.RANK) if record.resource is not None else None
+        step = attrs.get(contract.SAMPLE_STEP)
+        rank = record.resource.attributes.get(contract.RANK) if record.resource is not None else None
         body = log.body if isinstance(log.body, dict) else {"body": str(log.body)}
-        parts = [f"sample {attrs.get(_names.SAMPLE_SELECTION)}"]
-        table = attrs.get(_names.SAMPLE_TABLE)
-        if table not in (None, _names.SAMPLE_TABLE_DEFAULT):
+        parts = [f"sample {attrs.get(contract.SAMPLE_SELECTION)}"]
+        table = attrs.get(contract.SAMPLE_TABLE)
+        if table not in (None, contract.SAMPLE_TABLE_DEFAULT):
             parts.append(f"table={table}")
-        reward = attrs.get(_names.SAMPLE_REWARD)
+        reward = attrs.get(contract.SAMPLE_REWARD)
         parts.append(f"reward={_number(float(reward)) if isinstance(reward, (int, float)) else reward}")
-        episode = attrs.get(_names.SAMPLE_EPISODE_ID)
+        episode = attrs.get(contract.SAMPLE_EPISODE_ID)
         if episode is not None:
             parts.append(f"episode={episode}")
         parts += [f"{key}={str(text)[:_TEXT_CHARS]!r}" for key, text in body.items()]

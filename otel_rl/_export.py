@@ -28,6 +28,7 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 import grpc
+import otel_rl_contract as contract
 import requests
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
@@ -48,7 +49,6 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter, SpanExportResult
 
-from otel_rl import _names
 from otel_rl._config import ResolvedConfig
 from otel_rl._console import console_exporters
 from otel_rl._export_health import ExportHealth
@@ -67,7 +67,7 @@ the OTLP path too) and drops it silently after answering 200. Half of that leave
 for nested fields' longer flattened names, so every record sent is stored (docs/reliability.md, "One size limit")."""
 _MAX_BACKOFF_S = 5.0
 """Longest pause between periodic export attempts while they fail: the most a recovered collector waits for data."""
-_SIGNAL_METRICS = attributes(**{_names.SELF_SIGNAL: "metrics"})
+_SIGNAL_METRICS = attributes(**{contract.SELF_SIGNAL: "metrics"})
 
 
 @dataclass(frozen=True)
@@ -280,8 +280,8 @@ class ExportWorker:
                 success=LogRecordExportResult.SUCCESS,
                 encodes=lambda record: _encodes(functools.partial(encode_logs, [record])),
                 cost=record_bytes,
-                exported=_names.SAMPLES_EXPORTED,
-                dropped=_names.SAMPLES_DROPPED,
+                exported=contract.SAMPLES_EXPORTED,
+                dropped=contract.SAMPLES_DROPPED,
                 queue_size=queue_size,
             )
         self._spans: Outbox[ReadableSpan] | None = None
@@ -292,14 +292,14 @@ class ExportWorker:
                 success=SpanExportResult.SUCCESS,
                 encodes=lambda span: _encodes(functools.partial(encode_spans, [span])),
                 cost=lambda span: 0,
-                exported=_names.SPANS_EXPORTED,
-                dropped=_names.SPANS_DROPPED,
+                exported=contract.SPANS_EXPORTED,
+                dropped=contract.SPANS_DROPPED,
                 queue_size=span_queue_size,
             )
         self._exporters = [e for e in (metric_exporter, log_exporter, span_exporter) if e is not None]
         if metric_exporter is not None:
-            store.add(_names.EXPORT_FAILURES, _SIGNAL_METRICS, 0)
-            store.add(_names.EXPORT_UNENCODABLE, _SIGNAL_METRICS, 0)
+            store.add(contract.EXPORT_FAILURES, _SIGNAL_METRICS, 0)
+            store.add(contract.EXPORT_UNENCODABLE, _SIGNAL_METRICS, 0)
         self._thread = threading.Thread(target=self._run, name="otel-rl-export", daemon=True)
         self._thread.start()
 
@@ -310,7 +310,7 @@ class ExportWorker:
             return
         fitting = [record for record in records if record_bytes(record) <= RECORD_BYTES]
         if len(fitting) < len(records):
-            self._store.add(_names.SAMPLES_DROPPED, DROPPED_OVERSIZED, len(records) - len(fitting))
+            self._store.add(contract.SAMPLES_DROPPED, DROPPED_OVERSIZED, len(records) - len(fitting))
         self._logs.submit(fitting)
 
     def pending(self) -> tuple[int, int]:
@@ -416,7 +416,7 @@ class ExportWorker:
         self.health.exported("metrics", result == MetricExportResult.SUCCESS, errors)
         if result != MetricExportResult.SUCCESS:
             self._store.restore(window)
-            self._store.add(_names.EXPORT_FAILURES, _SIGNAL_METRICS, 1)
+            self._store.add(contract.EXPORT_FAILURES, _SIGNAL_METRICS, 1)
             return False
         return True
 
@@ -428,7 +428,7 @@ class ExportWorker:
                 single = _single(resource, scope, metric, point)
                 if not _encodes(functools.partial(encode_metrics, single)):
                     self._unencodable.add((metric.name, _attributes_key(point.attributes)))
-                    self._store.add(_names.EXPORT_UNENCODABLE, _SIGNAL_METRICS, 1)
+                    self._store.add(contract.EXPORT_UNENCODABLE, _SIGNAL_METRICS, 1)
                     _logger.warning("otel-rl: a point of %s could not be encoded; its stream is left out", metric.name)
 
     def _without_unencodable(self, data: MetricsData) -> MetricsData:

@@ -70,7 +70,8 @@ def announce(config: ResolvedConfig) -> None:
     """Log what :func:`setup` set up, in one line (see the module docstring for who sees it and why)."""
     level = logging.INFO if config.rank == 0 else logging.DEBUG
     show = (
-        f"; see the run with: otel-rl report --run-id {config.run_id} {_LOCAL_STACK_REPORT}"
+        f"; see the run with: otel-rl report --run-id {config.run_id} {_LOCAL_STACK_REPORT} "
+        "(the operator tooling: pip install otel-rl-ops)"
         if config.exporter == "otlp"
         else ""
     )

@@ -18,20 +18,21 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from otel_rl import _names
+import otel_rl_contract as contract
+from otel_rl_contract import MetricName
+
 from otel_rl._export_health import ExportHealth, Signal, captured
-from otel_rl._names import MetricName
 from otel_rl._store import Attributes, MetricStore, attributes
 
 _logger = logging.getLogger(__name__)
 _BATCH = 512
 REFUSALS = 5
 """Cycles in which an item sent alone was refused while metrics went through, before it is dropped."""
-DROPPED_QUEUE_FULL = attributes(**{_names.SELF_REASON: "queue_full"})
-DROPPED_SHUTDOWN = attributes(**{_names.SELF_REASON: "shutdown"})
-DROPPED_OVERSIZED = attributes(**{_names.SELF_REASON: "oversized"})
-_DROPPED_REFUSED = attributes(**{_names.SELF_REASON: "refused"})
-_DROPPED_UNENCODABLE = attributes(**{_names.SELF_REASON: "unencodable"})
+DROPPED_QUEUE_FULL = attributes(**{contract.SELF_REASON: "queue_full"})
+DROPPED_SHUTDOWN = attributes(**{contract.SELF_REASON: "shutdown"})
+DROPPED_OVERSIZED = attributes(**{contract.SELF_REASON: "oversized"})
+_DROPPED_REFUSED = attributes(**{contract.SELF_REASON: "refused"})
+_DROPPED_UNENCODABLE = attributes(**{contract.SELF_REASON: "unencodable"})
 
 Item = TypeVar("Item")
 
@@ -72,14 +73,18 @@ class Outbox(Generic[Item]):
         self._health = health
         self._queue_size = queue_size
         self._monotonic = monotonic
-        self._failures: Attributes = attributes(**{_names.SELF_SIGNAL: signal})
+        self._failures: Attributes = attributes(**{contract.SELF_SIGNAL: signal})
         self._queue: collections.deque[Item] = collections.deque()
         self._lock = threading.Lock()
         self._batch_limit = _BATCH
         self._refusals = 0
-        for counter, attrs in ((exported, ()), (dropped, DROPPED_QUEUE_FULL), (_names.EXPORT_FAILURES, self._failures)):
+        for counter, attrs in (
+            (exported, ()),
+            (dropped, DROPPED_QUEUE_FULL),
+            (contract.EXPORT_FAILURES, self._failures),
+        ):
             store.add(counter, attrs, 0)
-        store.add(_names.EXPORT_UNENCODABLE, self._failures, 0)
+        store.add(contract.EXPORT_UNENCODABLE, self._failures, 0)
 
     def __len__(self) -> int:
         with self._lock:
@@ -115,7 +120,7 @@ class Outbox(Generic[Item]):
                 self._batch_limit = min(_BATCH, self._batch_limit * 2)
                 self._refusals = 0
                 continue
-            self._store.add(_names.EXPORT_FAILURES, self._failures, 1)
+            self._store.add(contract.EXPORT_FAILURES, self._failures, 1)
             with self._lock:
                 self._queue.extendleft(reversed(batch))
             self._health.exported(self._signal, False, errors)  # now that the batch is queued again
@@ -168,7 +173,7 @@ class Outbox(Generic[Item]):
         if len(kept) < len(batch):
             lost = len(batch) - len(kept)
             self._store.add(self._dropped, _DROPPED_UNENCODABLE, lost)
-            self._store.add(_names.EXPORT_UNENCODABLE, self._failures, lost)
+            self._store.add(contract.EXPORT_UNENCODABLE, self._failures, lost)
             _logger.warning("otel-rl: %d of the %s could not be encoded and were dropped", lost, self._signal)
         return kept
 

@@ -30,13 +30,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import otel_rl_contract as contract
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
-from otel_rl import _names
 from otel_rl._buckets import ExplicitLayout
 from otel_rl._inputs import BadInput
 from otel_rl._stats import Statistics
@@ -128,7 +128,9 @@ class PhaseTracer:
         self._rank = rank
         self._store = store
         self._tracer = (
-            tracer_provider.get_tracer(_names.SCOPE_NAME, _names.SCOPE_VERSION) if tracer_provider is not None else None
+            tracer_provider.get_tracer(contract.SCOPE_NAME, contract.SCOPE_VERSION)
+            if tracer_provider is not None
+            else None
         )
         self._clock = clock
         self._lock = threading.Lock()
@@ -163,9 +165,9 @@ class PhaseTracer:
     def _open_step(self, number: int, now: int, policy_version: int | None) -> None:
         trace_id, root_id = step_trace(self._run_id, number)
         root = SpanContext(trace_id, root_id, is_remote=True, trace_flags=_SAMPLED)
-        step_attributes: dict[str, int] = {_names.SAMPLE_STEP: number}
+        step_attributes: dict[str, int] = {contract.SAMPLE_STEP: number}
         if policy_version is not None:
-            step_attributes[_names.SAMPLE_POLICY_VERSION] = policy_version
+            step_attributes[contract.SAMPLE_POLICY_VERSION] = policy_version
         if self._tracer is None:
             self._rank_span = NonRecordingSpan(
                 SpanContext(trace_id, _span_id(self._run_id, number, self._rank), is_remote=False, trace_flags=_SAMPLED)
@@ -174,13 +176,13 @@ class PhaseTracer:
         if self._rank == 0:
             self._ids.next_root_is(trace_id, root_id)
             self._root = self._tracer.start_span(
-                _names.STEP_SPAN, context=Context(), start_time=now, attributes=step_attributes
+                contract.STEP_SPAN, context=Context(), start_time=now, attributes=step_attributes
             )
         self._rank_span = self._tracer.start_span(
-            _names.RANK_STEP_SPAN,
+            contract.RANK_STEP_SPAN,
             context=trace.set_span_in_context(NonRecordingSpan(root)),
             start_time=now,
-            attributes={**step_attributes, _names.RANK: self._rank},
+            attributes={**step_attributes, contract.RANK: self._rank},
         )
 
     # -- phases ---------------------------------------------------------------------------------------------------
@@ -259,9 +261,9 @@ class PhaseTracer:
         parent = self._phases[-1].span if self._phases else self._rank_span
         if self._tracer is None:
             return NonRecordingSpan(parent.get_span_context())
-        span_attributes: dict[str, str | int] = {_names.PHASE: name, _names.RANK: self._rank}
+        span_attributes: dict[str, str | int] = {contract.PHASE: name, contract.RANK: self._rank}
         if self._step is not None:
-            span_attributes[_names.SAMPLE_STEP] = self._step
+            span_attributes[contract.SAMPLE_STEP] = self._step
         return self._tracer.start_span(
             name,
             context=trace.set_span_in_context(parent),
@@ -276,24 +278,24 @@ class PhaseTracer:
             start = min(link.generated_ns, now)
             span = (
                 self._tracer.start_span(
-                    _names.QUEUE_PHASE,
+                    contract.QUEUE_PHASE,
                     context=trace.set_span_in_context(NonRecordingSpan(link.span)),
                     start_time=start,
-                    attributes={_names.PHASE: _names.QUEUE_PHASE, _names.RANK: self._rank},
+                    attributes={contract.PHASE: contract.QUEUE_PHASE, contract.RANK: self._rank},
                 )
                 if self._tracer is not None
                 else NonRecordingSpan(link.span)
             )
-            self._end(_Open(_names.QUEUE_PHASE, span, start, start), now)
+            self._end(_Open(contract.QUEUE_PHASE, span, start, start), now)
 
     def _end(self, phase: _Open, now: int) -> None:
         """End a phase's span and count it in the rank's own phase metrics (the same durations as the span's), which
         the collector merges like any cumulative metric: exact across collector outages and restarts."""
         phase.span.end(end_time=now)
         seconds = (now - phase.started) / 1e9
-        labels = attributes(**{_names.PHASE: phase.name, _names.SPAN_NAME: phase.name})
-        self._store.add(_names.PHASE_CALLS, labels, 1)
-        self._store.record_histogram(_names.PHASE_DURATION, labels, _single(seconds))
+        labels = attributes(**{contract.PHASE: phase.name, contract.SPAN_NAME: phase.name})
+        self._store.add(contract.PHASE_CALLS, labels, 1)
+        self._store.record_histogram(contract.PHASE_DURATION, labels, _single(seconds))
 
     def _end_all(self, now: int) -> None:
         for phase in reversed(self._phases):
@@ -310,14 +312,14 @@ class PhaseTracer:
         phase (the streams of phases it left are removed: the merged minimum is over the ranks in the phase)."""
         current = self._phases[-1].name if self._phases else None
         if self._reported is not None and self._reported != current:
-            self._store.set(_names.PHASES, attributes(**{_names.PHASE: self._reported}), 0)
+            self._store.set(contract.PHASES, attributes(**{contract.PHASE: self._reported}), 0)
         if current is not None:
-            self._store.set(_names.PHASES, attributes(**{_names.PHASE: current}), 1)
+            self._store.set(contract.PHASES, attributes(**{contract.PHASE: current}), 1)
         self._reported = current
         open_phases = {phase.name: phase.entered for phase in self._phases}
-        self._store.retain(_names.PHASE_STARTED, {attributes(**{_names.PHASE: name}) for name in open_phases})
+        self._store.retain(contract.PHASE_STARTED, {attributes(**{contract.PHASE: name}) for name in open_phases})
         for name, entered in open_phases.items():
-            self._store.set(_names.PHASE_STARTED, attributes(**{_names.PHASE: name}), entered / 1e9)
+            self._store.set(contract.PHASE_STARTED, attributes(**{contract.PHASE: name}), entered / 1e9)
 
 
 @dataclass
@@ -331,7 +333,7 @@ class _Open:
     started: int
 
 
-_PHASE_LAYOUT = ExplicitLayout(_names.PHASE_BOUNDS)
+_PHASE_LAYOUT = ExplicitLayout(contract.PHASE_BOUNDS)
 
 
 def _single(seconds: float) -> Statistics:

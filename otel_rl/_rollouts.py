@@ -22,9 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import otel_rl_contract as contract
 import torch
+from otel_rl_contract import Distribution
 
-from otel_rl import _joint, _kernels, _names
+from otel_rl import _joint, _kernels
 from otel_rl._buckets import Layouts
 from otel_rl._inputs import (
     REASONS,
@@ -38,7 +40,6 @@ from otel_rl._inputs import (
     combined,
     numpy_view,
 )
-from otel_rl._names import Distribution
 from otel_rl._stats import Statistics, ValueSummarizer, first_unmasked
 
 Attributes = tuple[tuple[str, str], ...]
@@ -48,13 +49,13 @@ _NONFINITE = REASONS.index("nonfinite") + 1
 _GROUP_REASONS: tuple[Reason, ...] = ("incomplete_group", *REASONS)
 """The reasons of the rollouts ``_groups`` leaves out, in the order it counts them."""
 _FIELDS: tuple[tuple[str, str], ...] = (
-    ("advantages", _names.ADVANTAGES.histogram.name),
-    ("response_lengths", _names.RESPONSE_LENGTHS.histogram.name),
-    ("entropy", _names.ENTROPY.histogram.name),
-    ("logprobs", _names.IMPORTANCE_RATIO.histogram.name),
-    ("inference_logprobs", _names.IMPORTANCE_RATIO.histogram.name),
-    ("group_ids", _names.GROUPS.name),
-    ("versions_spanned", _names.TRAJECTORY_VERSIONS.histogram.name),
+    ("advantages", contract.ADVANTAGES.histogram.name),
+    ("response_lengths", contract.RESPONSE_LENGTHS.histogram.name),
+    ("entropy", contract.ENTROPY.histogram.name),
+    ("logprobs", contract.IMPORTANCE_RATIO.histogram.name),
+    ("inference_logprobs", contract.IMPORTANCE_RATIO.histogram.name),
+    ("group_ids", contract.GROUPS.name),
+    ("versions_spanned", contract.TRAJECTORY_VERSIONS.histogram.name),
 )
 """Each field of ``record_rollouts`` and the metric its rejections are counted under."""
 
@@ -64,7 +65,7 @@ class RolloutStatistics:
     """What one ``record_rollouts`` call recorded and rejected."""
 
     distributions: list[tuple[Distribution, Attributes, Statistics]] = field(default_factory=list)
-    counts: list[tuple[_names.MetricName, Attributes, int]] = field(default_factory=list)
+    counts: list[tuple[contract.MetricName, Attributes, int]] = field(default_factory=list)
     rejected: list[tuple[str, BadInput, object]] = field(default_factory=list)
     """``(metric, error, values)`` of each field rejected whole."""
     rejected_parts: list[tuple[str, Reason, int]] = field(default_factory=list)
@@ -134,12 +135,12 @@ class RolloutSummarizer:
         self._summarizers = {
             distribution: summarizer(layouts.of(distribution))
             for distribution in (
-                _names.ADVANTAGES,
-                _names.RESPONSE_LENGTHS,
-                _names.ENTROPY,
-                _names.IMPORTANCE_RATIO,
-                _names.MISMATCH_KL,
-                _names.TRAJECTORY_VERSIONS,
+                contract.ADVANTAGES,
+                contract.RESPONSE_LENGTHS,
+                contract.ENTROPY,
+                contract.IMPORTANCE_RATIO,
+                contract.MISMATCH_KL,
+                contract.TRAJECTORY_VERSIONS,
             )
         }
         self._solved_reward = solved_reward
@@ -194,7 +195,7 @@ class RolloutSummarizer:
                 if given[argument] is not None:
                     out.rejected.append((metric, error, given[argument]))
             if rewards is not None and (response_lengths is not None or reward_breakdown):
-                out.rejected.append((_names.JOINT.name, error, rewards))
+                out.rejected.append((contract.JOINT.name, error, rewards))
             return out
         pending: list[_Pending] = []
 
@@ -215,34 +216,36 @@ class RolloutSummarizer:
             self._advantages(advantages, masks, out, pending, field_of)
         if response_lengths is not None:
             field_of(
-                _names.RESPONSE_LENGTHS,
+                contract.RESPONSE_LENGTHS,
                 (),
                 response_lengths,
                 lambda: self._counts_per_rollout(
-                    _names.RESPONSE_LENGTHS, response_lengths, "response_lengths", masks, out, pending
+                    contract.RESPONSE_LENGTHS, response_lengths, "response_lengths", masks, out, pending
                 ),
             )
         if versions_spanned is not None:
             field_of(
-                _names.TRAJECTORY_VERSIONS,
+                contract.TRAJECTORY_VERSIONS,
                 (),
                 versions_spanned,
                 lambda: self._counts_per_rollout(
-                    _names.TRAJECTORY_VERSIONS, versions_spanned, "versions_spanned", masks, out, pending
+                    contract.TRAJECTORY_VERSIONS, versions_spanned, "versions_spanned", masks, out, pending
                 ),
             )
         if entropy is not None:
-            field_of(_names.ENTROPY, (), entropy, lambda: self._per_token(_names.ENTROPY, entropy, masks, "entropy"))
+            field_of(
+                contract.ENTROPY, (), entropy, lambda: self._per_token(contract.ENTROPY, entropy, masks, "entropy")
+            )
         if logprobs is not None or inference_logprobs is not None:
             try:
                 ratio, k1, k3, keep = _mismatch(logprobs, inference_logprobs, masks)
             except BadInput as error:
-                out.rejected.append((_names.IMPORTANCE_RATIO.histogram.name, error, logprobs))
+                out.rejected.append((contract.IMPORTANCE_RATIO.histogram.name, error, logprobs))
             else:
                 for dist, attrs, values in (
-                    (_names.IMPORTANCE_RATIO, (), ratio),
-                    (_names.MISMATCH_KL, ((_names.KL_ESTIMATOR, "k1"),), k1),
-                    (_names.MISMATCH_KL, ((_names.KL_ESTIMATOR, "k3"),), k3),
+                    (contract.IMPORTANCE_RATIO, (), ratio),
+                    (contract.MISMATCH_KL, ((contract.KL_ESTIMATOR, "k1"),), k1),
+                    (contract.MISMATCH_KL, ((contract.KL_ESTIMATOR, "k3"),), k3),
                 ):
                     field_of(dist, attrs, logprobs, self._tokens_of(dist, values, keep))
         if group_ids is not None:
@@ -250,7 +253,7 @@ class RolloutSummarizer:
                 groups = self._groups(group_ids, rewards, masks)
                 pending.append(_Pending(groups, _as_list, lambda counts: _group_counts(counts, out)))
             except BadInput as error:
-                out.rejected.append((_names.GROUPS.name, error, group_ids))
+                out.rejected.append((contract.GROUPS.name, error, group_ids))
         if rewards is not None:
             pairs = [("response_length", response_lengths)] if response_lengths is not None else []
             for label, values in (*pairs, *reward_breakdown):
@@ -270,13 +273,13 @@ class RolloutSummarizer:
                 values, rewards, masks.rows, argument=argument, nonnegative=label == "response_length"
             )
         except BadInput as error:
-            out.rejected.append((_names.JOINT.name, error, values))
+            out.rejected.append((contract.JOINT.name, error, values))
             return
 
         def finish(found: list[float]) -> None:
             out.joint.append((label, found[:-1]))
             if found[-1]:
-                out.rejected_parts.append((_names.JOINT.name, "unpaired", int(found[-1])))
+                out.rejected_parts.append((contract.JOINT.name, "unpaired", int(found[-1])))
 
         pending.append(_Pending(sums, lambda t: [float(v) for v in t.tolist()], finish))
 
@@ -290,7 +293,7 @@ class RolloutSummarizer:
     ) -> None:
         """Advantages per rollout (or per token, counted at each rollout's first selected token), and rollouts by
         the sign of their advantage; signs are counted only when the advantages themselves are accepted."""
-        summarizer = self._summarizers[_names.ADVANTAGES]
+        summarizer = self._summarizers[contract.ADVANTAGES]
         selection: list[torch.Tensor | None] = []
 
         def make() -> Statistics | torch.Tensor:
@@ -300,7 +303,7 @@ class RolloutSummarizer:
             selection.append(keep)
             return summarizer.prepare(values, keep, argument="advantages")
 
-        if field_of(_names.ADVANTAGES, (), advantages, make):
+        if field_of(contract.ADVANTAGES, (), advantages, make):
             self._signs(as_values(advantages, argument="advantages").tensor, selection[0], out, pending)
 
     def _tokens_of(
@@ -352,7 +355,7 @@ class RolloutSummarizer:
 
         def finish(signs: list[int]) -> None:
             for sign, count in zip(_SIGNS, signs, strict=True):
-                out.counts.append((_names.ADVANTAGE_SIGNS, ((_names.SIGN, sign),), int(count)))
+                out.counts.append((contract.ADVANTAGE_SIGNS, ((contract.SIGN, sign),), int(count)))
 
         pending.append(_Pending(packed, _as_list, finish))
 
@@ -420,12 +423,12 @@ class RolloutSummarizer:
 
 def _group_counts(counts: list[int], out: RolloutStatistics) -> None:
     for outcome, count in zip(_OUTCOMES, counts[:3], strict=True):
-        out.counts.append((_names.GROUPS, ((_names.GROUP_OUTCOME, outcome),), int(count)))
-    out.counts.append((_names.GROUPS_ZERO_VARIANCE, (), int(counts[3])))
+        out.counts.append((contract.GROUPS, ((contract.GROUP_OUTCOME, outcome),), int(count)))
+    out.counts.append((contract.GROUPS_ZERO_VARIANCE, (), int(counts[3])))
     out.grouped += counts[4]
     for reason, count in zip(_GROUP_REASONS, counts[5:], strict=True):
         if count:
-            out.rejected_parts.append((_names.GROUPS.name, reason, count))
+            out.rejected_parts.append((contract.GROUPS.name, reason, count))
 
 
 def _mismatch(

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
 import numpy as np
+import otel_rl_contract as contract
 import torch
 
-from otel_rl import _names
 from otel_rl._inputs import INT64_MAX, INT64_MIN, BadInput, Reason, as_integer, as_text, as_value, describe
 
 Selection = Literal["top", "bottom", "random"]
@@ -267,25 +267,25 @@ def to_record(
     fields = _Fields()
     reward = as_value(sample.reward, argument="reward")
     identity: dict[str, str | bool | int | float] = {
-        _names.SAMPLE_SELECTION: selection,
-        _names.SAMPLE_TABLE: table,
-        _names.SAMPLE_REWARD: reward,
+        contract.SAMPLE_SELECTION: selection,
+        contract.SAMPLE_TABLE: table,
+        contract.SAMPLE_REWARD: reward,
     }
     if sample_id:
-        identity[_names.SAMPLE_ID] = sample_id
+        identity[contract.SAMPLE_ID] = sample_id
     if step is not None:
-        identity[_names.SAMPLE_STEP] = step
+        identity[contract.SAMPLE_STEP] = step
     episode_id = None if sample.episode_id is None else as_text(sample.episode_id)
     dataset = None if sample.dataset is None else as_text(sample.dataset)
     staleness = fields.integer("staleness", sample.staleness, minimum=0)
     numbers: dict[str, str | int | float | None] = {
-        _names.SAMPLE_EPISODE_ID: episode_id,
-        _names.SAMPLE_POLICY_VERSION: fields.integer("policy_version", sample.policy_version, minimum=0),
-        _names.SAMPLE_ADVANTAGE: fields.real("advantage", sample.advantage),
-        _names.SAMPLE_STALENESS: staleness,
-        _names.SAMPLE_REQUEST_LENGTH: fields.integer("request_len", sample.request_len, minimum=0),
-        _names.SAMPLE_RESPONSE_LENGTH: fields.integer("response_len", sample.response_len, minimum=0),
-        _names.DATASET: dataset,
+        contract.SAMPLE_EPISODE_ID: episode_id,
+        contract.SAMPLE_POLICY_VERSION: fields.integer("policy_version", sample.policy_version, minimum=0),
+        contract.SAMPLE_ADVANTAGE: fields.real("advantage", sample.advantage),
+        contract.SAMPLE_STALENESS: staleness,
+        contract.SAMPLE_REQUEST_LENGTH: fields.integer("request_len", sample.request_len, minimum=0),
+        contract.SAMPLE_RESPONSE_LENGTH: fields.integer("response_len", sample.response_len, minimum=0),
+        contract.DATASET: dataset,
     }
     identity.update({key: value for key, value in numbers.items() if value is not None})
     breakdown = {
@@ -308,19 +308,19 @@ def to_record(
     structured: dict[str, Any] = {}
     for name, value in breakdown.items():
         if len(extras) < room:
-            extras[_names.SAMPLE_REWARD_PREFIX + _attribute_name(name)] = value
+            extras[contract.SAMPLE_REWARD_PREFIX + _attribute_name(name)] = value
         else:
             structured.setdefault("reward_breakdown", {})[name] = value
     for key, value in fields.mapping("extra", sample.extra):
         scalar = _scalar(value, budget_bytes)
         if scalar is not None and len(extras) < room:
-            extras[_names.SAMPLE_EXTRA_PREFIX + _attribute_name(key)] = scalar
+            extras[contract.SAMPLE_EXTRA_PREFIX + _attribute_name(key)] = scalar
         else:
             structured[as_text(key)] = value
     if structured:
         body["extra"], cut = _truncate(_to_json(structured), budget_bytes)
         truncated = truncated or cut
-    attrs = {**extras, **identity, _names.SAMPLE_TRUNCATED: truncated}  # the record's own last: evicted last
+    attrs = {**extras, **identity, contract.SAMPLE_TRUNCATED: truncated}  # the record's own last: evicted last
     return SampleRecord(attrs, body, truncated, reward, breakdown, staleness, episode_id, dataset, fields.rejected)
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from otel_rl import _names
+import otel_rl_contract as contract
+
 from otel_rl._inputs import BadInput, Reason, count, describe
 from otel_rl._stats import Statistics
 from otel_rl._store import Attributes, MetricStore, attributes
@@ -34,7 +35,7 @@ class SelfTelemetry:
         counted as ``invalid`` and logged once with its traceback."""
         reason: Reason = error.reason if isinstance(error, BadInput) else "invalid"
         message = f"call dropped: {describe(error)}"
-        if metric == _names.SAMPLE_EVENT:
+        if metric == contract.SAMPLE_EVENT:
             self.drop_sample(reason, message)
         else:
             self.reject(metric, reason, count(values), message)
@@ -49,7 +50,7 @@ class SelfTelemetry:
 
     def reject(self, metric: str, reason: Reason, amount: int, message: str) -> None:
         """Count ``amount`` rejected values of ``metric`` under ``reason``, and warn the first time."""
-        self._store.add(_names.VALUES_REJECTED, _rejected(metric, reason), amount)
+        self._store.add(contract.VALUES_REJECTED, _rejected(metric, reason), amount)
         self._tally[metric] = self._tally.get(metric, 0) + amount
         self._warn_once(metric, reason, message)
 
@@ -59,8 +60,8 @@ class SelfTelemetry:
 
     def drop_sample(self, reason: str, message: str) -> None:
         """Count one sample dropped for ``reason``, and warn the first time."""
-        self._store.add(_names.SAMPLES_DROPPED, attributes(**{_names.SELF_REASON: reason}), 1)
-        self._warn_once(_names.SAMPLE_EVENT, reason, message)
+        self._store.add(contract.SAMPLES_DROPPED, attributes(**{contract.SELF_REASON: reason}), 1)
+        self._warn_once(contract.SAMPLE_EVENT, reason, message)
 
     def _warn_once(self, metric: str, reason: str, message: str) -> None:
         if (metric, reason) not in self._warned:
@@ -100,11 +101,11 @@ class LabelCap:
             self._metric,
             "name_overflow" if valid else "name_invalid",
             1,
-            f"name {describe(name)} recorded as {_names.OVERFLOW!r}: at most {self._cap} distinct names "
+            f"name {describe(name)} recorded as {contract.OVERFLOW!r}: at most {self._cap} distinct names "
             f'("{self._setting}"), each a printable string of 1..{MAX_NAME_LENGTH} characters',
         )
-        return _names.OVERFLOW
+        return contract.OVERFLOW
 
 
 def _rejected(metric: str, reason: str) -> Attributes:
-    return attributes(**{_names.SELF_METRIC: metric, _names.SELF_REASON: reason})
+    return attributes(**{contract.SELF_METRIC: metric, contract.SELF_REASON: reason})

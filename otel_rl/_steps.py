@@ -16,12 +16,12 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import otel_rl_contract as contract
 from opentelemetry import trace
 from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
-from otel_rl import _names
 from otel_rl._config import ResolvedConfig
 from otel_rl._inputs import BadInput, as_value, describe
 from otel_rl._samples import EpisodeSample, SampleFilter, SampleRecord, sample_from_mapping, to_record
@@ -53,7 +53,7 @@ class StepSamples:
         self._config = config
         self._new_filter = new_filter
         self._filters: dict[str, SampleFilter] = {}
-        self._tables = LabelCap(_names.SAMPLE_EVENT, "max_sample_tables", config.max_sample_tables, self_telemetry)
+        self._tables = LabelCap(contract.SAMPLE_EVENT, "max_sample_tables", config.max_sample_tables, self_telemetry)
         self._logger = logger
         self._store = store
         self._self_telemetry = self_telemetry
@@ -74,7 +74,10 @@ class StepSamples:
             episode, unknown = sample_from_mapping(sample)
             if unknown:
                 self._self_telemetry.reject(
-                    _names.SAMPLE_EVENT, "unknown_key", len(unknown), f"unknown sample keys {describe(unknown)} dropped"
+                    contract.SAMPLE_EVENT,
+                    "unknown_key",
+                    len(unknown),
+                    f"unknown sample keys {describe(unknown)} dropped",
                 )
         else:
             raise BadInput("type", f'"sample" must be an EpisodeSample or a mapping, got {type(sample).__name__}')
@@ -128,9 +131,11 @@ class StepSamples:
                 self._self_telemetry.drop_sample(reason, f"sample dropped: {type(error).__name__}")
                 continue
             for reason, amount in record.rejected.items():
-                self._self_telemetry.reject(_names.SAMPLE_EVENT, reason, amount, f"sample field(s) left out: {reason}")
+                self._self_telemetry.reject(
+                    contract.SAMPLE_EVENT, reason, amount, f"sample field(s) left out: {reason}"
+                )
             self._logger.emit(
-                event_name=_names.SAMPLE_EVENT,
+                event_name=contract.SAMPLE_EVENT,
                 body=record.body,
                 attributes=record.attributes,
                 severity_number=SeverityNumber.INFO,
@@ -138,7 +143,7 @@ class StepSamples:
             )
             self._add_exemplars(record, span.get_span_context(), now)
             if events:
-                span.add_event(_names.SAMPLE_EVENT, attributes={**record.attributes, **record.body})
+                span.add_event(contract.SAMPLE_EVENT, attributes={**record.attributes, **record.body})
 
     def _warn_unstepped(self) -> None:
         """Say once what happens to samples offered before any step: one step's selection is all that is kept."""
@@ -157,14 +162,14 @@ class StepSamples:
         record carries too): its total reward on ``rl.reward{fn="total"}``, each reward-breakdown value on its own
         ``rl.reward{fn}``, its staleness on ``rl.staleness``, each on the streams of the sample's dataset. Only
         streams that have values take exemplars, and only finite values are exemplars."""
-        labels = {} if record.episode_id is None else {_names.SAMPLE_EPISODE_ID: record.episode_id[:_MAX_EXEMPLAR_ID]}
-        source = {} if record.dataset is None else {_names.DATASET: record.dataset}
-        values: list[tuple[_names.MetricName, tuple[tuple[str, str], ...], float]] = [
-            (_names.REWARDS.histogram, attributes(**{_names.REWARD_FN: fn}, **source), value)
-            for fn, value in {**record.breakdown, _names.REWARD_FN_TOTAL: record.reward}.items()
+        labels = {} if record.episode_id is None else {contract.SAMPLE_EPISODE_ID: record.episode_id[:_MAX_EXEMPLAR_ID]}
+        source = {} if record.dataset is None else {contract.DATASET: record.dataset}
+        values: list[tuple[contract.MetricName, tuple[tuple[str, str], ...], float]] = [
+            (contract.REWARDS.histogram, attributes(**{contract.REWARD_FN: fn}, **source), value)
+            for fn, value in {**record.breakdown, contract.REWARD_FN_TOTAL: record.reward}.items()
         ]
         if record.staleness is not None:
-            values.append((_names.STALENESS.histogram, attributes(**source), float(record.staleness)))
+            values.append((contract.STALENESS.histogram, attributes(**source), float(record.staleness)))
         for histogram, attrs, value in values:
             if math.isfinite(value):
                 exemplar = Exemplar(labels, value, now, span_id=span.span_id, trace_id=span.trace_id)

@@ -33,10 +33,10 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from otel_rl_contract import SCOPE_NAME, SELF_METRIC, VALUES_RECORDED, Distribution, MetricName
 
 from otel_rl._buckets import HistogramPoint, Layout, PointFields
 from otel_rl._inputs import INT64_MAX, INT64_MIN
-from otel_rl._names import SCOPE_NAME, SELF_METRIC, VALUES_RECORDED, Distribution, MetricName
 from otel_rl._stats import Statistics
 
 Attributes = tuple[tuple[str, str], ...]

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal
 
+import otel_rl_contract as contract
 import torch
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import LogRecordExporter
@@ -30,7 +31,7 @@ from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resou
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
-from otel_rl import _joint, _names
+from otel_rl import _joint
 from otel_rl._buckets import Layouts
 from otel_rl._canary import MergeCanary
 from otel_rl._config import ResolvedConfig, TelemetryConfig
@@ -65,11 +66,11 @@ def build_resource(config: ResolvedConfig) -> Resource:
         {
             SERVICE_NAME: config.service_name,
             SERVICE_INSTANCE_ID: config.instance_id,
-            _names.RUN_ID: config.run_id,
-            _names.RANK: config.rank,
-            _names.WORLD_SIZE: config.world_size,
-            _names.LOCAL_RANK: config.local_rank,
-            _names.ROLE: config.role,
+            contract.RUN_ID: config.run_id,
+            contract.RANK: config.rank,
+            contract.WORLD_SIZE: config.world_size,
+            contract.LOCAL_RANK: config.local_rank,
+            contract.ROLE: config.role,
         }
     )
 
@@ -118,42 +119,44 @@ class Telemetry:
         self._store = MetricStore(
             self.resource,
             start_time_ns=clock(),
-            version=_names.SCOPE_VERSION,
+            version=contract.SCOPE_VERSION,
             hold_ns=0 if console else int(settings.extremes_hold_s * 1e9),  # console: each step's own extremes
         )
         self._self_telemetry = SelfTelemetry(self._store)
         self._canary = MergeCanary(settings, self._store)
         layout = layouts(settings)
-        self._rewards = ValueSummarizer(layout.of(_names.REWARDS))
-        self._metrics = ValueSummarizer(layout.of(_names.METRICS))
-        self._staleness = StalenessSummarizer(layout.of(_names.STALENESS))
+        self._rewards = ValueSummarizer(layout.of(contract.REWARDS))
+        self._metrics = ValueSummarizer(layout.of(contract.METRICS))
+        self._staleness = StalenessSummarizer(layout.of(contract.STALENESS))
         self._rewards.warm_up()
         self._metrics.warm_up()
         self._staleness.warm_up()
-        self._dropped = {d: ValueSummarizer(layout.of(d)) for d in (_names.DROPPED_LENGTHS, _names.DROPPED_STALENESS)}
+        self._dropped = {
+            d: ValueSummarizer(layout.of(d)) for d in (contract.DROPPED_LENGTHS, contract.DROPPED_STALENESS)
+        }
         self._rollouts = RolloutSummarizer(layout, solved_reward=settings.solved_reward)
         self._rollouts.warm_up()
         self._reward_fns = LabelCap(
-            _names.REWARDS.histogram.name, "max_reward_fns", settings.max_reward_fns, self._self_telemetry
+            contract.REWARDS.histogram.name, "max_reward_fns", settings.max_reward_fns, self._self_telemetry
         )
         self._metric_keys = LabelCap(
-            _names.METRICS.histogram.name, "max_metric_keys", settings.max_metric_keys, self._self_telemetry
+            contract.METRICS.histogram.name, "max_metric_keys", settings.max_metric_keys, self._self_telemetry
         )
-        self._datasets = LabelCap(_names.DATASET, "max_datasets", settings.max_datasets, self._self_telemetry)
-        self._phase_names = LabelCap(_names.PHASES.name, "max_phases", settings.max_phases, self._self_telemetry)
+        self._datasets = LabelCap(contract.DATASET, "max_datasets", settings.max_datasets, self._self_telemetry)
+        self._phase_names = LabelCap(contract.PHASES.name, "max_phases", settings.max_phases, self._self_telemetry)
         self._policy_version: int | None = None
-        self._store.set(_names.RUN_START, (), clock() / 1e9)
-        self._store.set(_names.RUN_FINISHED, (), 0)
-        self._store.set(_names.RANKS_UP, (), 1)
-        self._store.set(_names.RANKS_EXPECTED, (), settings.world_size)
+        self._store.set(contract.RUN_START, (), clock() / 1e9)
+        self._store.set(contract.RUN_FINISHED, (), 0)
+        self._store.set(contract.RANKS_UP, (), 1)
+        self._store.set(contract.RANKS_EXPECTED, (), settings.world_size)
         if settings.flops_per_token is not None:
-            self._store.set(_names.FLOPS_PER_TOKEN, (), settings.flops_per_token)
+            self._store.set(contract.FLOPS_PER_TOKEN, (), settings.flops_per_token)
         if settings.peak_flops is not None:
-            self._store.set(_names.FLOPS_PEAK, (), settings.peak_flops)
-        self._store.accrue(_names.GPU_SECONDS, (), _gpus(settings.gpus_per_rank))
+            self._store.set(contract.FLOPS_PEAK, (), settings.peak_flops)
+        self._store.accrue(contract.GPU_SECONDS, (), _gpus(settings.gpus_per_rank))
         if settings.gpu_hour_price is not None:
-            self._store.set(_names.GPU_HOUR_PRICE, (), settings.gpu_hour_price)
-        self._store.set(_names.GROUND_TRUTH, ((_names.REWARD_FN, settings.ground_truth_reward),), 1)
+            self._store.set(contract.GPU_HOUR_PRICE, (), settings.gpu_hour_price)
+        self._store.set(contract.GROUND_TRUTH, ((contract.REWARD_FN, settings.ground_truth_reward),), 1)
         exporters = build_exporters(settings, Exporters(metric_exporter, log_exporter, span_exporter))
         self._output = exporters.output
         traced = (settings.trace_phases or settings.samples_as_span_events) and exporters.spans is not None
@@ -213,7 +216,7 @@ class Telemetry:
                     distinct_prompts=settings.distinct_prompts,
                 )
             ),
-            logger=self._logger_provider.get_logger(_names.SCOPE_NAME, _names.SCOPE_VERSION),
+            logger=self._logger_provider.get_logger(contract.SCOPE_NAME, contract.SCOPE_VERSION),
             store=self._store,
             self_telemetry=self._self_telemetry,
             clock=clock,
@@ -228,9 +231,9 @@ class Telemetry:
 
     # -- recording (never raises) -------------------------------------------------------------------------------
 
-    @guarded(_names.REWARDS.histogram.name, values="rewards")
+    @guarded(contract.REWARDS.histogram.name, values="rewards")
     def record_rewards(
-        self, rewards: Any, *, fn: str = _names.REWARD_FN_TOTAL, mask: Any = None, dataset: str | None = None
+        self, rewards: Any, *, fn: str = contract.REWARD_FN_TOTAL, mask: Any = None, dataset: str | None = None
     ) -> None:
         """Record rewards into ``rl.reward`` under ``rl.reward.fn=fn`` (and ``rl.dataset=dataset`` when given).
 
@@ -244,7 +247,9 @@ class Telemetry:
         """
         statistics = self._rewards.summarize(rewards, mask)
         self._record(
-            _names.REWARDS, statistics, lambda: {_names.REWARD_FN: self._reward_fns.label(fn), **self._dataset(dataset)}
+            contract.REWARDS,
+            statistics,
+            lambda: {contract.REWARD_FN: self._reward_fns.label(fn), **self._dataset(dataset)},
         )
 
     @guarded("rl.rollouts", values="mask")
@@ -315,9 +320,9 @@ class Telemetry:
             self._store.add(counter, attrs, amount)
         for label, sums in result.joint:
             for moment, total in zip(_joint.MOMENTS, sums, strict=True):
-                self._store.add(_names.JOINT, ((_names.JOINT_MOMENT, moment), (_names.JOINT_X, label)), total)
+                self._store.add(contract.JOINT, ((contract.JOINT_MOMENT, moment), (contract.JOINT_X, label)), total)
 
-    @guarded(_names.METRICS.histogram.name, values="values")
+    @guarded(contract.METRICS.histogram.name, values="values")
     def record_metric(self, key: str, values: Any, *, mask: Any = None) -> None:
         """Record any other scalar series (loss, KL, entropy, ...) under ``rl.metric{rl.metric.key=key}``.
 
@@ -327,9 +332,9 @@ class Telemetry:
         exactly across ranks. A key takes one of the ``max_metric_keys`` slots only once a value of it is kept.
         """
         statistics = self._metrics.summarize(values, mask, argument="values", per_token=True)
-        self._record(_names.METRICS, statistics, lambda: {_names.METRIC_KEY: self._metric_keys.label(key)})
+        self._record(contract.METRICS, statistics, lambda: {contract.METRIC_KEY: self._metric_keys.label(key)})
 
-    @guarded(_names.STALENESS.histogram.name, values="versions")
+    @guarded(contract.STALENESS.histogram.name, values="versions")
     def record_staleness(
         self,
         versions: Any,
@@ -356,13 +361,13 @@ class Telemetry:
             raise BadInput("phase", f'"phase" must be "in_flight", "in_queue" or None, got {describe(phase)}')
         statistics = self._staleness.summarize(versions, current, mask)
         source = self._dataset(dataset)
-        self._store.set(_names.POLICY_VERSION, (), current)
-        self._store.add(_names.UNVERSIONED, attributes(**source), statistics.unversioned)
+        self._store.set(contract.POLICY_VERSION, (), current)
+        self._store.add(contract.UNVERSIONED, attributes(**source), statistics.unversioned)
         self._record(
-            _names.STALENESS, statistics, lambda: {**source, **({_names.STALENESS_PHASE: phase} if phase else {})}
+            contract.STALENESS, statistics, lambda: {**source, **({contract.STALENESS_PHASE: phase} if phase else {})}
         )
 
-    @guarded(_names.STALENESS_DROPPED.name, values="count")
+    @guarded(contract.STALENESS_DROPPED.name, values="count")
     def record_staleness_drops(
         self,
         count: int | None = None,
@@ -380,8 +385,8 @@ class Telemetry:
         biases training toward short, easy problems; the audit rule RLStaleDropsBiasedByLength compares the two."""
         source = attributes(**self._dataset(dataset))
         for values, distribution, argument in (
-            (response_lengths, _names.DROPPED_LENGTHS, "response_lengths"),
-            (staleness, _names.DROPPED_STALENESS, "staleness"),
+            (response_lengths, contract.DROPPED_LENGTHS, "response_lengths"),
+            (staleness, contract.DROPPED_STALENESS, "staleness"),
         ):
             if values is None:
                 continue
@@ -402,9 +407,9 @@ class Telemetry:
             if count is None:
                 count = statistics.count + negative + sum(statistics.rejected.values())
         amount = as_integer(0 if count is None else count, argument="count", minimum=0)
-        self._store.add(_names.STALENESS_DROPPED, source, amount)
+        self._store.add(contract.STALENESS_DROPPED, source, amount)
 
-    @guarded(_names.PHASES.name, values="phase")
+    @guarded(contract.PHASES.name, values="phase")
     def set_phase(self, phase: str) -> None:
         """Declare what this rank is doing now (``generate``, ``score``, ``train``, ``sync``, ``wait_data``, ...), in
         place of its current (innermost) phase: the collector sums ``rl.phase{rl.phase.name}`` over ranks, so each
@@ -419,7 +424,7 @@ class Telemetry:
         span up to now. Never raises; an exception of the block itself goes on as it is."""
         return _PhaseScope(self, phase, links)
 
-    @guarded(_names.PHASES.name, values="durations")
+    @guarded(contract.PHASES.name, values="durations")
     def record_phases(self, durations: Mapping[str, float]) -> None:
         """Phases that already ran in the current step, ``{phase: seconds}`` in the order they ran, for trainers that
         time their own sections (verl's ``timing_s/*``): spans of those durations, laid end to end up to now. A
@@ -431,7 +436,7 @@ class Telemetry:
                 if not (math.isfinite(value) and value >= 0):
                     raise BadInput("negative", f'phase "seconds" must be a finite number >= 0, got {value!r}')
             except BadInput as error:
-                self._self_telemetry.reject_call(_names.PHASES.name, error, 1)
+                self._self_telemetry.reject_call(contract.PHASES.name, error, 1)
                 continue
             phases.append((self._phase_names.label(name), value))
         self._phases.completed(phases)
@@ -442,19 +447,19 @@ class Telemetry:
         ``links`` (see :meth:`phase`); "" if it cannot be made."""
         return self._phases.context()
 
-    @guarded(_names.TOKENS_TRAINED.name)
+    @guarded(contract.TOKENS_TRAINED.name)
     def record_tokens(self, *, generated: int = 0, trained: int = 0, samples: int = 0) -> None:
         """Count tokens generated (by rollouts), tokens trained on and samples trained on, each an integer >= 0:
         the dashboards' tokens/s, samples/s and MFU are rates of these counters, exact over ranks."""
         amounts = {
-            _names.TOKENS_GENERATED: as_integer(generated, argument="generated", minimum=0),
-            _names.TOKENS_TRAINED: as_integer(trained, argument="trained", minimum=0),
-            _names.SAMPLES_TRAINED: as_integer(samples, argument="samples", minimum=0),
+            contract.TOKENS_GENERATED: as_integer(generated, argument="generated", minimum=0),
+            contract.TOKENS_TRAINED: as_integer(trained, argument="trained", minimum=0),
+            contract.SAMPLES_TRAINED: as_integer(samples, argument="samples", minimum=0),
         }
         for counter, amount in amounts.items():
             self._store.add(counter, (), amount)
 
-    @guarded(_names.QUEUE_DEPTH.name)
+    @guarded(contract.QUEUE_DEPTH.name)
     def set_async_state(
         self,
         *,
@@ -467,10 +472,10 @@ class Telemetry:
         waiting for the trainer, rollouts being generated, and the replay buffer's use and capacity. The collector
         sums each over ranks."""
         given = {
-            _names.QUEUE_DEPTH: ("queue_depth", queue_depth),
-            _names.IN_FLIGHT: ("in_flight", in_flight),
-            _names.BUFFER_USED: ("buffer_used", buffer_used),
-            _names.BUFFER_CAPACITY: ("buffer_capacity", buffer_capacity),
+            contract.QUEUE_DEPTH: ("queue_depth", queue_depth),
+            contract.IN_FLIGHT: ("in_flight", in_flight),
+            contract.BUFFER_USED: ("buffer_used", buffer_used),
+            contract.BUFFER_CAPACITY: ("buffer_capacity", buffer_capacity),
         }
         values = {
             gauge: as_integer(value, argument=name, minimum=0)
@@ -480,15 +485,15 @@ class Telemetry:
         for gauge, value in values.items():
             self._store.set(gauge, (), value)
 
-    @guarded(_names.POLICY_VERSION.name, values="version")
+    @guarded(contract.POLICY_VERSION.name, values="version")
     def set_policy_version(self, version: int) -> None:
         """Set ``rl.policy.version`` (an integer >= 0) without recording staleness."""
         self._policy_version = as_integer(version, argument="version", minimum=0)
-        self._store.set(_names.POLICY_VERSION, (), self._policy_version)
+        self._store.set(contract.POLICY_VERSION, (), self._policy_version)
 
-    @guarded(_names.SAMPLE_EVENT, values="sample")
+    @guarded(contract.SAMPLE_EVENT, values="sample")
     def record_sample(
-        self, sample: EpisodeSample | Mapping[str, Any], *, table: str = _names.SAMPLE_TABLE_DEFAULT
+        self, sample: EpisodeSample | Mapping[str, Any], *, table: str = contract.SAMPLE_TABLE_DEFAULT
     ) -> None:
         """Offer one episode to this step's sample filter of ``table`` (by default top/bottom-k by reward).
 
@@ -499,7 +504,7 @@ class Telemetry:
         """
         self._steps.offer(sample, table)
 
-    @guarded(_names.STEP.name, values="step")
+    @guarded(contract.STEP.name, values="step")
     def step(self, step: int) -> None:
         """Declare the current training step (an integer >= 0); the previous step's kept samples are emitted now."""
         number = as_integer(step, argument="step", minimum=0)
@@ -507,7 +512,7 @@ class Telemetry:
         self._phases.step(number, policy_version=self._policy_version)
         if self._settings.exporter == "console":  # print the step just finished, under its own number
             self._worker.wait(self._worker.request(), self._settings.export_timeout_s)
-        self._store.set(_names.STEP, (), number)
+        self._store.set(contract.STEP, (), number)
         self._canary.step()
 
     @guarded("otel_rl.flush", fallback=False)
@@ -534,7 +539,7 @@ class Telemetry:
         return self._worker.pending()[0], spans
 
     def _record(
-        self, distribution: _names.Distribution, statistics: Statistics, labels: Callable[[], dict[str, str]]
+        self, distribution: contract.Distribution, statistics: Statistics, labels: Callable[[], dict[str, str]]
     ) -> None:
         """Fold a call's statistics into ``distribution`` under the labels ``labels()`` makes, and count what it
         rejected. The labels are made only when a value was kept, so a call whose values were all rejected takes no
@@ -544,7 +549,7 @@ class Telemetry:
         self._self_telemetry.reject_parts(distribution.histogram.name, statistics)
 
     def _dataset(self, dataset: object) -> dict[str, str]:
-        return {} if dataset is None else {_names.DATASET: self._datasets.label(dataset)}
+        return {} if dataset is None else {contract.DATASET: self._datasets.label(dataset)}
 
     def _timeout(self, timeout_s: object) -> float:
         """A caller's timeout in seconds: None means ``shutdown_timeout_s``; anything but a number >= 0 is counted
@@ -579,7 +584,7 @@ class Telemetry:
         self._closing("rl.sample", lambda: self._steps.close(None, self._phases.step_span))
         self._closing("otel_rl.phases", self._phases.close)
         if clean:
-            self._store.set(_names.RUN_FINISHED, (), 1)
+            self._store.set(contract.RUN_FINISHED, (), 1)
         finished = True
         if self._span_worker is not None:  # first: the metrics then carry the last spans' counts
             span_worker = self._span_worker
@@ -619,14 +624,14 @@ class _PhaseScope:
     def self_telemetry(self) -> SelfTelemetry:
         return self._telemetry.self_telemetry
 
-    @guarded(_names.PHASES.name, values="_phase")
+    @guarded(contract.PHASES.name, values="_phase")
     def __enter__(self) -> None:
         telemetry = self._telemetry
         contexts = _links(telemetry, self._links)
         phases, names = telemetry._phases, telemetry._phase_names  # noqa: SLF001 - Telemetry's own scope object
         self._depth = phases.enter(names.label(self._phase), links=contexts)
 
-    @guarded(_names.PHASES.name)
+    @guarded(contract.PHASES.name)
     def __exit__(self, *error: object) -> None:
         if self._depth is not None:
             self._telemetry._phases.leave(self._depth)  # noqa: SLF001 - Telemetry's own scope object

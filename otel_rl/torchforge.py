@@ -35,7 +35,9 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from otel_rl import _global, _names
+import otel_rl_contract as contract
+
+from otel_rl import _global
 from otel_rl._guard import guarded_function
 from otel_rl._inputs import BadInput, as_flag, as_real
 from otel_rl._samples import EpisodeSample
@@ -70,7 +72,7 @@ class Reduce(enum.Enum):
     SAMPLE = "sample"
 
 
-@guarded_function(_names.METRICS.histogram.name, _self_telemetry, values="value")
+@guarded_function(contract.METRICS.histogram.name, _self_telemetry, values="value")
 def record_metric(key: str, value: Any, reduction: Reduce = Reduce.MEAN) -> None:
     """Record ``value`` under ``key`` (:meth:`otel_rl.Telemetry.record_metric`); with ``Reduce.SAMPLE``, ``value``
     is a sample dict of table ``key`` (torchforge's form: episode fields plus the reward breakdown's keys)."""
@@ -85,7 +87,7 @@ def record_metric(key: str, value: Any, reduction: Reduce = Reduce.MEAN) -> None
     telemetry.record_metric(key, value)
 
 
-@guarded_function(_names.SAMPLE_EVENT, _self_telemetry, values="episode")
+@guarded_function(contract.SAMPLE_EVENT, _self_telemetry, values="episode")
 def record_episode_sample(table: str, episode: Any) -> None:
     """Offer an episode to the step's top/bottom-k of ``table``: an ``EpisodeSample``, a dict, or a torchforge
     ``Episode`` (read by attribute: episode_id, policy_version, request/prompt, response, target, reward,
@@ -200,7 +202,7 @@ def _mapping(values: Mapping[str, Any], name: str) -> dict[str, Any]:
             pass
     self_telemetry = _self_telemetry()
     if self_telemetry is not None:
-        self_telemetry.reject(_names.SAMPLE_EVENT, "type", 1, f'sample field "{name}" must be a mapping; left out')
+        self_telemetry.reject(contract.SAMPLE_EVENT, "type", 1, f'sample field "{name}" must be a mapping; left out')
     return {}
 
 

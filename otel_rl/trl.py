@@ -58,10 +58,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 from numpy.typing import NDArray
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from otel_rl import _names
 from otel_rl._global import get_telemetry
 from otel_rl._guard import guarded
 from otel_rl._inputs import BadInput, as_value
@@ -253,7 +253,7 @@ class OtelRLCallback(TrainerCallback):
             totals.append(math.fsum(terms) if terms else math.nan)
         for name in names:
             self.telemetry.record_rewards(_finite(rewards[name]), fn=name)
-        self.telemetry.record_rewards(_finite(totals), fn=_names.REWARD_FN_TOTAL)
+        self.telemetry.record_rewards(_finite(totals), fn=contract.REWARD_FN_TOTAL)
 
         for row in range(rows):
             self.telemetry.record_sample(

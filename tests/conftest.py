@@ -23,8 +23,7 @@ from opentelemetry.sdk.metrics.export import (
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.util.types import AnyValue
-
-    from otel_rl.ops.query import Prometheus
+    from otel_rl_ops.query import Prometheus
 
 DataPoint = NumberDataPoint | HistogramDataPoint | ExponentialHistogramDataPoint
 """Any point an otel-rl meter exports: counters and gauges, explicit and exponential histograms."""
@@ -263,7 +262,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 @pytest.fixture(scope="session")
 def stack_binaries() -> object:
     """The stack's executables, installed or built on first use (the collector build takes minutes once)."""
-    from otel_rl.ops.stack import install
+    from otel_rl_ops.stack import install
 
     return install.install_all()
 
@@ -271,9 +270,9 @@ def stack_binaries() -> object:
 @pytest.fixture(scope="session")
 def promtool() -> Path:
     """Prometheus's promtool alone (no collector build), installed on first use."""
-    from otel_rl.ops.stack import versions
-    from otel_rl.ops.stack.env import otel_rl_home
-    from otel_rl.ops.stack.gotools import ensure_go_binary
+    from otel_rl_ops.stack import versions
+    from otel_rl_ops.stack.env import otel_rl_home
+    from otel_rl_ops.stack.gotools import ensure_go_binary
 
     return ensure_go_binary(versions.PROMTOOL, home=otel_rl_home())
 
@@ -281,9 +280,9 @@ def promtool() -> Path:
 @pytest.fixture(scope="session")
 def amtool() -> Path:
     """Alertmanager's amtool alone (config checks, route tests), installed on first use."""
-    from otel_rl.ops.stack import versions
-    from otel_rl.ops.stack.env import otel_rl_home
-    from otel_rl.ops.stack.gotools import ensure_go_binary
+    from otel_rl_ops.stack import versions
+    from otel_rl_ops.stack.env import otel_rl_home
+    from otel_rl_ops.stack.gotools import ensure_go_binary
 
     return ensure_go_binary(versions.AMTOOL, home=otel_rl_home())
 

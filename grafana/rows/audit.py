@@ -4,7 +4,8 @@ and what the run costs."""
 
 from __future__ import annotations
 
-from otel_rl.ops import promql
+from otel_rl_ops import promql
+
 from rows.panels import RUN, TOTAL, WINDOW, Row, prom, series
 
 GROUND_TRUTH = f"max by (rl_reward_fn) (rl_reward_ground_truth{{{RUN}}}) == 1"

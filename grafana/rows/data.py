@@ -4,8 +4,8 @@ without a version, samples dropped as too stale."""
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import timeseries
+from otel_rl_ops import promql
 
-from otel_rl.ops import promql
 from rows.panels import RUN, TOTAL, WINDOW, Row, prom, series
 
 HAS_DATASET = promql.match("rl_dataset", "", "!=")

@@ -1,11 +1,12 @@
 """Row "Inference engines": the run's vLLM and SGLang servers, scraped by the collector's inference overlay
 (collector_config/inference.yaml) with the run's identity: queue and running requests, KV-cache use, time to first
 token and per output token, generation throughput. One line per server (``instance``); each query reads vLLM's
-names, older vLLM's and SGLang's in one expression (:func:`otel_rl.ops.promql.either`)."""
+names, older vLLM's and SGLang's in one expression (:func:`otel_rl_ops.promql.either`)."""
 
 from __future__ import annotations
 
-from otel_rl.ops import promql
+from otel_rl_ops import promql
+
 from rows.panels import RUN, WINDOW, Row, prom, series
 
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")

@@ -2,7 +2,7 @@
 
 Built with the Grafana Foundation SDK (``grafana-foundation-sdk``). Every PromQL selector carries ``rl_rank=""``:
 aggregated series (one per run) never have a rank, the optional per-rank gauges always do (docs/pipeline.md,
-"Per-rank gauges"). Queries come from :mod:`otel_rl.ops.promql`; this module only wraps them in panels.
+"Per-rank gauges"). Queries come from :mod:`otel_rl_ops.promql`; this module only wraps them in panels.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import heatmap as heatmap_model
 from grafana_foundation_sdk.models import prometheus as prometheus_model
-
-from otel_rl.ops.promql import matchers
+from otel_rl_ops.promql import matchers
 
 PROMETHEUS_UID = "otel-rl-prometheus"
 """Fixed uid of the Prometheus datasource (``grafana/provisioning/datasources/otel-rl.yml``)."""

@@ -12,8 +12,8 @@ from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import statetimeline, table
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
+from otel_rl_ops import promql
 
-from otel_rl.ops import promql
 from rows.panels import (
     JAEGER,
     PROMETHEUS,

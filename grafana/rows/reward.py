@@ -3,7 +3,8 @@ and every other recorded metric."""
 
 from __future__ import annotations
 
-from otel_rl.ops import promql
+from otel_rl_ops import promql
+
 from rows.panels import RUN, TOTAL, WINDOW, Row, heatmap_panel, prom, series
 from rows.rollouts import ZERO_VARIANCE_FRACTION
 

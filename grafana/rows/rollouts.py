@@ -4,8 +4,8 @@ importance ratio and mismatch KL, prompt-group outcomes, advantage signs)."""
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import prometheus
+from otel_rl_ops import promql
 
-from otel_rl.ops import promql
 from rows.panels import RUN, WINDOW, Row, prom, series, stacked
 
 ZERO_VARIANCE_FRACTION = promql.fraction("rl_groups_zero_variance_total", "rl_groups_total", RUN, window=WINDOW)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as model
+from otel_rl_ops import promql
 
-from otel_rl.ops import promql
 from rows.panels import RUN, Row, prom, series, stacked, stat_panel, traffic_light
 
 

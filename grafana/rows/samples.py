@@ -5,8 +5,8 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import table
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
+from otel_rl_ops import promql
 
-from otel_rl.ops import promql
 from rows.panels import RUN_VARIABLE, VICTORIALOGS, LogsQuery, Row
 
 SAMPLES_QUERY = (

@@ -3,7 +3,8 @@ the step."""
 
 from __future__ import annotations
 
-from otel_rl.ops import promql
+from otel_rl_ops import promql
+
 from rows.panels import RUN, WINDOW, Row, heatmap_panel, prom, series
 
 

@@ -3,7 +3,8 @@ how fresh the run's data is, and whether the collector merged it exactly (the me
 
 from __future__ import annotations
 
-from otel_rl.ops import promql
+from otel_rl_ops import promql
+
 from rows.panels import RUN, WINDOW, Row, prom, series, stat_panel, traffic_light
 
 

@@ -14,12 +14,12 @@ from typing import Any, cast
 
 import pytest
 import yaml
+from otel_rl_ops.stack import layout, versions
+from otel_rl_ops.stack.config import StackConfig, StackPorts, render_alertmanager_config, render_prometheus_config
 
-from otel_rl.ops.stack import layout, versions
-from otel_rl.ops.stack.config import StackConfig, StackPorts, render_alertmanager_config, render_prometheus_config
 from tests.dashboards.conftest import RULE_FILES, rules
 
-ROOT = layout.repository_root()
+ROOT = Path(__file__).parents[2]
 ALERTMANAGER_CONFIG = ROOT / "alertmanager" / "alertmanager.yml"
 EXAMPLE_RECEIVERS = ROOT / "alertmanager" / "receivers.example.yml"
 RUNBOOKS = ROOT / "docs" / "runbooks.md"
@@ -182,7 +182,7 @@ def test_rendered_prometheus_config_sends_to_the_stack_alertmanager_with_the_lin
     assert data["alerting"]["alertmanagers"] == [{"static_configs": [{"targets": [f"127.0.0.1:{ports.alertmanager}"]}]}]
     assert data["global"]["external_labels"] == {
         "otel_rl_grafana_url": "http://127.0.0.1:3000",
-        "otel_rl_runbook_url": RUNBOOKS.as_uri(),
+        "otel_rl_runbook_url": RUNBOOKS.resolve().as_uri(),
     }
     custom = StackConfig(grafana_url="https://grafana.example/", runbook_url="https://docs.example/runbooks.md")
     assert custom.external_labels() == {
@@ -224,7 +224,7 @@ def test_compose_runs_the_alertmanager_of_the_secure_stack() -> None:
     assert alertmanager["static_configs"] == [{"targets": ["alertmanager:9093"]}] and alertmanager["scheme"] == "https"
     assert alertmanager["basic_auth"]["password_file"] == "/run/secrets/alertmanager.password"
     assert "alertmanager.password" in compose["services"]["prometheus"]["secrets"]
-    from otel_rl.ops.stack.cli import COMPOSE_HOSTS
+    from otel_rl_ops.stack.cli import COMPOSE_HOSTS
 
     assert "alertmanager" in COMPOSE_HOSTS  # the server certificate of `otel-rl stack secrets` names the service
     assert prometheus["global"]["external_labels"] == {
@@ -237,7 +237,7 @@ def test_compose_runs_the_alertmanager_of_the_secure_stack() -> None:
 
 def _binaries() -> Any:
     """Every binary of the stack at ``/bin/<field name>`` (none is run)."""
-    from otel_rl.ops.stack.install import Binaries
+    from otel_rl_ops.stack.install import Binaries
 
     return Binaries(**{item.name: Path(f"/bin/{item.name}") for item in dataclasses.fields(Binaries)})
 
@@ -245,7 +245,7 @@ def _binaries() -> Any:
 def test_alertmanager_listens_on_the_stack_host_only(tmp_path: Path) -> None:
     """The stack's Alertmanager: the rendered config, data under the state directory, the web API on the stack's
     host and port, and no cluster (gossip) listener, which would otherwise open 0.0.0.0:9094."""
-    from otel_rl.ops.stack.components import SPECS
+    from otel_rl_ops.stack.components import SPECS
 
     ports = StackPorts.free()
     config = StackConfig(ports=ports, state_dir=tmp_path)
@@ -258,14 +258,15 @@ def test_alertmanager_listens_on_the_stack_host_only(tmp_path: Path) -> None:
         f"--web.external-url=http://127.0.0.1:{ports.alertmanager}",
         "--cluster.listen-address=",
     )
-    assert command.inputs == (tmp_path / "alertmanager.yml", ROOT / "alertmanager" / "templates" / "otel_rl.tmpl")
+    inputs = tuple(path.resolve() for path in command.inputs)
+    assert inputs == (tmp_path / "alertmanager.yml", ROOT / "alertmanager" / "templates" / "otel_rl.tmpl")
 
 
 def test_thanos_ruler_evaluates_the_stack_rules_against_the_querier(tmp_path: Path) -> None:
     """The cluster profile's ruler evaluates the stack's rule files as often as Prometheus would (the Prometheus
     template's evaluation_interval), queries the querier, sends to the stack's Alertmanager, labels its alerts with
     the links (Go-quoted values, as --label parses them), and listens on the stack's host."""
-    from otel_rl.ops.stack.components import SPECS
+    from otel_rl_ops.stack.components import SPECS
 
     ports = StackPorts.free()
     config = StackConfig(ports=ports, state_dir=tmp_path, tsdb_cluster=True, grafana_url="https://g.example")

@@ -1,6 +1,6 @@
 """Alerts delivered for real: rank processes -> the collector -> Prometheus (or Thanos receivers, querier and Ruler)
 evaluating the shipped rules -> Alertmanager with the shipped configuration -> a webhook receiver (a real HTTP
-server, otel_rl.ops.alerts.webhook). The only change to the shipped rules is the documented overlay (tests/alerts/
+server, otel_rl_ops.alerts.webhook). The only change to the shipped rules is the documented overlay (tests/alerts/
 overlay.py): the ``for:`` of the alerts waited for is 15 s; their expressions, 5-minute windows included, are the
 shipped ones, and so are Alertmanager's grouping, waits and inhibitions.
 
@@ -26,14 +26,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from otel_rl_ops import promql
+from otel_rl_ops.alerts.client import Alertmanager, RunAlert, run_alerts
+from otel_rl_ops.alerts.webhook import Notification, WebhookReceiver
+from otel_rl_ops.query import Prometheus
+from otel_rl_ops.stack import versions
+from otel_rl_ops.stack.env import otel_rl_home
+from otel_rl_ops.stack.gotools import ensure_go_binary
 
-from otel_rl.ops import promql
-from otel_rl.ops.alerts.client import Alertmanager, RunAlert, run_alerts
-from otel_rl.ops.alerts.webhook import Notification, WebhookReceiver
-from otel_rl.ops.query import Prometheus
-from otel_rl.ops.stack import versions
-from otel_rl.ops.stack.env import otel_rl_home
-from otel_rl.ops.stack.gotools import ensure_go_binary
 from tests.alerts.overlay import write_overlay
 from tests.pipeline.harness import RankProcess, eventually, private_stack, start_ranks
 
@@ -128,7 +128,7 @@ def world(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
     """Both stacks with every run going: the killed run's ranks are SIGKILLed after three steps; the silenced run is
     silenced (``otel-rl alerts --silence``) before its ranks start; the runaway, tolerant, silenced and cluster runs
     are stepped once a second by one thread until the module ends (then shut down cleanly)."""
-    from otel_rl.ops.cli import main
+    from otel_rl_ops.cli import main
 
     state = tmp_path_factory.mktemp("alerts")
     uid = uuid.uuid4().hex[:6]
@@ -278,7 +278,7 @@ def test_staleness_runaway_pages_then_resolves(world: World) -> None:
     assert "pending" in seen, seen
     notification = _notified(world.webhook, run.run_id, "RLStalenessHigh", "firing", timeout_s=90)
     value = _check_staleness_notification(notification, run.run_id, threshold=THRESHOLD)
-    from otel_rl.ops.cli import main
+    from otel_rl_ops.cli import main
 
     listed = _cli(
         main,
@@ -362,7 +362,7 @@ def test_silence_from_the_cli_holds_the_notification_back(world: World) -> None:
 
 
 def _seconds(text: str) -> float:
-    from otel_rl.ops.alerts.client import _unix
+    from otel_rl_ops.alerts.client import _unix
 
     seconds = _unix(text)
     assert seconds is not None, text

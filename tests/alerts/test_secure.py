@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import requests
+from otel_rl_ops.alerts.client import Alertmanager
+from otel_rl_ops.query import QueryError
 
-from otel_rl.ops.alerts.client import Alertmanager
-from otel_rl.ops.query import QueryError
 from tests.pipeline.harness import eventually, private_stack
 
 ALWAYS = """groups:
@@ -66,7 +66,7 @@ def test_alertmanager_refuses_plain_http_unauthenticated_and_other_passwords(sec
 def test_prometheus_delivers_over_tls_with_basic_auth_and_the_cli_reads_both(secure: Any) -> None:
     """A rule that fires at once reaches Alertmanager (Prometheus authenticates over TLS: no notification errors),
     and ``otel-rl alerts --secure`` lists it from both, with the stack's CA and each service's password."""
-    from otel_rl.ops.cli import main
+    from otel_rl_ops.cli import main
 
     alertmanager = Alertmanager(secure.alertmanager_url, session=_session(secure, service="alertmanager"))
 

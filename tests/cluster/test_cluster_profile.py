@@ -10,17 +10,16 @@ from typing import Any, cast
 
 import pytest
 import yaml
-
-from otel_rl.ops.stack.components import (
+from otel_rl_ops.stack.components import (
     COMPONENTS,
     SPECS,
     ComponentName,
     active_components,
     collector_environment,
 )
-from otel_rl.ops.stack.config import StackConfig, StackPorts
-from otel_rl.ops.stack.install import Binaries
-from otel_rl.ops.stack.services import Stack
+from otel_rl_ops.stack.config import StackConfig, StackPorts
+from otel_rl_ops.stack.install import Binaries
+from otel_rl_ops.stack.services import Stack
 
 BINARIES = Binaries(
     collector=Path("/bin/otelcol-rl"),
@@ -119,7 +118,7 @@ def test_tsdb_cluster_needs_the_thanos_binary(tmp_path: Path) -> None:
 def test_cli_status_with_cluster_lists_both_profiles(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`otel-rl stack status --cluster` on a stack that is not running reports the storage nodes, the Thanos
     components and no Prometheus, all unhealthy."""
-    from otel_rl.ops.cli import main
+    from otel_rl_ops.cli import main
 
     ports = [f"--{name.replace('_', '-')}-port={port}" for name, port in StackPorts.free().as_dict().items()]
     assert main(["stack", "status", "--cluster", "--state-dir", str(tmp_path), *ports]) == 1
@@ -137,8 +136,8 @@ def test_cli_status_with_cluster_lists_both_profiles(tmp_path: Path, capsys: pyt
 
 def test_thanos_binary_stamped_with_its_version_and_tags_is_reused(tmp_path: Path) -> None:
     """A Thanos binary whose stamp names the pinned version and build tags is returned without building."""
-    from otel_rl.ops.stack import versions
-    from otel_rl.ops.stack.gotools import ensure_go_binary
+    from otel_rl_ops.stack import versions
+    from otel_rl_ops.stack.gotools import ensure_go_binary
 
     (tmp_path / "bin").mkdir()
     binary = tmp_path / "bin" / "thanos"

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from otel_rl_ops.query import Prometheus, QueryError, VictoriaLogs
+from otel_rl_ops.stack import versions
+from otel_rl_ops.stack.env import otel_rl_home
+from otel_rl_ops.stack.gotools import ensure_go_binary
 
-from otel_rl.ops.query import Prometheus, QueryError, VictoriaLogs
-from otel_rl.ops.stack import versions
-from otel_rl.ops.stack.env import otel_rl_home
-from otel_rl.ops.stack.gotools import ensure_go_binary
 from tests.cluster.workload import record_steps
 from tests.pipeline.harness import RankProcess, eventually, private_stack
 from tests.pipeline.test_scale_out import Collector
@@ -215,7 +215,7 @@ def test_tsdb_cluster_profile_components(tsdb_cluster: tuple[Any, list[Collector
         "collector",
     )
     assert all(status.healthy for status in stack.status().values())
-    from otel_rl.ops.stack.services import Stack
+    from otel_rl_ops.stack.services import Stack
 
     assert Stack.attach(Path(stack.state_dir)).component_names == stack.component_names
     assert stack.prometheus_url.endswith(f":{stack.config.ports.thanos_query}")

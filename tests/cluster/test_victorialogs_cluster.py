@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 import requests
+from otel_rl_ops.query import Prometheus, QueryError, VictoriaLogs
 
-from otel_rl.ops.query import Prometheus, QueryError, VictoriaLogs
 from tests.cluster.workload import record_steps
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack
 from tests.pipeline.test_scale_out import Collector
@@ -172,7 +172,7 @@ def test_cluster_profile_components(cluster: tuple[Any, list[Collector]]) -> Non
         "collector",
     )
     assert all(status.healthy for status in stack.status().values())
-    from otel_rl.ops.stack.services import Stack
+    from otel_rl_ops.stack.services import Stack
 
     assert Stack.attach(Path(stack.state_dir)).component_names == stack.component_names
     assert requests.get(f"{stack.victorialogs_url}/health", timeout=5).status_code == 200

@@ -1,4 +1,4 @@
-"""The console's quantiles are the dashboards' (issue #28): the dashboards' own PromQL (``otel_rl.ops.promql``),
+"""The console's quantiles are the dashboards' (issue #28): the dashboards' own PromQL (``otel_rl_ops.promql``),
 evaluated by Prometheus in promtool, equals the library's estimate, and the console prints that value. A stack test
 (it runs promtool), so it lives beside the dashboards' other checks rather than in tests/unit."""
 
@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from otel_rl_ops import promql
 
 from otel_rl._buckets import HistogramForm
 from otel_rl._console import _number, classic_quantile, native_quantile, shown_quantile
-from otel_rl.ops import promql
 from tests.unit.test_console import CASES, INTEGERS, _fields, _one_step, _point
 
 

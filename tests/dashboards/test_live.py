@@ -26,11 +26,11 @@ from typing import Any
 
 import pytest
 import requests
+from otel_rl_ops import promql
+from otel_rl_ops.alerts.client import duration_seconds
+from otel_rl_ops.query import Prometheus, VictoriaLogs
+from otel_rl_ops.report.dashboard import substitute
 
-from otel_rl.ops import promql
-from otel_rl.ops.alerts.client import duration_seconds
-from otel_rl.ops.query import Prometheus, VictoriaLogs
-from otel_rl.ops.report.dashboard import substitute
 from tests.dashboards.conftest import LENS_ONLY, MALFORMED_ONLY, ROOT, dashboard_targets, metric_names, rules
 
 RUN_ID = "dashboards-live"
@@ -312,9 +312,9 @@ def test_dashboard_jaeger_search_finds_the_runs_steps(
 ) -> None:
     """The steps search (as the report runs it: the run's service from its series' job) returns the demo run's steps,
     slowest first, and the slowest step's trace holds every rank's generate phase."""
-    from otel_rl.ops.query import Jaeger
-    from otel_rl.ops.report.dashboard import default_dashboard_path, load_panels
-    from otel_rl.ops.report.fetch import Window, fetch_panel, run_service
+    from otel_rl_ops.query import Jaeger
+    from otel_rl_ops.report.dashboard import default_dashboard_path, load_panels
+    from otel_rl_ops.report.fetch import Window, fetch_panel, run_service
 
     (panel,) = [p for p in load_panels(default_dashboard_path()) if p.title == title]
     assert [t.language for t in panel.targets] == ["jaeger"]
@@ -728,8 +728,8 @@ def test_every_metric_name_in_dashboards_and_rules_exists_for_the_run(live_run: 
 def test_report_renders_every_panel_with_data(live_run: LiveRun, tmp_path: Path) -> None:
     """otel-rl report draws every panel of the dashboard from its own queries, each with data, plus the samples."""
     pytest.importorskip("matplotlib")
-    from otel_rl.ops.report.dashboard import default_dashboard_path, load_panels
-    from otel_rl.ops.report.render import build_report, panels_without_data, render_html, render_png
+    from otel_rl_ops.report.dashboard import default_dashboard_path, load_panels
+    from otel_rl_ops.report.render import build_report, panels_without_data, render_html, render_png
 
     report = build_report(
         prometheus_url=live_run.prometheus_url,
@@ -754,7 +754,7 @@ def test_report_renders_every_panel_with_data(live_run: LiveRun, tmp_path: Path)
 def test_report_command_writes_a_png(live_run: LiveRun, tmp_path: Path) -> None:
     """``otel-rl report ... --out x.png`` (the registered CLI subcommand) exits 0 and writes the picture."""
     pytest.importorskip("matplotlib")
-    from otel_rl.ops.cli import main
+    from otel_rl_ops.cli import main
 
     out = tmp_path / "cli.png"
     assert (

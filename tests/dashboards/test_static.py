@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
+import otel_rl_contract as contract
 import pytest
 import yaml
 
-from otel_rl import _names
 from tests.dashboards.conftest import DASHBOARDS, ROOT, RULE_FILES, RULE_TESTS, dashboard_targets, rules
 
 PROVISIONING = ROOT / "grafana" / "provisioning"
@@ -117,7 +117,7 @@ _SYNTHETIC = [
     ("rl_trajectory_versions", "", 2.0, 8),
     ("rl_dropped_response_length", "", 512.0, 2),
 ]
-PHASE_BUCKETS = _names.PHASE_BOUNDS
+PHASE_BUCKETS = contract.PHASE_BOUNDS
 """The bounds of rl_phase_duration_seconds (the ranks' phase metrics; the collector's spanmetrics the same)."""
 
 
@@ -241,9 +241,9 @@ _SYNTHETIC_OTHER = [
 
 def _distribution(metric: str) -> Any:
     """The library's distribution whose histogram is the Prometheus series ``metric``."""
-    from otel_rl import _names
+    import otel_rl_contract as contract
 
-    (found,) = [d for d in _names.DISTRIBUTIONS if d.histogram.name.replace(".", "_") == metric]
+    (found,) = [d for d in contract.DISTRIBUTIONS if d.histogram.name.replace(".", "_") == metric]
     return found
 
 
@@ -628,7 +628,7 @@ def test_every_rule_selector_reads_the_aggregated_side() -> None:
 
 def test_report_shows_the_run_state_in_words() -> None:
     """The report's stat panels carry the dashboard's value mappings: the run state reads as Grafana shows it."""
-    from otel_rl.ops.report.dashboard import default_dashboard_path, load_panels
+    from otel_rl_ops.report.dashboard import default_dashboard_path, load_panels
 
     (state,) = [panel for panel in load_panels(default_dashboard_path()) if panel.title == "Run state"]
     assert state.value_texts == {0.0: "running", 1.0: "finished cleanly", 2.0: "stopped without a clean finish"}

@@ -34,7 +34,7 @@ class Reported:
     """The demo's own summary.json."""
     summary_md: str
     report: Any
-    """The report built in process (otel_rl.ops.report.render.Report)."""
+    """The report built in process (otel_rl_ops.report.render.Report)."""
     figure: Any
     cli_output: str
     html: str
@@ -44,7 +44,7 @@ class Reported:
 
 @pytest.fixture(scope="module")
 def reported(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Reported:
-    from otel_rl.ops.report.render import build_report, figure, render_png
+    from otel_rl_ops.report.render import build_report, figure, render_png
 
     out = tmp_path_factory.mktemp("report")
     subprocess.run(
@@ -64,7 +64,7 @@ def reported(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Rep
     page = out / "cli.html"
     command = subprocess.run(
         [
-            *(sys.executable, "-m", "otel_rl.ops.cli", "report", "--state-dir", str(shared_stack.state_dir)),
+            *(sys.executable, "-m", "otel_rl_ops.cli", "report", "--state-dir", str(shared_stack.state_dir)),
             *("--run-id", RUN_ID, "--out", str(page), "--scrape-interval", "1"),
         ],
         check=True,
@@ -117,7 +117,7 @@ def test_report_reads_every_store_from_the_running_stack(reported: Reported) -> 
 def test_report_without_store_or_running_stack_names_the_missing_flag(tmp_path: Path) -> None:
     """With neither a Prometheus address nor a running stack in the state directory, the report says which flag
     to give."""
-    from otel_rl.ops.report.cli import stores
+    from otel_rl_ops.report.cli import stores
 
     with pytest.raises(ValueError, match=r"--prometheus-url not given and no running stack in"):
         stores(prometheus_url=None, victorialogs_url=None, jaeger_url=None, state_dir=tmp_path)
@@ -146,7 +146,7 @@ def test_summary_comes_first_with_the_demo_summarys_numbers(reported: Reported) 
     """The report opens with the run's summary, read by the demo's own readback code: the same whole-run reward,
     staleness p99 and max, tokens, phase seconds, slowest step's trace and extreme samples as the demo printed; its
     slowest-steps table starts with that step."""
-    from otel_rl.ops.report.summary import summary_rows
+    from otel_rl_ops.report.summary import summary_rows
 
     mine, demo = reported.report.summary, reported.summary
     assert mine["reward"]["overall"] == demo["reward"]["overall"]
@@ -235,10 +235,10 @@ def test_a_loop_without_phases_gets_its_report(shared_stack: Any) -> None:
     import uuid
 
     import torch
+    from otel_rl_ops.report.fetch import ReportError
+    from otel_rl_ops.report.render import build_report, figure
 
     import otel_rl
-    from otel_rl.ops.report.fetch import ReportError
-    from otel_rl.ops.report.render import build_report, figure
     from tests.pipeline.harness import eventually
 
     run_id = f"no-phases-{uuid.uuid4().hex[:8]}"

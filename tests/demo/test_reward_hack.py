@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from otel_rl_ops.query import Prometheus
 
 from demo.__main__ import _free_port, run_job
 from demo.job import JobSettings
-from otel_rl.ops.query import Prometheus
 from tests.alerts.overlay import write_overlay
 from tests.dashboards.conftest import rules
 from tests.pipeline.harness import private_stack

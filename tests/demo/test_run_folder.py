@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from demo.__main__ import run_folder
-from tests.unit.test_promql import HOSTILE
+from tests.ops.test_promql import HOSTILE
 
 
 @pytest.mark.parametrize("run_id", [*HOSTILE, "..", ".", "../../etc", "/abs/path", "a/b", "x" * 300, ".hidden"])

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from otel_rl.ops.stack.gotools import go_executable
+from otel_rl_ops.stack.gotools import go_executable
 
 CHECK_MODULE = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "check"
 

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from otel_rl.ops.stack.config import find_free_ports
-from otel_rl.ops.stack.gotools import InstallError, install_lock, run_tool
+from otel_rl_ops.stack.config import find_free_ports
+from otel_rl_ops.stack.gotools import InstallError, install_lock, run_tool
 
 PACKAGES = (
     "slurmctld",

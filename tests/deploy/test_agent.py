@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from otel_rl.ops.cli import main
-from otel_rl.ops.stack.agent import AgentPorts, agent_command, gateways_flow_list, rank_environment, wait_healthy
-from otel_rl.ops.stack.config import find_free_ports
-from otel_rl.ops.stack.services import StackError
+from otel_rl_ops.cli import main
+from otel_rl_ops.stack.agent import AgentPorts, agent_command, gateways_flow_list, rank_environment, wait_healthy
+from otel_rl_ops.stack.config import find_free_ports
+from otel_rl_ops.stack.services import StackError
 
 ROOT = Path(__file__).resolve().parents[2]
 PORTS = AgentPorts(grpc=14317, http=14318, health=14133, metrics=18888)

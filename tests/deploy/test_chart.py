@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from otel_rl._version import __version__
+from otel_rl_contract._version import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 VALUES = ROOT / "deploy" / "helm" / "values"

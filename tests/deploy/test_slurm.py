@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from otel_rl_ops.query import Prometheus
+from otel_rl_ops.stack.config import find_free_ports
+from otel_rl_ops.stack.env import otel_rl_home
 
-from otel_rl.ops.query import Prometheus
-from otel_rl.ops.stack.config import find_free_ports
-from otel_rl.ops.stack.env import otel_rl_home
 from tests.deploy import slurm_rank
 from tests.deploy.slurm import LocalSlurm, local_slurm
 from tests.pipeline.harness import ROOT, eventually

@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from otel_rl_ops import promql
+from otel_rl_ops.query import Prometheus
+from otel_rl_ops.report.dashboard import default_dashboard_path, load_panels, substitute
 from prometheus_client.parser import text_string_to_metric_families
 
-from otel_rl.ops import promql
-from otel_rl.ops.query import Prometheus
-from otel_rl.ops.report.dashboard import default_dashboard_path, load_panels, substitute
 from tests.pipeline.harness import ROOT, eventually, private_stack
 
 RECORDINGS = ROOT / "tests" / "fixtures" / "inference"

@@ -9,12 +9,12 @@ import itertools
 from collections import defaultdict
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 from opentelemetry.sdk.metrics.export import ExponentialHistogramDataPoint, HistogramDataPoint
 
 import otel_rl
-from otel_rl import _names
 from otel_rl.tracking import MetricsDictLogger, canonical_key
 from tests.conftest import EXPORT_WAIT_S, EncodingMetricExporter, attributes_of, duration_s
 from tests.fixtures import trainer_inputs
@@ -33,12 +33,12 @@ def _telemetry(exporter: EncodingMetricExporter, logs: InMemoryLogRecordExporter
 def _metric_points(exporter: EncodingMetricExporter) -> dict[str, dict[str, float]]:
     """key -> {"count", "sum", "max", "min"} of every exported ``rl.metric`` stream."""
     out: dict[str, dict[str, float]] = defaultdict(dict)
-    for labels, point in exporter.streams(_names.METRICS.histogram.name).items():
+    for labels, point in exporter.streams(contract.METRICS.histogram.name).items():
         assert isinstance(point, HistogramDataPoint | ExponentialHistogramDataPoint), labels
-        out[dict(labels)[_names.METRIC_KEY]].update(count=point.count, sum=point.sum)
-    for field, metric in (("max", _names.METRICS.maximum), ("min", _names.METRICS.minimum)):
+        out[dict(labels)[contract.METRIC_KEY]].update(count=point.count, sum=point.sum)
+    for field, metric in (("max", contract.METRICS.maximum), ("min", contract.METRICS.minimum)):
         for labels, value in exporter.numbers(metric.name).items():
-            out[dict(labels)[_names.METRIC_KEY]][field] = value
+            out[dict(labels)[contract.METRIC_KEY]][field] = value
     return dict(out)
 
 
@@ -59,12 +59,12 @@ def test_a_verl_step_keeps_every_key_exact(rollout_correction: bool) -> None:
     MetricsDictLogger(telemetry).log(step, step=7)
     assert telemetry.flush(EXPORT_WAIT_S)
     points = _metric_points(exporter)
-    assert _names.OVERFLOW not in points
+    assert contract.OVERFLOW not in points
     expected = {canonical_key(key): value for key, value in step.items() if not key.endswith(_VERSION_KEYS)}
     assert set(points) == set(expected)
     for key, value in expected.items():
         assert points[key] == {"count": 1, "sum": float(value), "max": float(value), "min": float(value)}, key
-    assert not {labels: n for labels, n in exporter.numbers(_names.VALUES_REJECTED.name).items() if n}
+    assert not {labels: n for labels, n in exporter.numbers(contract.VALUES_REJECTED.name).items() if n}
     telemetry.shutdown(EXPORT_WAIT_S)
 
 
@@ -78,7 +78,7 @@ def test_verl_keys_longer_than_64_characters_keep_their_names() -> None:
     MetricsDictLogger(telemetry).log(validation, step=3)
     assert telemetry.flush(EXPORT_WAIT_S)
     points = _metric_points(exporter)
-    assert longest in points and _names.OVERFLOW not in points
+    assert longest in points and contract.OVERFLOW not in points
     telemetry.shutdown(EXPORT_WAIT_S)
 
 
@@ -150,16 +150,16 @@ def test_torchforge_calls_record_every_key_and_sample() -> None:
     assert len(records) == sum(reduction == "SAMPLE" for _, _, reduction in calls)
     for record in records:
         attributes = dict(record.attributes or {})
-        assert attributes[_names.SAMPLE_TABLE] == trainer_inputs.TORCHFORGE_SAMPLE_TABLE
+        assert attributes[contract.SAMPLE_TABLE] == trainer_inputs.TORCHFORGE_SAMPLE_TABLE
         breakdown = {
-            key.removeprefix(_names.SAMPLE_REWARD_PREFIX)
+            key.removeprefix(contract.SAMPLE_REWARD_PREFIX)
             for key in attributes
-            if key.startswith(_names.SAMPLE_REWARD_PREFIX)
+            if key.startswith(contract.SAMPLE_REWARD_PREFIX)
         }
         assert breakdown == set(trainer_inputs.TORCHFORGE_REWARD_FUNCS)
         assert (
-            attributes[_names.SAMPLE_EXTRA_PREFIX + "pad_id"] == 0
-            or _names.SAMPLE_EXTRA_PREFIX + "pad_id" in attributes
+            attributes[contract.SAMPLE_EXTRA_PREFIX + "pad_id"] == 0
+            or contract.SAMPLE_EXTRA_PREFIX + "pad_id" in attributes
         )
 
 
@@ -196,4 +196,4 @@ def test_verl_timings_become_phase_spans_and_tokens_a_counter() -> None:
         assert attributes_of(span)["rl.step"] == 4
     ordered = sorted(phases.values(), key=lambda s: s.start_time or 0)
     assert all(a.end_time == b.start_time for a, b in itertools.pairwise(ordered))
-    assert exporter.number(_names.TOKENS_TRAINED.name) == step["perf/total_num_tokens"]
+    assert exporter.number(contract.TOKENS_TRAINED.name) == step["perf/total_num_tokens"]

@@ -38,12 +38,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 from opentelemetry.sdk.metrics.export import ExponentialHistogramDataPoint, HistogramDataPoint
 
 import otel_rl
-from otel_rl import _names
 from otel_rl._tee import STEP_KEYS
 from otel_rl.tracking import canonical_key
 from tests.conftest import EXPORT_WAIT_S, EncodingMetricExporter
@@ -363,31 +363,31 @@ def _telemetry(exporter: EncodingMetricExporter) -> otel_rl.Telemetry:
 def _metric_points(exporter: EncodingMetricExporter) -> dict[str, dict[str, float]]:
     """key -> {"count", "sum", "max", "min"} of every exported ``rl.metric`` stream."""
     out: dict[str, dict[str, float]] = defaultdict(dict)
-    for labels, point in exporter.streams(_names.METRICS.histogram.name).items():
+    for labels, point in exporter.streams(contract.METRICS.histogram.name).items():
         assert isinstance(point, HistogramDataPoint | ExponentialHistogramDataPoint), labels
-        out[dict(labels)[_names.METRIC_KEY]].update(count=point.count, sum=point.sum)
-    for name, metric in (("max", _names.METRICS.maximum), ("min", _names.METRICS.minimum)):
+        out[dict(labels)[contract.METRIC_KEY]].update(count=point.count, sum=point.sum)
+    for name, metric in (("max", contract.METRICS.maximum), ("min", contract.METRICS.minimum)):
         for labels, value in exporter.numbers(metric.name).items():
-            out[dict(labels)[_names.METRIC_KEY]][name] = value
+            out[dict(labels)[contract.METRIC_KEY]][name] = value
     return dict(out)
 
 
 def _rejected(exporter: EncodingMetricExporter) -> int:
-    return int(sum(exporter.numbers(_names.VALUES_REJECTED.name).values()))
+    return int(sum(exporter.numbers(contract.VALUES_REJECTED.name).values()))
 
 
 def _assert_recorded(exporter: EncodingMetricExporter, expected: Expected) -> None:
     """Every canonical key holds exactly the expected values; step, version and rejections as expected."""
     points = _metric_points(exporter)
-    assert _names.OVERFLOW not in points
+    assert contract.OVERFLOW not in points
     assert set(points) == set(expected.values)
     for key, values in expected.values.items():
         point = points[key]
         assert (point["count"], point["max"], point["min"]) == (len(values), max(values), min(values)), key
         assert math.isclose(point["sum"], math.fsum(values), rel_tol=1e-12, abs_tol=1e-12), key
-    assert exporter.number(_names.STEP.name) == expected.step
+    assert exporter.number(contract.STEP.name) == expected.step
     if expected.version is not None:
-        assert exporter.number(_names.POLICY_VERSION.name) == expected.version
+        assert exporter.number(contract.POLICY_VERSION.name) == expected.version
     assert _rejected(exporter) == expected.rejected
 
 
@@ -503,7 +503,7 @@ def test_a_run_started_before_the_tee_is_teed_and_close_restores(mode: str, wand
         wandb.log({"reward": 0.75}, step=2)
     assert telemetry.flush(EXPORT_WAIT_S)
     assert _metric_points(exporter)["reward/mean"]["count"] == 1
-    assert exporter.number(_names.STEP.name) == 1
+    assert exporter.number(contract.STEP.name) == 1
     telemetry.shutdown(EXPORT_WAIT_S)
 
 
@@ -589,10 +589,10 @@ def test_scalars_and_histograms_of_a_summary_writer_are_teed(tmp_path: Path) -> 
     assert set(points) == {"staleness/mean", "staleness/max", "response_length"}
     assert (points["staleness/max"]["max"], points["response_length"]["count"]) == (2.0, 32)
     assert points["response_length"]["sum"] == lengths.sum()
-    reward = list(exporter.streams(_names.REWARDS.histogram.name).values())
+    reward = list(exporter.streams(contract.REWARDS.histogram.name).values())
     assert len(reward) == 1 and isinstance(reward[0], HistogramDataPoint | ExponentialHistogramDataPoint)
     assert (reward[0].count, reward[0].sum) == (rewards.size, rewards.sum())
-    assert exporter.number(_names.STEP.name) == 4
+    assert exporter.number(contract.STEP.name) == 4
     telemetry.shutdown(EXPORT_WAIT_S)
 
 
@@ -643,7 +643,8 @@ def test_importing_otel_rl_imports_neither_wandb_nor_tensorboard() -> None:
 def test_teed_wandb_and_tensorboard_reach_prometheus(shared_stack: Any, wandb_dir: Path, tmp_path: Path) -> None:
     """prime-rl over an offline W&B run and AReaL over a SummaryWriter, teed into one telemetry exporting to the
     real collector: the canonical staleness split, reward and entropy series and the step arrive in Prometheus."""
-    from otel_rl.ops.query import Prometheus
+    from otel_rl_ops.query import Prometheus
+
     from tests.pipeline.harness import eventually
 
     run_id = f"tee-{uuid.uuid4().hex[:8]}"

@@ -7,9 +7,9 @@ import uuid
 from typing import Any
 
 import numpy as np
+from otel_rl_ops.query import Prometheus
 
 import otel_rl
-from otel_rl.ops.query import Prometheus
 from otel_rl.tracking import MetricsDictLogger
 from tests.pipeline.harness import eventually
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 from datasets import Dataset
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
+from otel_rl_ops.query import Prometheus, VictoriaLogs
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
     LlamaConfig,
@@ -26,7 +27,6 @@ from transformers import (
 from trl import GRPOConfig, GRPOTrainer
 
 from otel_rl import Telemetry, TelemetryConfig
-from otel_rl.ops.query import Prometheus, VictoriaLogs
 from otel_rl.trl import OtelRLCallback
 from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
 from tests.pipeline.harness import eventually

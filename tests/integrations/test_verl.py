@@ -20,8 +20,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from otel_rl_ops.query import Prometheus
+
 from otel_rl import _env
-from otel_rl.ops.query import Prometheus
 from otel_rl.tracking import canonical_key
 from tests.pipeline.harness import eventually
 

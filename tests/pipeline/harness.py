@@ -28,7 +28,7 @@ then starts in a fraction of a second instead of the ~6 s of CPU those imports t
 @contextmanager
 def private_stack(binaries: Any, state_dir: Path, **settings: Any) -> Iterator[Any]:
     """A stack of the caller's own (these tests stop, pause and kill its components)."""
-    from otel_rl.ops.stack.services import Stack, StackConfig, StackPorts
+    from otel_rl_ops.stack.services import Stack, StackConfig, StackPorts
 
     environment = {"OTEL_RL_AGGREGATION_INTERVAL": "1s", **settings.pop("collector_environment", {})}
     config = StackConfig(ports=StackPorts.free(), state_dir=state_dir, collector_environment=environment, **settings)

@@ -143,26 +143,27 @@ def _rollout_tensor(name: str, values: Any) -> Any:
 
 
 def _stats(telemetry: otel_rl.Telemetry) -> dict[str, float]:
-    from otel_rl import _names
+    import otel_rl_contract as contract
+
     from otel_rl._store import attributes
 
     store = telemetry._store
     stats: dict[str, float] = {
-        "samples_exported": store.counter_value(_names.SAMPLES_EXPORTED, ()),
+        "samples_exported": store.counter_value(contract.SAMPLES_EXPORTED, ()),
         "rss_kib": float(_rss_kib()),
     }
     for signal in ("metrics", "logs"):
         stats[f"export_failures_{signal}"] = store.counter_value(
-            _names.EXPORT_FAILURES, attributes(**{_names.SELF_SIGNAL: signal})
+            contract.EXPORT_FAILURES, attributes(**{contract.SELF_SIGNAL: signal})
         )
     for reason in ("queue_full", "shutdown", "invalid", "redaction", "oversized", "refused"):
         stats[f"samples_dropped_{reason}"] = store.counter_value(
-            _names.SAMPLES_DROPPED, attributes(**{_names.SELF_REASON: reason})
+            contract.SAMPLES_DROPPED, attributes(**{contract.SELF_REASON: reason})
         )
-    stats["spans_exported"] = store.counter_value(_names.SPANS_EXPORTED, ())
+    stats["spans_exported"] = store.counter_value(contract.SPANS_EXPORTED, ())
     for reason in ("queue_full", "shutdown", "refused", "unencodable"):
         stats[f"spans_dropped_{reason}"] = store.counter_value(
-            _names.SPANS_DROPPED, attributes(**{_names.SELF_REASON: reason})
+            contract.SPANS_DROPPED, attributes(**{contract.SELF_REASON: reason})
         )
     return stats
 

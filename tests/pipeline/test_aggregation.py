@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from otel_rl_ops.query import Prometheus
 
-from otel_rl.ops.query import Prometheus
 from tests.pipeline.harness import REWARD_BOUNDS, STALENESS_BOUNDS, RankProcess, eventually, expected_buckets
 
 RANKS = 4

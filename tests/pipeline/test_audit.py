@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from otel_rl_ops import cli, promql
+from otel_rl_ops.alerts.client import Alertmanager
+from otel_rl_ops.query import Prometheus
+from otel_rl_ops.report.summary import Sources
+from otel_rl_ops.status import latest_run, render, status
 
-from otel_rl.ops import cli, promql
-from otel_rl.ops.alerts.client import Alertmanager
-from otel_rl.ops.query import Prometheus
-from otel_rl.ops.report.summary import Sources
-from otel_rl.ops.status import latest_run, render, status
 from tests.pipeline.harness import RankProcess, eventually
 
 pytestmark = pytest.mark.stack

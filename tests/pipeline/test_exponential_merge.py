@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 import yaml
+from otel_rl_ops.query import Prometheus
+from otel_rl_ops.stack import collector_build, layout
+from otel_rl_ops.stack.gotools import InstallError, go_executable
 
-from otel_rl import _names
-from otel_rl.ops.query import Prometheus
-from otel_rl.ops.stack import collector_build, layout
-from otel_rl.ops.stack.gotools import InstallError, go_executable
 from tests.pipeline.harness import ROOT, eventually
 
 RANKS = 4
@@ -49,15 +49,15 @@ class Series:
     """One exponential histogram stream of the test: its contract metric, point attributes, scale, and the name of
     the native histogram Prometheus gives it."""
 
-    metric: _names.MetricName
+    metric: contract.MetricName
     attributes: dict[str, str]
     scale: int
     prometheus_name: str
 
 
-REWARD = Series(_names.REWARDS.histogram, {_names.REWARD_FN: "total"}, 5, "rl_reward")
-STALENESS = Series(_names.STALENESS.histogram, {}, 5, "rl_staleness")
-METRIC = Series(_names.METRICS.histogram, {_names.METRIC_KEY: "loss.policy"}, 8, "rl_metric")
+REWARD = Series(contract.REWARDS.histogram, {contract.REWARD_FN: "total"}, 5, "rl_reward")
+STALENESS = Series(contract.STALENESS.histogram, {}, 5, "rl_staleness")
+METRIC = Series(contract.METRICS.histogram, {contract.METRIC_KEY: "loss.policy"}, 8, "rl_metric")
 SERIES = (REWARD, STALENESS, METRIC)
 
 
@@ -374,14 +374,14 @@ def _rank_main(spec: dict[str, Any]) -> None:
         {
             SERVICE_NAME: SERVICE_NAME,
             SERVICE_INSTANCE_ID: str(uuid.uuid4()),
-            _names.RUN_ID: spec["run_id"],
-            _names.RANK: spec["rank"],
-            _names.WORLD_SIZE: RANKS,
-            _names.LOCAL_RANK: spec["rank"],
-            _names.ROLE: "trainer",
+            contract.RUN_ID: spec["run_id"],
+            contract.RANK: spec["rank"],
+            contract.WORLD_SIZE: RANKS,
+            contract.LOCAL_RANK: spec["rank"],
+            contract.ROLE: "trainer",
         }
     )
-    scope = InstrumentationScope(_names.SCOPE_NAME, _names.SCOPE_VERSION)
+    scope = InstrumentationScope(contract.SCOPE_NAME, contract.SCOPE_VERSION)
     exporter = OTLPMetricExporter(endpoint=spec["endpoint"], insecure=True, timeout=10)
     start = time.time_ns()
     for points, _ in zip(spec["points"], sys.stdin, strict=True):

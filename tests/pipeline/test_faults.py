@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from otel_rl_ops.query import Jaeger, Prometheus
 
 from otel_rl._phases import step_trace
-from otel_rl.ops.query import Jaeger, Prometheus
 from tests.conftest import never_decreasing
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack
 

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from otel_rl_ops.query import Prometheus
 
-from otel_rl.ops.query import Prometheus
 from tests.pipeline.harness import RankProcess, eventually, native_buckets, start_ranks
 from tests.reference import exponential_sides
 

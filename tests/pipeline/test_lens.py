@@ -32,9 +32,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from otel_rl_ops.query import Jaeger, Prometheus
+from otel_rl_ops.report.dashboard import substitute
 
-from otel_rl.ops.query import Jaeger, Prometheus
-from otel_rl.ops.report.dashboard import substitute
 from tests.dashboards.conftest import LENS_ONLY, ROOT, dashboard_targets
 from tests.pipeline.harness import eventually
 

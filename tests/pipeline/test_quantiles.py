@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from otel_rl_ops.promql import clamp_to_extremes
+from otel_rl_ops.query import Prometheus
 
-from otel_rl.ops.promql import clamp_to_extremes
-from otel_rl.ops.query import Prometheus
 from tests.pipeline.harness import RankProcess, eventually
 
 RANKS = 4

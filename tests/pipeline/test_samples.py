@@ -6,8 +6,8 @@ import uuid
 from typing import Any
 
 import pytest
+from otel_rl_ops.query import Prometheus, VictoriaLogs
 
-from otel_rl.ops.query import Prometheus, VictoriaLogs
 from tests.pipeline.harness import RankProcess, eventually
 
 RANKS = 4

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 import requests
+from otel_rl_ops.query import Prometheus
+from otel_rl_ops.stack.config import find_free_ports
 
-from otel_rl.ops.query import Prometheus
-from otel_rl.ops.stack.config import find_free_ports
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets
 
 CONFIGS = Path(__file__).parents[2] / "collector_config"

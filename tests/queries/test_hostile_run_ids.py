@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from otel_rl_ops import promql
+from otel_rl_ops.query import Prometheus, VictoriaLogs
 
 from demo.readback import Sources, samples, window_stats
-from otel_rl.ops import promql
-from otel_rl.ops.query import Prometheus, VictoriaLogs
 from tests.pipeline.harness import RankProcess, eventually
 
 VICTIM = "hostile-victim"
@@ -128,7 +128,7 @@ def test_a_naive_query_string_would_pull_the_victims_data(shared_stack: Any, hos
 
 @pytest.mark.parametrize("run_id", RUN_IDS, ids=repr)
 def test_promql_selects_exactly_the_run(shared_stack: Any, hostile_runs: dict[str, Run], run_id: str) -> None:
-    """A selector built by otel_rl.ops.promql returns the run's own series only; its count and mean are the run's."""
+    """A selector built by otel_rl_ops.promql returns the run's own series only; its count and mean are the run's."""
     run, prometheus = hostile_runs[run_id], Prometheus(shared_stack.prometheus_url)
     series = prometheus.query(promql.selector("rl_reward_positive_total", rl_run_id=run_id))
     assert series and {item["metric"]["rl_run_id"] for item in series} == {run_id}
@@ -139,7 +139,7 @@ def test_promql_selects_exactly_the_run(shared_stack: Any, hostile_runs: dict[st
 
 @pytest.mark.parametrize("run_id", RUN_IDS, ids=repr)
 def test_logsql_selects_exactly_the_run(shared_stack: Any, hostile_runs: dict[str, Run], run_id: str) -> None:
-    """The exact filter and the stream filter built by otel_rl.ops.promql return the run's own samples, all of them."""
+    """The exact filter and the stream filter built by otel_rl_ops.promql return the run's own samples, all of them."""
     run, logs = hostile_runs[run_id], VictoriaLogs(shared_stack.victorialogs_url)
     for query in (promql.logsql_exact("rl.run.id", run_id), promql.logsql_stream("rl.run.id", run_id)):
         records = logs.query(query)
@@ -170,7 +170,7 @@ def test_report_shows_the_run_with_its_samples_drawn_literally(
     their LaTeX-heavy texts are drawn into the PNG as text (matplotlib would parse ``$...$`` as mathtext and fail
     on ``\\boxed``); the HTML page carries them verbatim."""
     pytest.importorskip("matplotlib")
-    from otel_rl.ops.report.render import build_report, write_report
+    from otel_rl_ops.report.render import build_report, write_report
 
     run = hostile_runs[run_id]
     report = build_report(

@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from otel_rl.ops.query import Prometheus, VictoriaLogs
+from otel_rl_ops.query import Prometheus, VictoriaLogs
+
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, cumulative_buckets, eventually, private_stack, rss_kib
 from tests.reliability.helpers import collector_metrics, flush_ok, slope_per_minute
 
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--outage-s", type=float, default=3.0)
     parser.add_argument("--report", type=Path, default=None, help="write the report as JSON here")
     args = parser.parse_args(argv)
-    from otel_rl.ops.stack import install
+    from otel_rl_ops.stack import install
 
     binaries = install.install_all()
     with tempfile.TemporaryDirectory(prefix="otel-rl-soak-") as state:

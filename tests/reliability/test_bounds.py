@@ -22,8 +22,8 @@ import requests
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AGGREGATION_TEMPORALITY_CUMULATIVE, Metric, ResourceMetrics
+from otel_rl_ops.query import Prometheus
 
-from otel_rl.ops.query import Prometheus
 from tests.pipeline.harness import eventually, private_stack, rss_kib, start_ranks
 
 CAP = 2048

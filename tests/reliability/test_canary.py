@@ -15,15 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import otel_rl_contract as contract
 import pytest
 import yaml
 from opentelemetry.sdk.metrics.export import ExponentialHistogramDataPoint
+from otel_rl_ops import promql
+from otel_rl_ops.query import Prometheus
+from otel_rl_ops.stack import collector_build, layout
+from otel_rl_ops.stack.env import otel_rl_home
 
-from otel_rl import _names
-from otel_rl.ops import promql
-from otel_rl.ops.query import Prometheus
-from otel_rl.ops.stack import collector_build, layout
-from otel_rl.ops.stack.env import otel_rl_home
 from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
 from tests.pipeline.harness import ROOT, eventually, private_stack, start_ranks
 
@@ -89,11 +89,11 @@ def test_the_otel_rl_collector_keeps_the_canary_exact_and_the_alert_silent(share
     recorded ratio is 0 and OtelRLInexactMerge does not fire."""
     run_id, prometheus = _run_canary(shared_stack)
     (series,) = prometheus.query(f'otel_rl_merge_canary{{rl_run_id="{run_id}"}}')
-    width = 1 << _names.MERGE_CANARY_SCALE
+    width = 1 << contract.MERGE_CANARY_SCALE
     counts = {
         round(math.log2(float(low)) * width): float(count) for _, low, _, count in series["histogram"][1]["buckets"]
     }
-    every = sorted(index for pair in _names.MERGE_CANARY_BUCKETS for index in pair)
+    every = sorted(index for pair in contract.MERGE_CANARY_BUCKETS for index in pair)
     assert counts == dict.fromkeys(every, RANKS // 2 * STEPS)
     ratio = eventually(
         lambda: prometheus.query(f'otel_rl:merge_canary_misplaced:ratio{{rl_run_id="{run_id}"}}'),
@@ -120,7 +120,7 @@ def test_the_rule_is_the_promql_builders_expression_and_its_test_data_the_contra
     assert canary is not None, exact
     offset, buckets = canary.groups()
     filled = {int(offset) + position for position, count in enumerate(buckets.split()) if int(count)}
-    assert filled == {index + 1 for pair in _names.MERGE_CANARY_BUCKETS for index in pair}
+    assert filled == {index + 1 for pair in contract.MERGE_CANARY_BUCKETS for index in pair}
 
 
 def test_no_canary_with_explicit_histograms(metric_exporter: RecordingMetricExporter) -> None:
@@ -143,14 +143,14 @@ def test_no_canary_with_explicit_histograms(metric_exporter: RecordingMetricExpo
         telemetry.step(2)
         telemetry.flush(EXPORT_WAIT_S)
         telemetry.shutdown()
-        points = list(metric_exporter.streams(_names.MERGE_CANARY.name).values())
+        points = list(metric_exporter.streams(contract.MERGE_CANARY.name).values())
         if expected is None:
             assert points == [], form
             continue
         (point,) = points
         assert isinstance(point, ExponentialHistogramDataPoint), point
         filled = [point.positive.offset + i for i, count in enumerate(point.positive.bucket_counts) if count]
-        assert (point.scale, point.count, tuple(filled)) == (_names.MERGE_CANARY_SCALE, 4, expected)
+        assert (point.scale, point.count, tuple(filled)) == (contract.MERGE_CANARY_SCALE, 4, expected)
 
 
 def test_contract_document_names_the_canary() -> None:

@@ -94,7 +94,7 @@ def test_log_exports_are_split_by_size() -> None:
 
 def test_victorialogs_flags_must_be_flags() -> None:
     """StackConfig.victorialogs_flags is a tuple of "-flag=value" strings."""
-    from otel_rl.ops.stack.config import StackConfig
+    from otel_rl_ops.stack.config import StackConfig
 
     with pytest.raises(ValueError, match='"victorialogs_flags" must be a tuple of "-flag=value" strings'):
         StackConfig(victorialogs_flags=cast(Any, ["memory.allowedPercent=25"]))

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -33,7 +34,6 @@ from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 
 import otel_rl
-from otel_rl import _names
 from otel_rl.torchforge import Reduce, record_episode_sample, record_metric
 from otel_rl.tracking import MetricsDictLogger
 
@@ -231,13 +231,13 @@ def _tally(telemetry: otel_rl.Telemetry, metric: str) -> tuple[float, float]:
     """Values of ``metric`` recorded and rejected (name rejections are names, not values), as last exported."""
     assert telemetry.flush(10), "the export after the calls must succeed"
     latest = _exports(telemetry)[-1]
-    recorded = latest.get((_names.VALUES_RECORDED.name, ((_names.SELF_METRIC, metric),)), 0)
+    recorded = latest.get((contract.VALUES_RECORDED.name, ((contract.SELF_METRIC, metric),)), 0)
     rejected = sum(
         value
         for (name, attrs), value in latest.items()
-        if name == _names.VALUES_REJECTED.name
-        and dict(attrs)[_names.SELF_METRIC] == metric
-        and not dict(attrs)[_names.SELF_REASON].startswith("name_")
+        if name == contract.VALUES_REJECTED.name
+        and dict(attrs)[contract.SELF_METRIC] == metric
+        and not dict(attrs)[contract.SELF_REASON].startswith("name_")
     )
     return recorded, rejected
 
@@ -316,7 +316,7 @@ def test_masked_tensors_count_what_the_mask_selects(telemetry: otel_rl.Telemetry
 def test_record_staleness_accounts_for_every_token(telemetry: otel_rl.Telemetry, versions: Any, current: Any) -> None:
     """Every token offered to record_staleness is recorded, rejected or counted unversioned (with a usable current
     version; an unusable one rejects them all)."""
-    unversioned = _names.UNVERSIONED.name
+    unversioned = contract.UNVERSIONED.name
 
     def state() -> float:
         recorded, rejected = _tally(telemetry, "rl.staleness")
@@ -336,7 +336,7 @@ def _groups_rejected(telemetry: otel_rl.Telemetry) -> float:
         sum(
             value
             for (name, attrs), value in latest.items()
-            if name == _names.VALUES_REJECTED.name and dict(attrs)[_names.SELF_METRIC] == _names.GROUPS.name
+            if name == contract.VALUES_REJECTED.name and dict(attrs)[contract.SELF_METRIC] == contract.GROUPS.name
         )
     )
 
@@ -485,11 +485,11 @@ def test_every_exported_sample_keeps_its_identity(
     assert telemetry.flush(10)
     for record in _records(telemetry):
         attributes = record["attributes"]
-        assert len(attributes[_names.SAMPLE_ID]) == 32
-        assert attributes[_names.SAMPLE_SELECTION] in ("top", "bottom", "random")
-        assert isinstance(attributes[_names.SAMPLE_TABLE], str) and isinstance(attributes[_names.SAMPLE_STEP], int)
-        assert isinstance(attributes[_names.SAMPLE_REWARD], (int, float))
-        assert record["resource"]["attributes"][_names.RUN_ID] == "fuzz"
+        assert len(attributes[contract.SAMPLE_ID]) == 32
+        assert attributes[contract.SAMPLE_SELECTION] in ("top", "bottom", "random")
+        assert isinstance(attributes[contract.SAMPLE_TABLE], str) and isinstance(attributes[contract.SAMPLE_STEP], int)
+        assert isinstance(attributes[contract.SAMPLE_REWARD], (int, float))
+        assert record["resource"]["attributes"][contract.RUN_ID] == "fuzz"
         for value in record["body"].values():
             assert len(value.encode("utf-8", errors="replace")) <= 256
 
@@ -609,14 +609,14 @@ def test_huge_inputs_and_hundreds_of_reward_fns(telemetry: otel_rl.Telemetry) ->
     assert telemetry.flush(10)
     latest = _exports(telemetry)[-1]
     counts = {
-        dict(attrs).get(_names.REWARD_FN): count
+        dict(attrs).get(contract.REWARD_FN): count
         for (name, attrs), count in latest.items()
-        if name == _names.REWARDS.histogram.name
+        if name == contract.REWARDS.histogram.name
     }
     cap = telemetry.config.resolved.max_reward_fns
     assert counts["total"] == 4_000_000
     assert len(counts) == cap + 1  # 32 names ("total" is one of them), then _overflow
-    assert counts[_names.OVERFLOW] == 2 * (500 - (cap - 1))
+    assert counts[contract.OVERFLOW] == 2 * (500 - (cap - 1))
 
 
 _SETTINGS = [f.name for f in dataclasses.fields(otel_rl.TelemetryConfig) if f.init]

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from otel_rl_ops.query import Prometheus
 
-from otel_rl.ops.query import Prometheus
 from tests.conftest import never_decreasing
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, expected_buckets
 from tests.pipeline.test_scale_out import Collector

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from otel_rl_ops.query import VictoriaLogs
 
-from otel_rl.ops.query import VictoriaLogs
 from tests.pipeline.harness import eventually, private_stack
 from tests.reliability.helpers import CONFIG_DIR, flush_ok
 from tests.reliability.test_stack_faults import RANKS, Run

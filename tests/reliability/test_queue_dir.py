@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from otel_rl.ops.stack.config import find_free_ports
+from otel_rl_ops.stack.config import find_free_ports
+
 from tests.pipeline.harness import eventually
 from tests.reliability.helpers import CONFIG_DIR
 

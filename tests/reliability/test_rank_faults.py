@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from otel_rl_ops.query import Prometheus, VictoriaLogs
 
-from otel_rl.ops.query import Prometheus, VictoriaLogs
 from tests.conftest import never_decreasing
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets
 from tests.reliability.helpers import flush_ok

@@ -16,9 +16,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from otel_rl_ops.query import VictoriaLogs
+from otel_rl_ops.report.dashboard import default_dashboard_path, load_panels, substitute
 
-from otel_rl.ops.query import VictoriaLogs
-from otel_rl.ops.report.dashboard import default_dashboard_path, load_panels, substitute
 from tests.pipeline.harness import RankProcess, eventually
 
 STEPS = 3

@@ -3,7 +3,7 @@ option), Prometheus behind --web.config.file (TLS, basic auth, no lifecycle API)
 and TLS, the collector authenticating to both; secrets only in files; size limits at the collector and the log
 store; a record over the receiver's limit dropped without stalling the rank's samples.
 
-The secrets are the stack's own (``otel-rl stack up --secure``: otel_rl/ops/stack/secrets.py); a second CA made here
+The secrets are the stack's own (``otel-rl stack up --secure``: ops/otel_rl_ops/stack/secrets.py); a second CA made here
 with ``openssl`` stands for a CA the ranks must not trust.
 """
 
@@ -25,10 +25,10 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
+from otel_rl_ops.query import Jaeger, Prometheus, VictoriaLogs
+from otel_rl_ops.stack.secrets import StackSecrets
 
 from otel_rl._phases import step_trace
-from otel_rl.ops.query import Jaeger, Prometheus, VictoriaLogs
-from otel_rl.ops.stack.secrets import StackSecrets
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack, start_ranks
 from tests.reliability.helpers import flush_ok
 

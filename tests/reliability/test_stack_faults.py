@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from otel_rl_ops.query import Prometheus, VictoriaLogs
 
-from otel_rl.ops.query import Prometheus, VictoriaLogs
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack
 from tests.reliability.helpers import collector_metrics, flush_ok
 

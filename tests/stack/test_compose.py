@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from otel_rl._version import __version__
-from otel_rl.ops.stack.cli import COMPOSE_HOSTS
-from otel_rl.ops.stack.secrets import USERNAME, ensure_secrets
+from otel_rl_contract._version import __version__
+from otel_rl_ops.stack.cli import COMPOSE_HOSTS
+from otel_rl_ops.stack.secrets import USERNAME, ensure_secrets
 
 ROOT = Path(__file__).parents[2]
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))
@@ -100,7 +99,7 @@ def test_the_collector_is_the_otel_rl_image_wired_to_the_stores_over_tls() -> No
 def test_jaeger_is_the_stacks_release_with_its_configs() -> None:
     """Jaeger is the release whose Go module the local stack builds (v2.13.0 is module v1.76.0), runs the stack's
     jaeger/jaeger.yaml and secure overlay, every variable it gets is read by them, its files are its secrets."""
-    from otel_rl.ops.stack import versions
+    from otel_rl_ops.stack import versions
 
     jaeger = SERVICES["jaeger"]
     assert versions.JAEGER.version == "v1.76.0" and jaeger["image"] == "jaegertracing/jaeger:2.13.0"

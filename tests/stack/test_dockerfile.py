@@ -1,5 +1,6 @@
-"""The collector image (collector_config/Dockerfile): checked statically (no Docker engine here), and its build
-script run outside Docker, which must produce the stack's own collector, byte for byte."""
+"""The collector image (collector_config/Dockerfile): checked statically (no Docker engine here), and its build stage's
+command run outside Docker on the context `otel-rl stack image-context` makes, which must produce the stack's own
+collector, byte for byte."""
 
 from __future__ import annotations
 
@@ -13,10 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-
-from otel_rl._version import __version__
-from otel_rl.ops.stack import collector_build, layout
-from otel_rl.ops.stack.gotools import go_executable
+from otel_rl_contract._version import __version__
+from otel_rl_ops.stack import collector_build, layout
+from otel_rl_ops.stack.gotools import go_executable
 
 ROOT = Path(__file__).parents[2]
 DOCKERFILE = ROOT / "collector_config" / "Dockerfile"
@@ -72,12 +72,18 @@ def test_base_images_are_pinned_and_the_runtime_user_is_not_root() -> None:
     assert entrypoint == ["/otelcol-rl"]
 
 
-def test_the_image_is_built_by_the_stacks_build_script_from_files_in_the_context() -> None:
-    """The build stage runs collector_config/build.py (the stack's ensure_collector) on the manifest it copies; every
-    COPY source exists and is in the build context; the image carries every collector config."""
+BUILD_COMMAND = (
+    "PYTHONPATH=ops python3 -m otel_rl_ops.stack.collector_build --manifest collector_config/builder.yaml --home /build"
+)
+
+
+def test_the_image_is_built_by_the_stacks_build_code_from_files_in_the_context() -> None:
+    """The build stage runs the stack's ensure_collector (python3 -m otel_rl_ops.stack.collector_build) on the
+    manifest it copies; every COPY source exists and is in the build context; the image carries every collector
+    config."""
     build = _stages()[0]
     runs = " ".join(arguments for keyword, arguments in build if keyword == "RUN")
-    assert "python3 collector_config/build.py --home /build" in runs
+    assert BUILD_COMMAND in runs
     copied = [arguments.split() for stage in _stages() for keyword, arguments in stage if keyword == "COPY"]
     sources = [
         part
@@ -100,7 +106,7 @@ def test_the_image_is_built_by_the_stacks_build_script_from_files_in_the_context
         Path(collector_build.__file__),
         Path(layout.__file__),
         ROOT / "collector_config" / "builder.yaml",
-        *(patch.path for patch in collector_build.collector_patches(layout.collector_manifest(ROOT))),
+        *(patch.path.resolve() for patch in collector_build.collector_patches(layout.collector_manifest(ROOT))),
     ]
     for path in needed:
         assert _context_includes(str(path.relative_to(ROOT))), path
@@ -140,19 +146,34 @@ def test_compose_runs_this_image() -> None:
     assert collector["build"] == {"context": ".", "dockerfile": "collector_config/Dockerfile"}
 
 
-def test_the_build_script_outside_docker_builds_the_stacks_collector(stack_binaries: Any, tmp_path: Path) -> None:
-    """collector_config/build.py, run as the image runs it (without the trainer library: neither PyTorch nor the
-    OpenTelemetry SDK is imported), builds a collector identical byte for byte to the stack's."""
+def test_the_build_stage_outside_docker_builds_the_stacks_collector(stack_binaries: Any, tmp_path: Path) -> None:
+    """The build stage's command, run as the image runs it in the context `otel-rl stack image-context` writes (no
+    otel-rl package installed there: neither PyTorch, the OpenTelemetry SDK nor otel_rl_contract is imported), builds
+    a collector identical byte for byte to the stack's."""
+    context = tmp_path / "context"
+    written = subprocess.run(
+        [sys.executable, "-m", "otel_rl_ops.cli", "stack", "image-context", str(context)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert written.stdout.split()[:2] == ["docker", "build"]
     probe = (
-        "import runpy, sys\n"
-        "home = sys.argv[1]\n"
-        "sys.argv = ['build.py', '--home', home]\n"
-        "try:\n    runpy.run_path('collector_config/build.py', run_name='__main__')\n"
+        "import os, runpy, sys\n"
+        "sys.path[:0] = ['ops']\n"
+        "sys.argv = ['collector_build', '--manifest', 'collector_config/builder.yaml', '--home', sys.argv[1]]\n"
+        "try:\n    runpy.run_module('otel_rl_ops.stack.collector_build', run_name='__main__', alter_sys=True)\n"
         "except SystemExit as end:\n    assert end.code == 0, end.code\n"
-        "assert not {'torch', 'opentelemetry', 'numpy'} & {m.split('.')[0] for m in sys.modules}, sorted(sys.modules)\n"
+        "imported = {m.split('.')[0] for m in sys.modules}\n"
+        "assert not {'torch', 'opentelemetry', 'numpy', 'otel_rl', 'otel_rl_contract'} & imported, sorted(imported)\n"
+        "assert sys.modules['otel_rl_ops'].__file__.startswith(os.getcwd()), sys.modules['otel_rl_ops'].__file__\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", probe, str(tmp_path / "home")], cwd=ROOT, capture_output=True, text=True, timeout=900
+        [sys.executable, "-I", "-c", probe, str(tmp_path / "home")],
+        cwd=context,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     built = Path(result.stdout.strip().splitlines()[-1])

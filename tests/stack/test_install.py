@@ -9,12 +9,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from otel_rl.ops import cli
-from otel_rl.ops.stack import collector_build, install, layout, versions
-from otel_rl.ops.stack.env import OTEL_RL_HOME
-from otel_rl.ops.stack.gotools import InstallError, ensure_go_binary, go_cache_dir
-from otel_rl.ops.stack.versions import GoBinary
+from otel_rl_ops import cli
+from otel_rl_ops.package_data import data_root
+from otel_rl_ops.stack import collector_build, install, layout, versions
+from otel_rl_ops.stack.env import OTEL_RL_HOME
+from otel_rl_ops.stack.gotools import InstallError, ensure_go_binary, go_cache_dir
+from otel_rl_ops.stack.versions import GoBinary
 
 PINS = {name: value for name, value in vars(versions).items() if isinstance(value, GoBinary)}
 
@@ -47,7 +47,7 @@ def _stamp(home: Path, *pins: GoBinary) -> Path:
 
 def _with_collector(home: Path) -> Path:
     """Put an (empty) collector at the repository manifest's digest into ``home``; return its path."""
-    collector = collector_build.collector_binary_path(layout.collector_manifest(layout.repository_root()), home=home)
+    collector = collector_build.collector_binary_path(layout.collector_manifest(data_root()), home=home)
     collector.parent.mkdir(parents=True)
     collector.write_bytes(b"")
     return collector
@@ -63,7 +63,7 @@ def test_default_install_is_what_the_stack_runs(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("GOPROXY", "off")
     bin_dir = _stamp(tmp_path, *DEMO_PINS)
     collector = _with_collector(tmp_path)
-    assert install.install_all(root=layout.repository_root(), home=tmp_path) == install.Binaries(
+    assert install.install_all(root=data_root(), home=tmp_path) == install.Binaries(
         collector=collector,
         victorialogs=bin_dir / "victoria-logs",
         prometheus=bin_dir / "prometheus",
@@ -82,7 +82,7 @@ def test_tools_and_cluster_add_their_binaries(tmp_path: Path) -> None:
     """Binaries whose version stamps match their pins are returned as they are; promtool and amtool only with
     tools=True, Thanos only with cluster=True."""
     bin_dir = _stamp(tmp_path, *versions.GO_BINARIES)
-    root = layout.repository_root()
+    root = data_root()
     stack = install.Binaries(
         collector=_with_collector(tmp_path),
         victorialogs=bin_dir / "victoria-logs",
@@ -129,7 +129,7 @@ def test_stack_install_command_lists_what_it_installed(
 
 def test_manifest_core_version() -> None:
     """The builder version comes from the manifest's core v0 modules."""
-    assert collector_build.collector_core_version(layout.collector_manifest(layout.repository_root())) == "v0.161.0"
+    assert collector_build.collector_core_version(layout.collector_manifest(data_root())) == "v0.161.0"
 
 
 def test_manifest_with_mixed_core_versions_is_rejected(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The secure profile's secrets and settings (otel_rl/ops/stack/secrets.py, StackConfig.secure/mtls) without a stack."""
+"""The secure profile's secrets and settings (otel_rl_ops/stack/secrets.py, StackConfig.secure/mtls), no stack."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from typing import Any, cast
 import bcrypt
 import pytest
 import yaml
-
-from otel_rl.ops.stack import components
-from otel_rl.ops.stack.config import StackConfig
-from otel_rl.ops.stack.secrets import USERNAME, ensure_secrets
+from otel_rl_ops.stack import components
+from otel_rl_ops.stack.config import StackConfig
+from otel_rl_ops.stack.secrets import USERNAME, ensure_secrets
 
 
 def test_secrets_are_made_once_private_and_consistent(tmp_path: Path) -> None:
@@ -79,7 +78,7 @@ def test_openssl_failures_name_the_folder(tmp_path: Path, monkeypatch: pytest.Mo
     def failing(*args: Any, **kwargs: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(args, 1, "", "unknown option -pkeyopt")
 
-    monkeypatch.setattr(subprocess, "run", failing)  # how otel_rl.ops.stack.secrets runs openssl
+    monkeypatch.setattr(subprocess, "run", failing)  # how otel_rl_ops.stack.secrets runs openssl
     with pytest.raises(RuntimeError, match=r"openssl req failed in .*: unknown option -pkeyopt"):
         ensure_secrets(tmp_path / "s", hosts=("localhost",))
 

@@ -20,14 +20,14 @@ from typing import Any, cast
 
 import pytest
 import yaml
-
-from otel_rl.ops.cli import main
-from otel_rl.ops.stack import layout
-from otel_rl.ops.stack.components import SPECS
-from otel_rl.ops.stack.config import render_prometheus_config
-from otel_rl.ops.stack.install import Binaries
-from otel_rl.ops.stack.process import process_alive
-from otel_rl.ops.stack.services import COMPONENTS, Stack, StackConfig, StackError, StackPorts, find_free_ports
+from otel_rl_ops.cli import main
+from otel_rl_ops.package_data import data_root
+from otel_rl_ops.stack import layout
+from otel_rl_ops.stack.components import SPECS
+from otel_rl_ops.stack.config import render_prometheus_config
+from otel_rl_ops.stack.install import Binaries
+from otel_rl_ops.stack.process import process_alive
+from otel_rl_ops.stack.services import COMPONENTS, Stack, StackConfig, StackError, StackPorts, find_free_ports
 
 _WAIT_S = 90.0
 _FAST_COLLECTOR = {"OTEL_RL_AGGREGATION_INTERVAL": "1s"}
@@ -157,7 +157,7 @@ def test_component_spec_rejects_relative_health_path() -> None:
 
 def test_rendered_prometheus_config_is_valid(tmp_path: Path, promtool: Path) -> None:
     """The rendered Prometheus config passes promtool and points its jobs at the stack's ports."""
-    root = layout.repository_root()
+    root = data_root()
     ports = StackPorts.free()
     rendered = tmp_path / "prometheus.yml"
     rendered.write_text(

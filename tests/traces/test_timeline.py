@@ -10,12 +10,12 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import otel_rl_contract as contract
 import pytest
+from otel_rl_ops import promql
+from otel_rl_ops.query import Jaeger, Prometheus, Span
 
-from otel_rl import _names
 from otel_rl._phases import step_trace
-from otel_rl.ops import promql
-from otel_rl.ops.query import Jaeger, Prometheus, Span
 from tests.pipeline.harness import eventually, expected_buckets, start_ranks
 
 RANKS = 4
@@ -24,8 +24,8 @@ FLOPS_PER_TOKEN = 6e9
 PEAK_FLOPS = 1e15
 PHASES = ("generate", "train", "sync")
 """The phases every rank goes through each step: generate, then train with a nested sync."""
-BUCKETS = _names.PHASE_BOUNDS
-"""The bounds of rl_phase_duration_seconds (otel_rl._names.PHASE_BOUNDS; the collector's spanmetrics the same)."""
+BUCKETS = contract.PHASE_BOUNDS
+"""The bounds of rl_phase_duration_seconds (otel_rl_contract.PHASE_BOUNDS; the collector's spanmetrics the same)."""
 
 
 def _sleep_for(rank: int, step: int, phase: str) -> float:

@@ -72,16 +72,3 @@ def test_the_architecture_document_names_every_module() -> None:
     modules = {path.stem for path in _PACKAGE.rglob("*.py") if path.stem != "__init__"}
     modules |= {f"{path.parent.name}/" for path in _PACKAGE.rglob("*/__init__.py")}
     assert sorted(name for name in modules if name not in text) == []
-
-
-def test_the_version_has_one_source() -> None:
-    """The version is written once, in ``otel_rl/_version.py``: the build reads it from there (pyproject's dynamic
-    version) and so does the instrumentation scope (``SCOPE_VERSION`` repeated it by hand)."""
-    import tomllib
-
-    from otel_rl import _names, _version
-
-    project = tomllib.loads((_PACKAGE.parent / "pyproject.toml").read_text())
-    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "otel_rl._version.__version__"}
-    assert _names.SCOPE_VERSION is _version.__version__ == importlib.metadata.version("otel-rl")

@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 import torch
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 
 import otel_rl
-from otel_rl import _names
 from otel_rl.torchforge import Reduce, record_episode_sample, record_metric
 from tests.conftest import EXPORT_WAIT_S, EncodingMetricExporter
 
@@ -43,8 +43,8 @@ def telemetry(exporter: EncodingMetricExporter, logs: InMemoryLogRecordExporter)
 
 def _rejected(exporter: EncodingMetricExporter) -> dict[tuple[str, str], float]:
     return {
-        (dict(labels)[_names.SELF_METRIC], dict(labels)[_names.SELF_REASON]): value
-        for labels, value in exporter.numbers(_names.VALUES_REJECTED.name).items()
+        (dict(labels)[contract.SELF_METRIC], dict(labels)[contract.SELF_REASON]): value
+        for labels, value in exporter.numbers(contract.VALUES_REJECTED.name).items()
     }
 
 
@@ -74,20 +74,20 @@ def test_a_bad_sample_field_never_breaks_step_or_shutdown(
     assert telemetry.shutdown(EXPORT_WAIT_S)
     (record,) = logs.get_finished_logs()
     attributes = dict(record.log_record.attributes or {})
-    assert _names.SAMPLE_STALENESS not in attributes
-    assert attributes[_names.SAMPLE_REWARD] == 0.5 and attributes[_names.SAMPLE_STEP] == 1
-    assert exporter.number(_names.RUN_FINISHED.name) == 1
-    assert sum(count for (metric, _), count in _rejected(exporter).items() if metric == _names.SAMPLE_EVENT) == 1
+    assert contract.SAMPLE_STALENESS not in attributes
+    assert attributes[contract.SAMPLE_REWARD] == 0.5 and attributes[contract.SAMPLE_STEP] == 1
+    assert exporter.number(contract.RUN_FINISHED.name) == 1
+    assert sum(count for (metric, _), count in _rejected(exporter).items() if metric == contract.SAMPLE_EVENT) == 1
 
 
 @pytest.mark.parametrize(
     ("call", "metric"),
     [
-        (lambda t: t.step(2**63), _names.STEP.name),
-        (lambda t: t.set_policy_version(2**64 + 3), _names.POLICY_VERSION.name),
-        (lambda t: t.record_staleness_drops(2**63), _names.STALENESS_DROPPED.name),
-        (lambda t: t.record_staleness([1], 2**63), _names.STALENESS.histogram.name),
-        (lambda t: t.step(-(2**63) - 1), _names.STEP.name),
+        (lambda t: t.step(2**63), contract.STEP.name),
+        (lambda t: t.set_policy_version(2**64 + 3), contract.POLICY_VERSION.name),
+        (lambda t: t.record_staleness_drops(2**63), contract.STALENESS_DROPPED.name),
+        (lambda t: t.record_staleness([1], 2**63), contract.STALENESS.histogram.name),
+        (lambda t: t.step(-(2**63) - 1), contract.STEP.name),
     ],
 )
 def test_integers_beyond_int64_are_rejected_and_exports_keep_encoding(
@@ -99,7 +99,7 @@ def test_integers_beyond_int64_are_rejected_and_exports_keep_encoding(
     call(telemetry)
     telemetry.record_rewards([1.0])
     assert telemetry.flush(EXPORT_WAIT_S)
-    assert exporter.number(_names.STEP.name) == 5
+    assert exporter.number(contract.STEP.name) == 5
     assert sum(count for (name, _), count in _rejected(exporter).items() if name == metric) >= 1
 
 
@@ -110,7 +110,7 @@ def test_a_counter_that_outgrows_int64_is_exported_as_a_double(
     for _ in range(3):
         telemetry.record_staleness_drops(2**62)
     assert telemetry.flush(EXPORT_WAIT_S)
-    assert exporter.number(_names.STALENESS_DROPPED.name) == float(3 * 2**62)
+    assert exporter.number(contract.STALENESS_DROPPED.name) == float(3 * 2**62)
 
 
 def test_set_phase_with_an_unprintable_name_is_counted(
@@ -119,8 +119,8 @@ def test_set_phase_with_an_unprintable_name_is_counted(
     """A phase whose repr raises becomes ``_overflow`` and is counted; the call returns."""
     telemetry.set_phase(cast(Any, _BrokenRepr()))  # as from a caller without type checks
     assert telemetry.flush(EXPORT_WAIT_S)
-    assert exporter.number(_names.PHASES.name, {_names.PHASE: _names.OVERFLOW}) == 1
-    assert _rejected(exporter)[(_names.PHASES.name, "name_invalid")] == 1
+    assert exporter.number(contract.PHASES.name, {contract.PHASE: contract.OVERFLOW}) == 1
+    assert _rejected(exporter)[(contract.PHASES.name, "name_invalid")] == 1
 
 
 @pytest.mark.parametrize(
@@ -138,8 +138,8 @@ def test_python_and_float64_values_stay_exact(
     telemetry.record_rewards(value)
     assert telemetry.flush(EXPORT_WAIT_S)
     for distribution, attrs in (
-        (_names.METRICS, {_names.METRIC_KEY: "key"}),
-        (_names.REWARDS, {_names.REWARD_FN: "total"}),
+        (contract.METRICS, {contract.METRIC_KEY: "key"}),
+        (contract.REWARDS, {contract.REWARD_FN: "total"}),
     ):
         assert exporter.number(distribution.maximum.name, attrs) == max(values)
         assert exporter.number(distribution.minimum.name, attrs) == min(values)
@@ -152,7 +152,7 @@ def test_none_inside_a_list_is_dropped_alone(telemetry: otel_rl.Telemetry, expor
     string inside the list too ("type"), and every number of the list is kept (a bool is 1 or 0)."""
     telemetry.record_rewards([1.0, None, 0.25, "x", True, None, False], fn="accuracy")
     assert telemetry.flush(EXPORT_WAIT_S)
-    histogram = exporter.exponential_point(_names.REWARDS.histogram.name, {_names.REWARD_FN: "accuracy"})
+    histogram = exporter.exponential_point(contract.REWARDS.histogram.name, {contract.REWARD_FN: "accuracy"})
     assert (histogram.count, histogram.sum) == (4, 2.25)
     assert _rejected(exporter) == {("rl.reward", "missing"): 2, ("rl.reward", "type"): 1}
 
@@ -172,10 +172,10 @@ def test_rollout_fields_that_disagree_with_the_mask_are_rejected(
     )
     assert telemetry.flush(EXPORT_WAIT_S)
     rejected = _rejected(exporter)
-    assert rejected[(_names.RESPONSE_LENGTHS.histogram.name, "shape")] == 3
-    assert rejected[(_names.GROUPS.name, "shape")] == 3
-    assert exporter.exponential_point(_names.ENTROPY.histogram.name).count == 12
-    assert (("rl.group.outcome", "none"),) not in exporter.streams(_names.GROUPS.name)
+    assert rejected[(contract.RESPONSE_LENGTHS.histogram.name, "shape")] == 3
+    assert rejected[(contract.GROUPS.name, "shape")] == 3
+    assert exporter.exponential_point(contract.ENTROPY.histogram.name).count == 12
+    assert (("rl.group.outcome", "none"),) not in exporter.streams(contract.GROUPS.name)
 
 
 @pytest.mark.parametrize("advantages", [torch.tensor([1j, 2j]), torch.zeros(2, 2, 2)])
@@ -185,9 +185,9 @@ def test_rejected_advantages_count_no_signs(
     """Advantages rejected whole (complex dtype, three dimensions) count no advantage signs either."""
     telemetry.record_rollouts(advantages=advantages)
     assert telemetry.flush(EXPORT_WAIT_S)
-    assert not exporter.streams(_names.ADVANTAGE_SIGNS.name)
+    assert not exporter.streams(contract.ADVANTAGE_SIGNS.name)
     assert (
-        sum(n for (metric, _), n in _rejected(exporter).items() if metric == _names.ADVANTAGES.histogram.name)
+        sum(n for (metric, _), n in _rejected(exporter).items() if metric == contract.ADVANTAGES.histogram.name)
         == advantages.numel()
     )
 
@@ -206,10 +206,10 @@ def test_sparse_and_strided_tensors_are_read_like_dense_ones(
         advantages=torch.arange(8.0)[::4],
     )
     assert telemetry.flush(EXPORT_WAIT_S)
-    entropy = exporter.exponential_point(_names.ENTROPY.histogram.name)
+    entropy = exporter.exponential_point(contract.ENTROPY.histogram.name)
     assert (entropy.count, entropy.sum) == (4, 2.5)
-    assert exporter.exponential_point(_names.IMPORTANCE_RATIO.histogram.name).count == 4
-    assert exporter.number(_names.ADVANTAGES.maximum.name) == 4.0
+    assert exporter.exponential_point(contract.IMPORTANCE_RATIO.histogram.name).count == 4
+    assert exporter.number(contract.ADVANTAGES.maximum.name) == 4.0
     assert not _rejected(exporter)
 
 
@@ -229,11 +229,11 @@ def test_a_sample_with_hundreds_of_extras_keeps_its_identity(
     record = exported.log_record
     attributes = dict(record.attributes or {})
     for key in (
-        _names.SAMPLE_ID,
-        _names.SAMPLE_STEP,
-        _names.SAMPLE_SELECTION,
-        _names.SAMPLE_TABLE,
-        _names.SAMPLE_REWARD,
+        contract.SAMPLE_ID,
+        contract.SAMPLE_STEP,
+        contract.SAMPLE_SELECTION,
+        contract.SAMPLE_TABLE,
+        contract.SAMPLE_REWARD,
     ):
         assert key in attributes, key
     assert exported.dropped_attributes == 0 and len(attributes) <= 128
@@ -265,7 +265,7 @@ def test_torchforge_shim_takes_malformed_samples(
     finally:
         otel_rl._global._current = None
     assert len(logs.get_finished_logs()) == 2
-    assert _rejected(exporter)[(_names.SAMPLE_EVENT, "type")] == 2
+    assert _rejected(exporter)[(contract.SAMPLE_EVENT, "type")] == 2
 
 
 def test_metric_keys_take_a_cap_slot_only_with_a_kept_value(exporter: EncodingMetricExporter) -> None:
@@ -280,7 +280,7 @@ def test_metric_keys_take_a_cap_slot_only_with_a_kept_value(exporter: EncodingMe
     telemetry.record_metric("loss", 0.5)
     telemetry.record_metric("kl", 0.1)
     assert telemetry.flush(EXPORT_WAIT_S)
-    keys = {dict(labels)[_names.METRIC_KEY] for labels in exporter.streams(_names.METRICS.histogram.name)}
+    keys = {dict(labels)[contract.METRIC_KEY] for labels in exporter.streams(contract.METRICS.histogram.name)}
     assert keys == {"loss", "kl"}
     telemetry.shutdown(EXPORT_WAIT_S)
 
@@ -348,27 +348,32 @@ def test_bools_are_rewards_and_metrics(
     telemetry.record_rewards(True, fn="scalar")
     telemetry.record_metric("flag", np.bool_(False))
     assert telemetry.flush(EXPORT_WAIT_S)
-    rewards = exporter.exponential_point(_names.REWARDS.histogram.name, {_names.REWARD_FN: "correct"})
-    masked = exporter.exponential_point(_names.REWARDS.histogram.name, {_names.REWARD_FN: "masked"})
-    accuracy = exporter.exponential_point(_names.METRICS.histogram.name, {_names.METRIC_KEY: "accuracy"})
+    rewards = exporter.exponential_point(contract.REWARDS.histogram.name, {contract.REWARD_FN: "correct"})
+    masked = exporter.exponential_point(contract.REWARDS.histogram.name, {contract.REWARD_FN: "masked"})
+    accuracy = exporter.exponential_point(contract.METRICS.histogram.name, {contract.METRIC_KEY: "accuracy"})
     assert (rewards.count, rewards.sum, rewards.min, rewards.max) == (6, 3.0, 0.0, 1.0)
     assert (masked.count, masked.sum) == (3, 2.0)
     assert (accuracy.count, accuracy.sum) == (6, 3.0)
-    for distribution in (_names.ADVANTAGES, _names.RESPONSE_LENGTHS, _names.TRAJECTORY_VERSIONS, _names.ENTROPY):
+    for distribution in (
+        contract.ADVANTAGES,
+        contract.RESPONSE_LENGTHS,
+        contract.TRAJECTORY_VERSIONS,
+        contract.ENTROPY,
+    ):
         histogram = exporter.exponential_point(distribution.histogram.name)
         assert (histogram.count, histogram.sum) == (6, 3.0), distribution
-    ratio = exporter.exponential_point(_names.IMPORTANCE_RATIO.histogram.name)
+    ratio = exporter.exponential_point(contract.IMPORTANCE_RATIO.histogram.name)
     assert ratio.sum == 6.0  # exp(0): equal log-probabilities
     signs = {
-        dict(labels)[_names.SIGN]: value for labels, value in exporter.numbers(_names.ADVANTAGE_SIGNS.name).items()
+        dict(labels)[contract.SIGN]: value for labels, value in exporter.numbers(contract.ADVANTAGE_SIGNS.name).items()
     }
     assert signs == {"positive": 3, "negative": 0, "zero": 3}
     outcomes = {
-        dict(labels)[_names.GROUP_OUTCOME]: value for labels, value in exporter.numbers(_names.GROUPS.name).items()
+        dict(labels)[contract.GROUP_OUTCOME]: value for labels, value in exporter.numbers(contract.GROUPS.name).items()
     }
     assert outcomes == {"none": 0, "some": 3, "all": 0}
-    assert exporter.exponential_point(_names.REWARDS.histogram.name, {_names.REWARD_FN: "scalar"}).sum == 1.0
-    assert exporter.exponential_point(_names.METRICS.histogram.name, {_names.METRIC_KEY: "flag"}).count == 1
+    assert exporter.exponential_point(contract.REWARDS.histogram.name, {contract.REWARD_FN: "scalar"}).sum == 1.0
+    assert exporter.exponential_point(contract.METRICS.histogram.name, {contract.METRIC_KEY: "flag"}).count == 1
     assert _rejected(exporter) == {}
 
 
@@ -394,4 +399,4 @@ def test_bool_versions_are_rejected_as_dtype(
     """A policy version is an identity, not a truth value: record_staleness rejects bools as dtype, each counted."""
     telemetry.record_staleness(versions, 3)
     assert telemetry.flush(EXPORT_WAIT_S)
-    assert _rejected(exporter) == {(_names.STALENESS.histogram.name, "dtype"): 1 if versions is True else 2}
+    assert _rejected(exporter) == {(contract.STALENESS.histogram.name, "dtype"): 1 if versions is True else 2}

@@ -2,7 +2,7 @@
 
 Each test drives a real :class:`Telemetry` with ``exporter="console"`` and reads what it printed to stdout. The
 dashboards' rule is checked against the real thing: the same histograms go through the dashboards' PromQL
-(``otel_rl.ops.promql``) in promtool, and the console must print the values Prometheus computes.
+(``otel_rl_ops.promql``) in promtool, and the console must print the values Prometheus computes.
 """
 
 from __future__ import annotations

@@ -8,11 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+import otel_rl_contract as contract
 import pytest
 import yaml
 from opentelemetry.sdk.metrics.export import ExponentialHistogramDataPoint, HistogramDataPoint
 
-from otel_rl import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS, Telemetry, TelemetryConfig, _names
+from otel_rl import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS, Telemetry, TelemetryConfig
 from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
 
 ROOT = Path(__file__).parents[2]
@@ -22,7 +23,7 @@ COLLECTOR = yaml.safe_load((ROOT / "collector_config" / "collector.yaml").read_t
 
 def test_metric_names_are_pinned() -> None:
     """Renaming a metric is a breaking change: it must show up here."""
-    assert {(m.name, m.kind, m.unit) for m in _names.ALL_METRICS} == {
+    assert {(m.name, m.kind, m.unit) for m in contract.ALL_METRICS} == {
         ("rl.reward", "histogram", ""),
         ("rl.reward.positive", "counter", ""),
         ("rl.reward.negative", "counter", ""),
@@ -131,8 +132,8 @@ _ROLE_BOUNDS = {
 @pytest.mark.parametrize(
     ("form", "expected"),
     [
-        ("exponential", {d.histogram.name: ("ExponentialHistogram", 5) for d in _names.DISTRIBUTIONS}),
-        ("explicit", {d.histogram.name: ("Histogram", _ROLE_BOUNDS[d.role]) for d in _names.DISTRIBUTIONS}),
+        ("exponential", {d.histogram.name: ("ExponentialHistogram", 5) for d in contract.DISTRIBUTIONS}),
+        ("explicit", {d.histogram.name: ("Histogram", _ROLE_BOUNDS[d.role]) for d in contract.DISTRIBUTIONS}),
     ],
 )
 def test_histogram_forms_are_pinned(
@@ -174,7 +175,7 @@ def test_histogram_forms_are_pinned(
 
 def test_every_distribution_declares_its_role() -> None:
     """Each distribution's layout role is pinned: a new distribution must choose one."""
-    assert {d.histogram.name: d.role for d in _names.DISTRIBUTIONS} == {
+    assert {d.histogram.name: d.role for d in contract.DISTRIBUTIONS} == {
         "rl.reward": "reward",
         "rl.metric": "unbounded",
         "rl.staleness": "staleness",
@@ -192,7 +193,7 @@ def test_every_distribution_declares_its_role() -> None:
 def test_gauge_merge_rules_are_pinned() -> None:
     """How ranks merge each gauge is part of the contract: extremes by max/min, version, step and world size by
     max, the run's start and clean end by min, per-rank indicators (ranks up, ranks per phase) by sum."""
-    assert {m.name: m.merge for m in _names.ALL_METRICS if m.kind == "gauge"} == {
+    assert {m.name: m.merge for m in contract.ALL_METRICS if m.kind == "gauge"} == {
         "rl.reward.max": "max",
         "rl.reward.min": "min",
         "rl.staleness.max": "max",
@@ -233,7 +234,7 @@ def test_gauge_merge_rules_are_pinned() -> None:
         "rl.reward.ground_truth": "max",
         "rl.gpu.hour_price": "max",
     }
-    assert {m.merge for m in _names.ALL_METRICS if m.kind != "gauge"} == {"sum"}
+    assert {m.merge for m in contract.ALL_METRICS if m.kind != "gauge"} == {"sum"}
 
 
 def _ottl_condition(condition: str) -> Callable[[dict[str, Any]], bool]:
@@ -253,7 +254,7 @@ def _ottl_condition(condition: str) -> Callable[[dict[str, Any]], bool]:
     return lambda metric: bool(eval(code, {"__builtins__": {}}, {"metric": metric, "patterns": patterns}))  # noqa: S307
 
 
-def _as_ottl_metrics(metric: _names.MetricName, temporality: str = "CUMULATIVE") -> list[dict[str, Any]]:
+def _as_ottl_metrics(metric: contract.MetricName, temporality: str = "CUMULATIVE") -> list[dict[str, Any]]:
     """The forms in which the collector may receive ``metric``: a histogram is explicit or exponential."""
     types = {"histogram": ["HISTOGRAM", "EXPONENTIAL_HISTOGRAM"], "counter": ["SUM"], "gauge": ["GAUGE"]}[metric.kind]
     return [
@@ -271,7 +272,7 @@ def test_collector_admits_every_contract_metric() -> None:
     conditions = _filter_mergeable()
     dropped = [
         (form["name"], form["type"])
-        for m in _names.ALL_METRICS
+        for m in contract.ALL_METRICS
         for form in _as_ottl_metrics(m)
         if any(drops(form) for drops in conditions)
     ]
@@ -283,7 +284,7 @@ def test_collector_admits_only_contract_metric_names() -> None:
     names, so the names that reach the merge are a finite set."""
     (condition,) = COLLECTOR["processors"]["filter/contract"]["metric_conditions"]
     drops = _ottl_condition(condition)
-    assert [m.name for m in _names.ALL_METRICS if drops({"name": m.name})] == []
+    assert [m.name for m in contract.ALL_METRICS if drops({"name": m.name})] == []
     invented = ["rl.invented", "rl.reward.fn", "rl.reward2", "xrl.reward", "rl.step.max", "otel_rl.x", "rl_reward", ""]
     assert [name for name in invented if not drops({"name": name})] == []
 
@@ -291,7 +292,7 @@ def test_collector_admits_only_contract_metric_names() -> None:
 def test_collector_drops_delta_histograms_of_both_kinds() -> None:
     """filter/mergeable drops delta histograms, explicit and exponential: only cumulative points merge exactly."""
     conditions = _filter_mergeable()
-    delta = [form for m in _names.ALL_METRICS if m.kind == "histogram" for form in _as_ottl_metrics(m, "DELTA")]
+    delta = [form for m in contract.ALL_METRICS if m.kind == "histogram" for form in _as_ottl_metrics(m, "DELTA")]
     assert {form["type"] for form in delta} == {"HISTOGRAM", "EXPONENTIAL_HISTOGRAM"}
     assert all(any(drops(form) for drops in conditions) for form in delta)
 
@@ -310,7 +311,7 @@ def test_collector_merges_each_metric_by_its_contract_rule() -> None:
         if found:
             rules.append((found.group(1), _ottl_condition(found.group(2))))
     assert len(rules) == 5, statements
-    forms = [(m, form) for m in _names.ALL_METRICS for form in _as_ottl_metrics(m)]
+    forms = [(m, form) for m in contract.ALL_METRICS for form in _as_ottl_metrics(m)]
     merged = {(form["name"], form["type"]): [rule for rule, applies in rules if applies(form)] for _, form in forms}
     assert merged == {(form["name"], form["type"]): [m.merge] for m, form in forms}
 
@@ -333,7 +334,7 @@ def test_collector_stamps_a_flush_once_per_run() -> None:
 def test_collector_configs_name_only_contract_metrics() -> None:
     """Every metric name a collector configuration spells out is a metric of the contract (renames show up), except
     in transform/lens, which spells NeMo Lens's names to map them (tests/pipeline/test_lens.py)."""
-    known = {m.name for m in _names.ALL_METRICS}
+    known = {m.name for m in contract.ALL_METRICS}
     spelled = set()
     for path in sorted((ROOT / "collector_config").glob("*.yaml")):
         config = yaml.safe_load(path.read_text())
@@ -346,27 +347,27 @@ def test_collector_configs_name_only_contract_metrics() -> None:
 
 def test_contract_document_lists_every_name() -> None:
     """Every metric, attribute and event name appears in docs/contract.md."""
-    names = [m.name for m in _names.ALL_METRICS if not m.name.startswith("rl.metric.")]
+    names = [m.name for m in contract.ALL_METRICS if not m.name.startswith("rl.metric.")]
     names += [
-        _names.RUN_ID,
-        _names.RANK,
-        _names.WORLD_SIZE,
-        _names.LOCAL_RANK,
-        _names.ROLE,
-        _names.REWARD_FN,
-        _names.METRIC_KEY,
-        _names.SAMPLE_EVENT,
-        _names.SAMPLE_SELECTION,
-        _names.SAMPLE_TABLE,
-        _names.SAMPLE_TRUNCATED,
-        _names.DATASET,
-        _names.STALENESS_PHASE,
-        _names.KL_ESTIMATOR,
-        _names.GROUP_OUTCOME,
-        _names.SIGN,
-        _names.PHASE,
-        _names.JOINT_X,
-        _names.JOINT_MOMENT,
+        contract.RUN_ID,
+        contract.RANK,
+        contract.WORLD_SIZE,
+        contract.LOCAL_RANK,
+        contract.ROLE,
+        contract.REWARD_FN,
+        contract.METRIC_KEY,
+        contract.SAMPLE_EVENT,
+        contract.SAMPLE_SELECTION,
+        contract.SAMPLE_TABLE,
+        contract.SAMPLE_TRUNCATED,
+        contract.DATASET,
+        contract.STALENESS_PHASE,
+        contract.KL_ESTIMATOR,
+        contract.GROUP_OUTCOME,
+        contract.SIGN,
+        contract.PHASE,
+        contract.JOINT_X,
+        contract.JOINT_MOMENT,
     ]
     missing = [name for name in names if f"`{name}`" not in CONTRACT]
     assert missing == []
@@ -382,4 +383,4 @@ def test_spanmetrics_buckets_are_the_ranks_phase_buckets() -> None:
         number, unit = re.fullmatch(r"([0-9.]+)(ms|s|m|h)", text).groups()  # type: ignore[union-attr]
         return float(number) * units[unit]
 
-    assert [seconds(bucket) for bucket in buckets] == pytest.approx(list(_names.PHASE_BOUNDS), rel=1e-12)
+    assert [seconds(bucket) for bucket in buckets] == pytest.approx(list(contract.PHASE_BOUNDS), rel=1e-12)

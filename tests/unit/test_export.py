@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import otel_rl_contract as contract
 import pytest
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
@@ -15,7 +16,6 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, LogRecordE
 from opentelemetry.sdk.metrics.export import Gauge, MetricExportResult, MetricsData, NumberDataPoint, Sum
 from opentelemetry.sdk.resources import Resource
 
-from otel_rl import _names
 from otel_rl._export import ExportWorker, QueueLogProcessor, Timer
 from otel_rl._store import MetricStore
 from tests.conftest import EncodingMetricExporter
@@ -93,7 +93,7 @@ def test_failing_exports_back_off_on_schedule_and_a_flush_still_tries(clock: Fak
     """While exports fail, periodic attempts pause 2, 4, then 5 s (capped); a flush tries at once; after a success
     the worker exports every interval again. Exact fake times: no sleeping, no flakiness on a loaded machine."""
     store = _store()
-    store.add(_names.STEP, (), 1)
+    store.add(contract.STEP, (), 1)
     exporter = CountingExporter(clock)
     exporter.fail = True
     worker = _worker(store, clock, metrics=exporter)
@@ -117,7 +117,7 @@ class _BadPointStore(MetricStore):
     def collect(self, now_ns: int) -> Any:
         data, window = super().collect(now_ns)
         assert data is not None
-        metric = next(m for m in data.resource_metrics[0].scope_metrics[0].metrics if m.name == _names.STEP.name)
+        metric = next(m for m in data.resource_metrics[0].scope_metrics[0].metrics if m.name == contract.STEP.name)
         assert isinstance(metric.data, Gauge | Sum) and isinstance(metric.data.data_points, list)
         metric.data.data_points.append(
             NumberDataPoint(attributes={"bad": "1"}, start_time_unix_nano=1, time_unix_nano=now_ns, value=2**70)
@@ -129,14 +129,14 @@ def test_an_unencodable_point_is_left_out_and_counted(clock: FakeClock) -> None:
     """A point that fails to encode stops only its own stream: it is found, counted in otel_rl.export.unencodable,
     and every other point goes out in the same cycle and the next ones."""
     store = _BadPointStore(Resource({"service.name": "t"}), start_time_ns=1, version="0")
-    store.set(_names.STEP, (), 7)
+    store.set(contract.STEP, (), 7)
     exporter = EncodingMetricExporter()
     worker = _worker(store, clock, metrics=exporter)
     assert worker.wait(worker.request(), 30)
     assert worker.wait(worker.request(), 30)
-    assert exporter.number(_names.STEP.name) == 7
-    assert (("bad", "1"),) not in exporter.streams(_names.STEP.name)
-    assert exporter.number(_names.EXPORT_UNENCODABLE.name, {_names.SELF_SIGNAL: "metrics"}) == 1
+    assert exporter.number(contract.STEP.name) == 7
+    assert (("bad", "1"),) not in exporter.streams(contract.STEP.name)
+    assert exporter.number(contract.EXPORT_UNENCODABLE.name, {contract.SELF_SIGNAL: "metrics"}) == 1
     assert len(exporter.exports) == 2
     assert worker.shutdown(30)
 
@@ -175,7 +175,7 @@ def _records(worker: ExportWorker, *bodies: Any) -> None:
 
 
 def _dropped(store: MetricStore, reason: str) -> float:
-    return store.counter_value(_names.SAMPLES_DROPPED, ((_names.SELF_REASON, reason),))
+    return store.counter_value(contract.SAMPLES_DROPPED, ((contract.SELF_REASON, reason),))
 
 
 @pytest.fixture
@@ -236,7 +236,7 @@ def test_a_hung_collector_costs_one_log_attempt_per_cycle(
 def test_a_counter_refuses_to_go_down() -> None:
     """A negative amount is a caller's bug, raised (it was silently ignored); the callers check their input first."""
     with pytest.raises(ValueError, match=r'"amount" of \'rl.staleness.dropped\' must be >= 0, got -1'):
-        _store().add(_names.STALENESS_DROPPED, (), -1)
+        _store().add(contract.STALENESS_DROPPED, (), -1)
 
 
 def test_an_outage_is_told_once_when_it_starts_and_once_when_it_ends(

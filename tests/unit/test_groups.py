@@ -9,12 +9,13 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_rl import Telemetry, TelemetryConfig, _names
+from otel_rl import Telemetry, TelemetryConfig
 from otel_rl._buckets import Layouts
 from otel_rl._rollouts import RolloutStatistics, RolloutSummarizer
 from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
@@ -114,13 +115,13 @@ def observed(result: RolloutStatistics) -> tuple[dict[str, int], dict[str, int],
     counts: dict[str, int] = {}
     for metric, attrs, count in result.counts:
         labels = dict(attrs)
-        if metric is _names.ADVANTAGE_SIGNS:
-            key = {"zero": "zero_sign"}.get(labels[_names.SIGN], labels[_names.SIGN])
+        if metric is contract.ADVANTAGE_SIGNS:
+            key = {"zero": "zero_sign"}.get(labels[contract.SIGN], labels[contract.SIGN])
         else:
-            key = labels.get(_names.GROUP_OUTCOME, "zero")
+            key = labels.get(contract.GROUP_OUTCOME, "zero")
         counts[key] = count
     rejected: dict[str, int] = {
-        reason: n for metric, reason, n in result.rejected_parts if metric == _names.GROUPS.name
+        reason: n for metric, reason, n in result.rejected_parts if metric == contract.GROUPS.name
     }
     assert not result.rejected, result.rejected
     return counts, rejected, result.grouped
@@ -274,7 +275,7 @@ def test_bool_group_ids_are_rejected_whole() -> None:
     """A bool tensor or array is not a group id: the field is rejected as dtype (one count per rollout)."""
     for ids in (torch.tensor([True, False]), np.array([True, False])):
         result = RolloutSummarizer(LAYOUTS, solved_reward=SOLVED).summarize(group_ids=ids, rewards=[1.0, 0.0])
-        assert [(metric, error.reason) for metric, error, _ in result.rejected] == [(_names.GROUPS.name, "dtype")]
+        assert [(metric, error.reason) for metric, error, _ in result.rejected] == [(contract.GROUPS.name, "dtype")]
 
 
 def test_rejections_reach_the_exported_counter(metric_exporter: RecordingMetricExporter) -> None:
@@ -287,15 +288,15 @@ def test_rejections_reach_the_exported_counter(metric_exporter: RecordingMetricE
     assert telemetry.flush(EXPORT_WAIT_S)
     latest = metric_exporter.latest()
     outcomes = {
-        dict(attrs)[_names.GROUP_OUTCOME]: getattr(point, "value")
+        dict(attrs)[contract.GROUP_OUTCOME]: getattr(point, "value")
         for (name, attrs), point in latest.items()
-        if name == _names.GROUPS.name
+        if name == contract.GROUPS.name
     }
     assert outcomes == {"none": 0, "some": 2, "all": 1}
     rejected = {
-        dict(attrs)[_names.SELF_REASON]: getattr(point, "value")
+        dict(attrs)[contract.SELF_REASON]: getattr(point, "value")
         for (name, attrs), point in latest.items()
-        if name == _names.VALUES_REJECTED.name and dict(attrs)[_names.SELF_METRIC] == _names.GROUPS.name
+        if name == contract.VALUES_REJECTED.name and dict(attrs)[contract.SELF_METRIC] == contract.GROUPS.name
     }
     assert rejected == {"missing": 1, "nonfinite": 1, "incomplete_group": 2}
     telemetry.shutdown()

@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import otel_rl_contract as contract
 import pytest
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import otel_rl
-from otel_rl import _names
 from otel_rl._phases import step_trace
 from tests.conftest import (
     EXPORT_WAIT_S,
@@ -145,10 +145,10 @@ def test_an_imperative_phase_carries_over_into_the_next_step(
     assert started is not None
     gauges = RecordingMetricExporter()
     gauges.export(started)
-    assert gauges.number(_names.PHASES.name, {"rl.phase.name": "train"}) == 1
-    assert gauges.number(_names.PHASES.name, {"rl.phase.name": "generate"}) == 0
-    assert gauges.number(_names.PHASE_STARTED.name, {"rl.phase.name": "train"}) == (clock() - 2 * 10**9) / 1e9
-    assert (("rl.phase.name", "generate"),) not in gauges.streams(_names.PHASE_STARTED.name)
+    assert gauges.number(contract.PHASES.name, {"rl.phase.name": "train"}) == 1
+    assert gauges.number(contract.PHASES.name, {"rl.phase.name": "generate"}) == 0
+    assert gauges.number(contract.PHASE_STARTED.name, {"rl.phase.name": "train"}) == (clock() - 2 * 10**9) / 1e9
+    assert (("rl.phase.name", "generate"),) not in gauges.streams(contract.PHASE_STARTED.name)
 
 
 def test_a_trajectory_is_linked_to_the_phase_that_consumes_it(
@@ -190,7 +190,7 @@ def test_phases_never_raise_and_never_swallow(ranks: list[otel_rl.Telemetry]) ->
         pass
     with pytest.raises(KeyError), rank.phase("train"):
         raise KeyError("the trainer's own")
-    assert rank.self_telemetry.rejected(_names.PHASES.name) >= 1
+    assert rank.self_telemetry.rejected(contract.PHASES.name) >= 1
 
 
 def test_throughput_and_async_state_are_exact_counters_and_gauges(spans: InMemorySpanExporter, clock: Clock) -> None:
@@ -204,22 +204,22 @@ def test_throughput_and_async_state_are_exact_counters_and_gauges(spans: InMemor
     rank.set_async_state(queue_depth=-1)
     assert rank.flush(EXPORT_WAIT_S)
 
-    def value(metric: _names.MetricName) -> int | float:
+    def value(metric: contract.MetricName) -> int | float:
         return metrics.number(metric.name)
 
-    assert (value(_names.TOKENS_GENERATED), value(_names.TOKENS_TRAINED), value(_names.SAMPLES_TRAINED)) == (
+    assert (value(contract.TOKENS_GENERATED), value(contract.TOKENS_TRAINED), value(contract.SAMPLES_TRAINED)) == (
         4096 + 2**53 + 1,
         3001,
         8,
     )
     assert (
-        value(_names.QUEUE_DEPTH),
-        value(_names.IN_FLIGHT),
-        value(_names.BUFFER_USED),
-        value(_names.BUFFER_CAPACITY),
+        value(contract.QUEUE_DEPTH),
+        value(contract.IN_FLIGHT),
+        value(contract.BUFFER_USED),
+        value(contract.BUFFER_CAPACITY),
     ) == (3, 5, 120, 512)
-    assert (value(_names.FLOPS_PER_TOKEN), value(_names.FLOPS_PEAK)) == (6e9, 1e15)
-    assert rank.self_telemetry.rejected(_names.QUEUE_DEPTH.name) == 1
+    assert (value(contract.FLOPS_PER_TOKEN), value(contract.FLOPS_PEAK)) == (6e9, 1e15)
+    assert rank.self_telemetry.rejected(contract.QUEUE_DEPTH.name) == 1
     rank.shutdown(EXPORT_WAIT_S)
 
 

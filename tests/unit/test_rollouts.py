@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from otel_rl import Telemetry, TelemetryConfig, _names
+from otel_rl import Telemetry, TelemetryConfig
 from otel_rl._buckets import ExponentialLayout, Layout, Layouts
 from otel_rl._rollouts import RolloutStatistics, RolloutSummarizer
 from otel_rl._stats import ValueSummarizer
@@ -37,7 +38,7 @@ def _exponential(layout: Layout) -> ExponentialLayout:
 
 
 LAYOUTS = Layouts.resolve("exponential", scale=5)
-LAYOUT = _exponential(LAYOUTS.of(_names.REWARDS))
+LAYOUT = _exponential(LAYOUTS.of(contract.REWARDS))
 PATHS = pytest.mark.parametrize("values", [ValueSummarizer, TorchValues])
 
 

@@ -310,7 +310,7 @@ def test_unreachable_collector_neither_blocks_nor_raises(protocol: Literal["grpc
     recording = time.monotonic() - started
     time.sleep(1.5)
     failures = telemetry._store.counter_value(  # the count exists only in memory: nothing could send it
-        __import__("otel_rl._names", fromlist=["x"]).EXPORT_FAILURES, (("otel_rl.signal", "metrics"),)
+        __import__("otel_rl_contract", fromlist=["x"]).EXPORT_FAILURES, (("otel_rl.signal", "metrics"),)
     )
     started = time.monotonic()
     telemetry.shutdown()

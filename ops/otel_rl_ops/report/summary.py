@@ -1,0 +1,507 @@
+"""A run's summary read back from the stores: the numbers a person wants first (used by ``otel-rl report`` and
+``python -m demo``).
+
+Reward early and late (mean, p50, p90), staleness, rollout health, where the time went (phase shares, nested phases as
+shares of their parent), tokens per second and MFU, the slowest step's trace, and the top and bottom samples.
+
+Window statistics subtract cumulative values at two instants (exact; ``increase()`` would extrapolate), so the
+summary can be checked against what the ranks recorded. Histograms are read as Prometheus native histograms
+(``rl_reward``, ``rl_staleness``: the ranks' default exponential histograms), else as the classic ``_bucket`` and
+``_count`` series (``TelemetryConfig(histogram="explicit")``), and every quantile is clamped to the exact merged
+min and max (the ``_min``/``_max`` gauges) of its window, as on the dashboards: the queries come from the
+dashboards' own builders (:mod:`otel_rl_ops.promql`), read over cumulative values instead of a rate window.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from otel_rl_ops import promql
+from otel_rl_ops.query import Jaeger, Prometheus, VictoriaLogs
+
+_TIMEOUT_S = 10
+STEP_TRACES = 100_000
+"""How many of a run's step traces a Jaeger search asks for: all of them, so that the slowest step is the run's."""
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where one run's data is: the stores' base URLs and the run id."""
+
+    prometheus_url: str
+    victorialogs_url: str
+    run_id: str
+    jaeger_url: str | None = None
+    """Jaeger's query API: the slowest step's trace (None: the summary names no trace)."""
+
+    @property
+    def prometheus(self) -> Prometheus:
+        """The client of ``prometheus_url``."""
+        return Prometheus(self.prometheus_url, timeout_s=_TIMEOUT_S)
+
+    @property
+    def logs(self) -> VictoriaLogs:
+        """The client of ``victorialogs_url``."""
+        return VictoriaLogs(self.victorialogs_url, timeout_s=_TIMEOUT_S)
+
+    def selector(self, **labels: str) -> str:
+        """Label matchers of the run's series with ``labels`` (values quoted)."""
+        return promql.matchers(rl_run_id=self.run_id, **labels)
+
+
+def _offset(expr: str, selector: str, seconds: float) -> str:
+    """``expr`` with every series of ``selector`` in it read ``seconds`` earlier."""
+    return expr.replace(f"{{{selector}}}", f"{{{selector}}} offset {_duration(seconds)}")
+
+
+def _since(expr: str, selector: str, start: float | None, end: float) -> str:
+    """What the cumulative ``expr`` grew by from ``start`` to ``end`` (evaluated at ``end``): ``expr`` minus itself
+    ``end - start`` earlier, exact (``increase()`` would extrapolate); ``expr`` itself when ``start`` is None (the
+    beginning)."""
+    return expr if start is None else f"({expr} - {_offset(expr, selector, end - start)})"
+
+
+def _duration(seconds: float) -> str:
+    return f"{round(seconds * 1000)}ms"
+
+
+def quantiles(
+    sources: Sources,
+    metric: str,
+    selector: str,
+    qs: tuple[float, ...],
+    *,
+    start: float | None,
+    end: float,
+    since: float,
+    integers: bool = False,
+) -> dict[str, float | None]:
+    """The ``qs`` quantiles of ``metric`` recorded between ``start`` (None: the beginning) and ``end``, from the
+    native histogram (else the classic buckets), each clamped to the exact min and max of the gauges over
+    ``[start or since, end]``, rounded when the metric only takes ``integers`` (as the dashboards do). Keys
+    ``p50``, ``p90``, ...."""
+    native, classic = (_since(h, selector, start, end) for h in promql.buckets(metric, selector, window=None))
+    bounds = promql.extremes(metric, selector, window=_duration(end - (since if start is None else start)))
+    return {
+        f"p{round(q * 100)}": sources.prometheus.value(
+            promql.clamp_to_extremes(promql.quantile_estimate(q, native, classic, integers=integers), *bounds), end
+        )
+        for q in qs
+    }
+
+
+def wait_until_settled(sources: Sources, *, expected_count: int | None, timeout_s: float = 60) -> float:
+    """Wait until the run's reward count stops changing (or reaches ``expected_count``); returns that time."""
+    query = promql.count("rl_reward", sources.selector(rl_reward_fn="total"), window=None)
+    return _settled(sources, query, expected_count, timeout_s, what="reward count")
+
+
+def _settled(sources: Sources, query: str, expected: float | None, timeout_s: float, *, what: str) -> float:
+    """Poll ``query`` every second until it reaches ``expected`` (or, when that is None, gives one value three
+    times in a row); returns that time."""
+    deadline = time.time() + timeout_s
+    previous, stable = None, 0
+    while time.time() < deadline:
+        now = time.time()
+        value = sources.prometheus.value(query, now)
+        if value is not None and expected is not None and value >= expected:
+            return now
+        stable = stable + 1 if value is not None and value == previous else 0
+        if expected is None and stable >= 3:
+            return now
+        previous = value
+        time.sleep(1)
+    raise TimeoutError(f"run {sources.run_id!r}: {what} still {previous} after {timeout_s}s")
+
+
+def reporting_span(sources: Sources, now: float, lookback_s: float) -> tuple[float, float]:
+    """When the run's reward count first appeared in Prometheus, and when it reached its final value."""
+    query = promql.count("rl_reward", sources.selector(rl_reward_fn="total"), window=None)
+    series = sources.prometheus.range(query, now - lookback_s, now, step=0.5)[0]
+    values = [(float(t), float(v)) for t, v in series["values"]]
+    final = values[-1][1]
+    settled = next(t for t, v in values if v == final)
+    return values[0][0], settled
+
+
+def window_stats(
+    sources: Sources, fn: str, start: float | None, end: float, *, since: float
+) -> dict[str, float | None]:
+    """Count, mean, p50 and p90 of ``rl.reward{fn}`` recorded between ``start`` (None: the beginning, the run's
+    first point at ``since``) and ``end``."""
+    sel = sources.selector(rl_reward_fn=fn)
+    count = _since(promql.count("rl_reward", sel, window=None), sel, start, end)
+    total = _since(promql.signed_sum("rl_reward", sel, window=None), sel, start, end)
+    prometheus = sources.prometheus
+    return {
+        "count": prometheus.value(count, end),
+        "mean": prometheus.value(f"{total} / {count}", end),
+        **quantiles(sources, "rl_reward", sel, (0.5, 0.9), start=start, end=end, since=since),
+    }
+
+
+def samples(sources: Sources, selection: str, limit: int) -> list[dict[str, Any]]:
+    """The run's highest (``top``) or lowest (``bottom``) reward samples across all ranks, latest steps first,
+    one per distinct prompt and response."""
+    order = "desc" if selection == "top" else "asc"
+    query = (
+        f"{promql.logsql_exact('rl.run.id', sources.run_id)} {promql.logsql_exact('rl.sample.selection', selection)} "
+        f"| sort by (rl.reward {order}, rl.step desc) | limit {limit * 20}"
+    )
+    distinct: dict[tuple[str, str], dict[str, Any]] = {}
+    for record in sources.logs.query(query):
+        distinct.setdefault((record.get("prompt", ""), record.get("_msg", "")), record)
+    return list(distinct.values())[:limit]
+
+
+def health(sources: Sources, end: float, *, since: float) -> dict[str, Any]:
+    """The run's health signals over its whole life: the importance ratio between trainer and generator (mean,
+    p50, p99, effective sample size), the k1/k3 mismatch KL, entropy, prompt-group outcomes, advantage signs,
+    reward per dataset, and the ranks and lifecycle gauges."""
+    prometheus = sources.prometheus
+    sel = sources.selector()
+
+    def total(metric: str, **labels: str) -> float | None:
+        return prometheus.value(promql.increase(metric, sources.selector(**labels), window=None), end)
+
+    def mean(metric: str, **labels: str) -> float | None:
+        return prometheus.value(promql.mean(metric, sources.selector(**labels), window=None), end)
+
+    lookback = f"[{round(end - since)}s]"
+    return {
+        "importance_ratio": {
+            "tokens": prometheus.value(promql.count("rl_importance_ratio", sel, window=None), end),
+            "mean": mean("rl_importance_ratio"),
+            **quantiles(sources, "rl_importance_ratio", sel, (0.5, 0.99), start=None, end=end, since=since),
+            "ess_fraction": prometheus.value(
+                promql.effective_sample_size("rl_importance_ratio", sel, window=None), end
+            ),
+        },
+        "mismatch_kl": {estimator: mean("rl_mismatch_kl", rl_kl_estimator=estimator) for estimator in ("k1", "k3")},
+        "entropy_mean": mean("rl_entropy"),
+        "groups": {
+            **{outcome: total("rl_groups_total", rl_group_outcome=outcome) for outcome in ("none", "some", "all")},
+            "zero_variance": total("rl_groups_zero_variance_total"),
+        },
+        "advantage_signs": {
+            sign: total("rl_advantage_sign_total", rl_sign=sign) for sign in ("positive", "negative", "zero")
+        },
+        "reward_by_dataset": {
+            dataset: mean("rl_reward", rl_reward_fn="total", rl_dataset=dataset) for dataset in ("carry", "no_carry")
+        },
+        "ranks": {
+            "up": prometheus.value(f"max(max_over_time(rl_ranks_up{{{sel}}}{lookback}))", end),
+            "expected": prometheus.value(f"max(last_over_time(rl_ranks_expected{{{sel}}}{lookback}))", end),
+            "finished": prometheus.value(f"max(last_over_time(rl_run_finished{{{sel}}}{lookback}))", end),
+        },
+    }
+
+
+def wait_for_spans(sources: Sources, *, expected_spans: int | None, timeout_s: float = 60) -> float:
+    """Wait until the run's phase spans are all counted (``rl_phase_calls_total`` reaches ``expected_spans``, or
+    stops changing when that is None); returns that time. Spans leave a rank in batches (every 5 s, the last at its
+    shutdown) and pass the collector's spanmetrics, so they arrive seconds after the rank's last metrics."""
+    query = promql.increase(promql.PHASE_CALLS, sources.selector(), window=None)
+    return _settled(sources, query, expected_spans, timeout_s, what="phase spans counted")
+
+
+def step_traces(sources: Sources, begin: float, end: float, *, service: str) -> list[dict[str, Any]]:
+    """Every step's trace of the run in Jaeger (Jaeger's JSON: ``traceID``, ``spans`` with ``tags`` and
+    ``references``); none without ``sources.jaeger_url`` or ``service``."""
+    if sources.jaeger_url is None or not service:
+        return []
+    return Jaeger(sources.jaeger_url, timeout_s=_TIMEOUT_S).traces(
+        service,
+        operation="rl.step",
+        tags={"rl.run.id": sources.run_id},
+        start=begin - 60,
+        end=end + 60,
+        limit=STEP_TRACES,
+    )
+
+
+def _tags(span: dict[str, Any]) -> dict[str, Any]:
+    return {tag["key"]: tag["value"] for tag in span.get("tags") or ()}
+
+
+def slowest_step(traces: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The slowest step among ``traces`` (:func:`step_traces`): step, seconds and trace id of the longest root span
+    ``rl.step``."""
+    steps = [
+        {"step": int(tags["rl.step"]), "seconds": span["duration"] / 1e6, "trace_id": found["traceID"]}
+        for found in traces
+        for span in found["spans"]
+        if span["operationName"] == "rl.step" and not span.get("references")
+        for tags in [_tags(span)]
+    ]
+    return max(steps, key=lambda step: step["seconds"]) if steps else None
+
+
+PHASE_ATTRIBUTE = "rl.phase.name"
+"""The span attribute that makes a span a phase (``otel_rl_contract.PHASE``; ops code does not import the library's
+private modules)."""
+
+
+def phase_parents(traces: list[dict[str, Any]]) -> dict[str, str | None]:
+    """Which phase each phase runs inside, from the steps' traces: a phase span whose parent span is a phase span is
+    nested in that phase (``with telemetry.phase("train"): with telemetry.phase("allreduce"): ...``); None: a
+    top-level phase. A phase seen under several parents gets the most frequent one.
+
+    >>> span = lambda i, name, parent=None: {"spanID": i, "tags": [{"key": "rl.phase.name", "value": name}],
+    ...     "references": [{"refType": "CHILD_OF", "spanID": parent or "rank"}]}
+    >>> phase_parents([{"spans": [span("1", "train"), span("2", "allreduce", "1"), span("3", "score")]}])
+    {'train': None, 'allreduce': 'train', 'score': None}
+    """
+    seen: dict[str, dict[str | None, int]] = {}
+    for found in traces:
+        names = {span["spanID"]: _tags(span).get(PHASE_ATTRIBUTE) for span in found.get("spans") or ()}
+        for span in found.get("spans") or ():
+            name = names[span["spanID"]]
+            if name is None:
+                continue
+            parents = [ref["spanID"] for ref in span.get("references") or () if ref.get("refType") == "CHILD_OF"]
+            parent = names.get(parents[0]) if parents else None
+            counts = seen.setdefault(str(name), {})
+            key = None if parent is None or parent == name else str(parent)
+            counts[key] = counts.get(key, 0) + 1
+    parents_of = {name: max(counts, key=lambda parent: counts[parent]) for name, counts in seen.items()}
+    return {name: parent if _top(parent, parents_of, name) else None for name, parent in parents_of.items()}
+
+
+def _top(parent: str | None, parents_of: dict[str, str | None], name: str) -> bool:
+    """Whether following ``parent`` upwards ends at a top-level phase (not in a cycle back to ``name``)."""
+    steps = 0
+    while parent is not None and steps <= len(parents_of):
+        if parent == name:
+            return False
+        parent, steps = parents_of.get(parent), steps + 1
+    return parent is None
+
+
+def nested_order(seconds: dict[str, float], parents: dict[str, str | None]) -> list[tuple[str, int]]:
+    """The phases in tree order with their depth: top-level phases by time spent (most first), each followed by the
+    phases nested in it. A phase whose parent has no time of its own counts as top-level.
+
+    >>> nested_order({"train": 5.0, "allreduce": 1.0, "generate": 9.0}, {"allreduce": "train"})
+    [('generate', 0), ('train', 0), ('allreduce', 1)]
+    """
+    children: dict[str | None, list[str]] = {}
+    for phase in sorted(seconds, key=lambda phase: (-seconds[phase], phase)):
+        parent = parents.get(phase)
+        children.setdefault(parent if parent in seconds else None, []).append(phase)
+    order: list[tuple[str, int]] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for phase in children.get(parent, ()):
+            order.append((phase, depth))
+            walk(phase, depth + 1)
+
+    walk(None, 0)
+    return order
+
+
+def performance(sources: Sources, begin: float, end: float, *, service: str, counted: float) -> dict[str, Any]:
+    """Where the run's time went between ``begin`` and ``end``, from the collector's phase durations
+    (``rl_phase_duration_seconds``, every rank's phase spans merged) read at ``counted`` (once all of them arrived:
+    :func:`wait_for_spans`).
+
+    Per phase (in :func:`nested_order`): its spans, seconds, ``parent`` (the phase it is nested in, from the steps'
+    traces: :func:`phase_parents`; None for a top-level phase, and for every phase without Jaeger), ``share`` (of its
+    parent's time when nested, else of the ranks' time: the top-level shares add up to at most 1), mean and p99; the
+    slowest phase (longest mean span); tokens, tokens per second and MFU over the run; and, from Jaeger, the slowest
+    step (its root span ``rl.step``) and its trace id."""
+    prometheus = sources.prometheus
+    sel = sources.selector()
+
+    def by_phase(expr: str) -> dict[str, float]:
+        return {item["metric"]["rl_phase_name"]: float(item["value"][1]) for item in prometheus.query(expr, counted)}
+
+    seconds = by_phase(f"sum by (rl_phase_name) ({promql.PHASE_DURATION}_sum{{{sel}}})")
+    spans = by_phase(f"sum by (rl_phase_name) ({promql.PHASE_DURATION}_count{{{sel}}})")
+    p99 = by_phase(f"histogram_quantile(0.99, sum by (rl_phase_name, le) ({promql.PHASE_DURATION}_bucket{{{sel}}}))")
+    ranks = prometheus.value(f"max(rl_ranks_expected{{{sel}}})", end) or 1.0
+    wall = max(end - begin, 1e-9)
+    traces = step_traces(sources, begin, end, service=service)
+    parents = phase_parents(traces)
+    split: dict[str, dict[str, Any]] = {}
+    for phase, _ in nested_order(seconds, parents):
+        total, parent = seconds[phase], parents.get(phase) if parents.get(phase) in seconds else None
+        split[phase] = {
+            "spans": spans.get(phase),
+            "seconds": total,
+            "parent": parent,
+            "share": total / (seconds[parent] or 1e-9) if parent else total / (ranks * wall),
+            "mean": total / spans[phase] if spans.get(phase) else None,
+            "p99": p99.get(phase),
+        }
+    slowest = max(split, key=lambda phase: split[phase]["mean"] or 0.0) if split else None
+    # Read at `counted` too: a rank counts a step's tokens after its rewards, so they may arrive a flush after `end`.
+    trained = prometheus.value(promql.increase("rl_tokens_trained_total", sel, window=None), counted)
+    # The largest over the run: ranks that shut down before `counted` are missing from the last flushes' sums.
+    run = f"{max(1, math.ceil(counted - begin))}s"
+    peak = f"max(max_over_time(rl_flops_peak_per_second{{{sel}}}[{run}]))"
+    flops = prometheus.value(f"max(max_over_time(rl_flops_per_token{{{sel}}}[{run}])) / {peak}", counted)
+    tokens_per_s = None if trained is None else trained / wall
+    return {
+        "split": split,
+        "nesting_known": bool(traces),
+        "slowest_phase": slowest,
+        "tokens": {
+            "generated": prometheus.value(promql.increase("rl_tokens_generated_total", sel, window=None), counted),
+            "trained": trained,
+            "trained_per_s": tokens_per_s,
+            "mfu": None if tokens_per_s is None or flops is None else tokens_per_s * flops,
+        },
+        "slowest_step": slowest_step(traces),
+    }
+
+
+def summary_between(sources: Sources, begin: float, end: float, *, service: str, counted: float) -> dict[str, Any]:
+    """The run's summary between ``begin`` (its first point) and ``end`` (its last): reward over the whole run,
+    early (the first quarter) and late (the last quarter), and per reward function; staleness p50, p99, min and max;
+    rollout health; where the time went (phase sums read at ``counted``: :func:`performance`); the top and bottom
+    samples."""
+    quarter = max((end - begin) / 4, 1.0)
+    since = begin - 60  # the extremes gauges of the run's first points, with a margin
+    sel = sources.selector()
+    prometheus = sources.prometheus
+    minimum, maximum = promql.extremes("rl_staleness", sel, window=_duration(end - since))
+    return {
+        "run_id": sources.run_id,
+        "window_s": round(end - begin, 3),
+        "reward": {
+            "overall": window_stats(sources, "total", None, end, since=since),
+            "early": window_stats(sources, "total", None, begin + quarter, since=since),
+            "late": window_stats(sources, "total", end - quarter, end, since=since),
+            "by_fn": {fn: window_stats(sources, fn, None, end, since=since) for fn in ("correctness", "format")},
+        },
+        "staleness": {
+            "count": prometheus.value(promql.count("rl_staleness", sel, window=None), end),
+            "sum": prometheus.value(
+                f"histogram_sum(sum(rl_staleness{{{sel}}})) or sum(rl_staleness_sum{{{sel}}})", end
+            ),
+            **quantiles(sources, "rl_staleness", sel, (0.5, 0.99), start=None, end=end, since=since, integers=True),
+            "min": prometheus.value(minimum, end),
+            "max": prometheus.value(maximum, end),
+        },
+        "health": health(sources, end, since=since),
+        "performance": performance(sources, begin, end, service=service, counted=counted),
+        "cost": cost(sources, end),
+        "samples": {"top": samples(sources, "top", 3), "bottom": samples(sources, "bottom", 3)},
+    }
+
+
+def cost(sources: Sources, at: float) -> dict[str, float | None]:
+    """What the run cost up to ``at``: its GPU-hours, and at its stated price per GPU-hour the total and the cost per
+    step, per million trained tokens and per solved prompt group (None without a price)."""
+    sel = sources.selector(rl_rank="")
+    value = sources.prometheus.value
+    return {
+        "gpu_hours": value(promql.gpu_hours(sel), at),
+        "total": value(promql.cost(sel), at),
+        "per_step": value(promql.cost_per(sel, "step"), at),
+        "per_million_tokens": value(promql.cost_per(sel, "million_tokens"), at),
+        "per_solved_group": value(promql.cost_per(sel, "solved_group"), at),
+    }
+
+
+def summarize(
+    sources: Sources, *, expected_count: int | None, expected_spans: int | None, service: str
+) -> dict[str, Any]:
+    """The summary of a run that just finished (:func:`summary_between`), once its rewards and phase spans all
+    arrived (``expected_count`` rewards and ``expected_spans`` phase spans, or counts that stopped changing)."""
+    begin, end = reporting_span(sources, wait_until_settled(sources, expected_count=expected_count), 3600)
+    counted = wait_for_spans(sources, expected_spans=expected_spans)
+    return summary_between(sources, begin, end, service=service, counted=counted)
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    """A number for people: integers as integers, others with ``digits`` significant digits, None as ``-``."""
+    if value is None:
+        return "-"
+    value = float(value)
+    if value.is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return f"{value:.1f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
+
+
+_RANKS_TIME = "the ranks' time"
+
+
+def _percent(value: Any) -> str:
+    return "-" if value is None else f"{float(value) * 100:.3g}%"
+
+
+def _sample(sample: dict[str, Any], limit: int = 60) -> str:
+    text = f"{sample.get('prompt', '')} → {sample.get('_msg', '')}"
+    text = " ".join(text.split())
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return f"reward {_num(sample.get('rl.reward'))} at step {sample.get('rl.step', '-')}: {text}"
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The summary as (what, value) rows for a table a person reads first: reward early and late, staleness, phase
+    shares (nested phases indented, as shares of their parent), tokens per second, MFU, the slowest step's trace,
+    the top and bottom samples.
+
+    >>> rows = summary_rows({"reward": {}, "staleness": {"p99": 3.0, "max": 4.0}, "performance": {"split": {
+    ...     "train": {"parent": None, "share": 0.5, "mean": 0.1, "p99": 0.2},
+    ...     "allreduce": {"parent": "train", "share": 0.25, "mean": 0.01, "p99": 0.02}}, "nesting_known": True}})
+    >>> for row in rows[1:3]: print(row)
+    ('phase train', "50% of the ranks' time (mean 0.1 s, p99 0.2 s)")
+    ('  phase allreduce (in train)', '25% of train (mean 0.01 s, p99 0.02 s)')
+    """
+    rows: list[tuple[str, str]] = []
+    reward = summary.get("reward") or {}
+    for name, label in (("early", "first quarter"), ("late", "last quarter"), ("overall", "whole run")):
+        stats = reward.get(name)
+        if stats:
+            rows.append(
+                (
+                    f"reward, {label}",
+                    f"mean {_num(stats['mean'])}, p50 {_num(stats['p50'])}, p90 {_num(stats['p90'])} "
+                    f"({_num(stats['count'])} rollouts)",
+                )
+            )
+    staleness = summary.get("staleness") or {}
+    rows.append(("staleness (versions behind)", f"p99 {_num(staleness.get('p99'))}, max {_num(staleness.get('max'))}"))
+    performance = summary.get("performance") or {}
+    split = performance.get("split") or {}
+    depth: dict[str, int] = {}
+    for phase, stats in split.items():
+        parent = stats["parent"]
+        depth[phase] = depth.get(parent, -1) + 1 if parent else 0
+        label = "  " * depth[phase] + f"phase {phase}" + (f" (in {parent})" if parent else "")
+        timing = f"(mean {_num(stats['mean'])} s, p99 {_num(stats['p99'])} s)"
+        rows.append((label, f"{_percent(stats['share'])} of {parent or _RANKS_TIME} {timing}"))
+    if split and not performance.get("nesting_known"):
+        rows.append(("phase nesting", "unknown without Jaeger: a nested phase's share also counts in its parent's"))
+    tokens = performance.get("tokens")
+    if tokens:
+        rows.append(("tokens trained per second", _num(tokens["trained_per_s"])))
+        rows.append(("MFU (of peak FLOP/s)", _percent(tokens["mfu"])))
+    if "slowest_step" in performance:
+        step = performance["slowest_step"]
+        rows.append(
+            (
+                "slowest step",
+                f"step {step['step']}: {step['seconds']:.3f} s, trace {step['trace_id']}" if step else "- (no Jaeger)",
+            )
+        )
+    spent = summary.get("cost") or {}
+    if spent.get("total") is not None:
+        rows.append(
+            (
+                "cost",
+                f"{_num(spent['total'])} ({_num(spent['gpu_hours'])} GPU-hours): per step {_num(spent['per_step'])}, "
+                f"per M tokens {_num(spent['per_million_tokens'])}, per solved group {_num(spent['per_solved_group'])}",
+            )
+        )
+    samples_ = summary.get("samples") or {}
+    for selection, label in (("top", "best sample"), ("bottom", "worst sample")):
+        found = samples_.get(selection) or []
+        rows.append((label, _sample(found[0]) if found else "-"))
+    return rows
