@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from otel_rl._buckets import DEFAULT_REWARD_BOUNDS
+from otel_rl._record.buckets import DEFAULT_REWARD_BOUNDS
 
 
 @dataclass(frozen=True)

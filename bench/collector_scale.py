@@ -20,9 +20,9 @@ from otel_rl_contract import REWARD_FN, REWARD_FN_TOTAL, REWARDS, SCOPE_VERSION,
 from otel_rl_ops.query import Prometheus
 
 from otel_rl import TelemetryConfig
-from otel_rl._stats import StalenessSummarizer, ValueSummarizer
-from otel_rl._store import MetricStore, attributes
-from otel_rl._telemetry import build_resource, layouts
+from otel_rl._pipeline import build_resource, layouts
+from otel_rl._record.stats import StalenessSummarizer, ValueSummarizer
+from otel_rl._state.store import MetricStore, attributes
 
 _VALUES_PER_TICK = 16
 _TICK_S = 1.0

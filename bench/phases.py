@@ -21,8 +21,8 @@ from opentelemetry.trace import INVALID_SPAN
 
 from bench.timing import interleaved, median, percentile
 from otel_rl import Telemetry, TelemetryConfig
-from otel_rl._phases import DerivedIds, PhaseTracer, _Open
-from otel_rl._store import MetricStore
+from otel_rl._state.phases import DerivedIds, PhaseTracer, _Open
+from otel_rl._state.store import MetricStore
 
 PHASES = ("generate", "score", "train")
 

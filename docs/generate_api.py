@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import textwrap
+import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -257,6 +258,9 @@ def _methods(cls: type) -> list[str]:
                 markdown(inspect.getdoc(member)),
                 "",
             ]
+            takes = getattr(inspect.unwrap(member, stop=lambda f: hasattr(f, "takes")), "takes", None)
+            if takes is not None:  # keyword arguments declared as a dataclass's fields, with their documents
+                out += [*_fields_table(takes), ""]
     return out
 
 
@@ -286,6 +290,14 @@ def _entry(name: str, defaults: Mapping[str, str]) -> list[str]:
             "",
         ]
     out = [f"### `{name}`", ""]
+    if typing.get_origin(obj) in (typing.Union, types.UnionType):
+        source = inspect.getsource(_defining_module(name))
+        (alias,) = [
+            ast.get_source_segment(source, node) or name
+            for node in ast.parse(source).body
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name
+        ]
+        return [*out, "```python", alias, "```", "", markdown(attribute_docs(source).get(name)), ""]
     if inspect.isclass(obj) and dataclasses.is_dataclass(obj):
         out += [markdown(inspect.getdoc(obj)), ""]
         if obj is otel_rl.TelemetryConfig:

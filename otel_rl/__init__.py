@@ -4,10 +4,11 @@ Every rank records reward and staleness distributions and episode samples; they 
 OpenTelemetry Collector merges the ranks (no collectives in the trainer). See ``docs/contract.md`` for the names.
 """
 
-from otel_rl._buckets import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS
 from otel_rl._config import ResolvedConfig, TelemetryConfig
 from otel_rl._global import get_telemetry, reset, setup
-from otel_rl._samples import EpisodeSample, SampleFilter, TopBottomFilter
+from otel_rl._record.buckets import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS
+from otel_rl._record.inputs import TensorLike
+from otel_rl._record.samples import EpisodeSample, SampleFilter, TopBottomFilter
 from otel_rl._tee import Tee, tee_tensorboard, tee_wandb
 from otel_rl._telemetry import Telemetry
 
@@ -20,6 +21,7 @@ __all__ = [
     "Tee",
     "Telemetry",
     "TelemetryConfig",
+    "TensorLike",
     "TopBottomFilter",
     "get_telemetry",
     "reset",

@@ -18,8 +18,14 @@ from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from otel_rl import _env
-from otel_rl._buckets import DEFAULT_REWARD_BOUNDS, DEFAULT_SCALE, DEFAULT_STALENESS_BOUNDS, MAX_SCALE, HistogramForm
-from otel_rl._inputs import describe
+from otel_rl._record.buckets import (
+    DEFAULT_REWARD_BOUNDS,
+    DEFAULT_SCALE,
+    DEFAULT_STALENESS_BOUNDS,
+    MAX_SCALE,
+    HistogramForm,
+)
+from otel_rl._record.inputs import describe
 
 _logger = logging.getLogger(__name__)
 
@@ -158,8 +164,8 @@ class TelemetryConfig:
     samples_as_span_events: bool = False
     """Also attach kept samples as events of this rank's step span ``rl.rank.step`` (with ``trace_phases``)."""
     trace_phases: bool = True
-    """Export each step and phase as spans (one trace per step across ranks, ``otel_rl._phases``). Off: no spans; the
-    phase durations and counts (the rank's own metrics) and the phase gauges still."""
+    """Export each step and phase as spans (one trace per step across ranks, ``otel_rl._state.phases``). Off: no spans;
+    the phase durations and counts (the rank's own metrics) and the phase gauges still."""
     flops_per_token: float | None = None
     """Training FLOPs per trained token (about 6N for a model of N parameters, 2N more with a reference model);
     with ``peak_flops`` the dashboards show MFU = tokens trained/s x flops_per_token / sum of peak_flops."""

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import ParamSpec
 
 from otel_rl._config import ResolvedConfig
-from otel_rl._export import destination
+from otel_rl._export.exporters import destination
 from otel_rl._telemetry import Telemetry
 
 P = ParamSpec("P")

@@ -3,7 +3,7 @@
 Every public entry point runs its body under :func:`guarded` (methods: the ``Telemetry`` methods,
 ``MetricsDictLogger.log``, the TRL callback's hooks) or :func:`guarded_function` (module-level functions: the
 torchforge shim). An exception from the body is counted in ``otel_rl.values.rejected`` under the entry point's
-metric (a :class:`~otel_rl._inputs.BadInput` under its reason, anything else as ``invalid``), warned about once
+metric (a :class:`~otel_rl._record.inputs.BadInput` under its reason, anything else as ``invalid``), warned about once
 per metric and reason, and the call returns its fallback value. What a body rejects only in part (NaN values,
 one bad field) it counts itself and keeps the rest: the guard is for what makes a whole call unusable.
 """
@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from otel_rl._self_telemetry import SelfTelemetry
+from otel_rl._state.self_telemetry import SelfTelemetry
 
 _logger = logging.getLogger(__name__)
 

@@ -1,95 +1,73 @@
 """Telemetry: the one object a training process records through; it wires the parts and guards every entry point.
 
 Two error regimes. Construction validates its configuration and raises at once. After that no method raises into
-the training loop: each runs under the guard of ``otel_rl._guard``; inputs are converted by ``otel_rl._inputs``;
+the training loop: each runs under the guard of ``otel_rl._guard``; inputs are converted by ``otel_rl._record.inputs``;
 a bad part of the input is dropped, counted in ``otel_rl.values.rejected`` and warned about once
-(``otel_rl._self_telemetry``), and the valid part is kept.
+(``otel_rl._state.self_telemetry``), and the valid part is kept.
 
-The parts: summarizers turn a call's values into :class:`~otel_rl._stats.Statistics` (``otel_rl._stats``,
-``otel_rl._rollouts``), the :class:`~otel_rl._store.MetricStore` folds them into every metric of the distribution,
-:class:`StepSamples` (``otel_rl._steps``) turns a step's kept samples into log records and exemplars, and the export
-worker (``otel_rl._export``) sends it all from its own thread.
+The parts: summarizers turn a call's values into :class:`~otel_rl._record.stats.Statistics` (``otel_rl._record.stats``,
+``otel_rl._record.rollouts``), the :class:`~otel_rl._state.store.MetricStore` folds them into every metric of the
+distribution, :class:`StepSamples` (``otel_rl._state.steps``) turns a step's kept samples into log records and
+exemplars, and the export worker (``otel_rl._export.worker``) sends it all from its own thread.
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Literal
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import otel_rl_contract as contract
-import torch
-from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.sdk.metrics.export import MetricExporter
-from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace.export import SpanExporter
 
-from otel_rl import _joint
-from otel_rl._buckets import Layouts
-from otel_rl._canary import MergeCanary
-from otel_rl._config import ResolvedConfig, TelemetryConfig
-from otel_rl._console import PhaseSummary
-from otel_rl._export import (
-    Exporters,
-    ExportWorker,
-    QueueLogProcessor,
-    QueueSpanProcessor,
-    build_exporters,
-    destination,
-    shutdown_within,
-)
-from otel_rl._export_health import ExportHealth
+from otel_rl._config import TelemetryConfig
+from otel_rl._export.exporters import Exporters
+from otel_rl._export.worker import shutdown_within
 from otel_rl._guard import failed, guarded
-from otel_rl._inputs import BadInput, as_integer, as_real, as_values, describe
-from otel_rl._phases import DerivedIds, PhaseTracer, TrajectoryContext
-from otel_rl._rollouts import RolloutSummarizer
-from otel_rl._samples import EpisodeSample, SampleFilter, TopBottomFilter
-from otel_rl._self_telemetry import LabelCap, SelfTelemetry
-from otel_rl._stats import StalenessSummarizer, Statistics, ValueSummarizer
-from otel_rl._steps import StepSamples
-from otel_rl._store import MetricStore, attributes
+from otel_rl._pipeline import Pipeline, build_pipeline
+from otel_rl._record import joint
+from otel_rl._record.inputs import BadInput, TensorLike, as_integer, as_real, as_values, describe
+from otel_rl._record.rollouts import Rollouts
+from otel_rl._record.samples import EpisodeSample, SampleFilter
+from otel_rl._record.stats import Statistics
+from otel_rl._state.phases import TrajectoryContext
+from otel_rl._state.self_telemetry import SelfTelemetry
+from otel_rl._state.store import attributes
 
-_CONSOLE_INTERVAL_S = 1e9
-"""Console mode exports at each ``step()`` (and flush and shutdown) only, never halfway through a step."""
-
-
-def build_resource(config: ResolvedConfig) -> Resource:
-    """The process's resource: service, instance, run and rank attributes (plus ``OTEL_RESOURCE_ATTRIBUTES``)."""
-    return Resource.create(
-        {
-            SERVICE_NAME: config.service_name,
-            SERVICE_INSTANCE_ID: config.instance_id,
-            contract.RUN_ID: config.run_id,
-            contract.RANK: config.rank,
-            contract.WORLD_SIZE: config.world_size,
-            contract.LOCAL_RANK: config.local_rank,
-            contract.ROLE: config.role,
-        }
-    )
+_P = ParamSpec("_P")
+_Fields = TypeVar("_Fields")
+_Self = TypeVar("_Self")
 
 
-def layouts(settings: ResolvedConfig) -> Layouts:
-    """The bucket layout of every distribution role under ``settings`` (see :class:`~otel_rl._buckets.Layouts`)."""
-    return Layouts.resolve(
-        settings.histogram,
-        scale=settings.histogram_scale,
-        reward_bounds=settings.reward_bounds,
-        staleness_bounds=settings.staleness_bounds,
-    )
+def _takes(
+    fields: Callable[_P, _Fields],
+) -> Callable[[Callable[[_Self, _Fields], None]], Callable[Concatenate[_Self, _P], None]]:
+    """Give a method the keyword arguments of the dataclass ``fields`` (declared there once, with their documents):
+    the method receives them as one ``fields`` instance. An unknown keyword raises ``TypeError`` like any Python
+    call, which the method's guard counts."""
 
+    def decorate(method: Callable[[_Self, _Fields], None]) -> Callable[Concatenate[_Self, _P], None]:
+        @functools.wraps(method)
+        def call(self: _Self, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+            method(self, fields(*args, **kwargs))
 
-def _gpus(stated: float | None) -> float:
-    """The GPUs a rank holds: as stated, else one when CUDA is available to the process (a rank drives one device)."""
-    if stated is not None:
-        return stated
-    return 1.0 if torch.cuda.is_available() else 0.0
+        own = inspect.signature(method).parameters["self"]
+        call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [own, *inspect.signature(fields).parameters.values()], return_annotation=None
+        )
+        call.takes = fields  # type: ignore[attr-defined]  # docs/generate_api.py documents the fields
+        return call
+
+    return decorate
 
 
 class Telemetry:
@@ -112,128 +90,36 @@ class Telemetry:
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.config = config if config is not None else TelemetryConfig()
-        settings = self.config.resolved
-        self._settings = settings
-        self.resource = build_resource(settings)
-        console = settings.exporter == "console"
-        self._store = MetricStore(
-            self.resource,
-            start_time_ns=clock(),
-            version=contract.SCOPE_VERSION,
-            hold_ns=0 if console else int(settings.extremes_hold_s * 1e9),  # console: each step's own extremes
+        self._pipeline: Pipeline = build_pipeline(
+            self.config.resolved,
+            Exporters(metric_exporter, log_exporter, span_exporter),
+            sample_filter=sample_filter,
+            clock=clock,
         )
-        self._self_telemetry = SelfTelemetry(self._store)
-        self._canary = MergeCanary(settings, self._store)
-        layout = layouts(settings)
-        self._rewards = ValueSummarizer(layout.of(contract.REWARDS))
-        self._metrics = ValueSummarizer(layout.of(contract.METRICS))
-        self._staleness = StalenessSummarizer(layout.of(contract.STALENESS))
-        self._rewards.warm_up()
-        self._metrics.warm_up()
-        self._staleness.warm_up()
-        self._dropped = {
-            d: ValueSummarizer(layout.of(d)) for d in (contract.DROPPED_LENGTHS, contract.DROPPED_STALENESS)
-        }
-        self._rollouts = RolloutSummarizer(layout, solved_reward=settings.solved_reward)
-        self._rollouts.warm_up()
-        self._reward_fns = LabelCap(
-            contract.REWARDS.histogram.name, "max_reward_fns", settings.max_reward_fns, self._self_telemetry
-        )
-        self._metric_keys = LabelCap(
-            contract.METRICS.histogram.name, "max_metric_keys", settings.max_metric_keys, self._self_telemetry
-        )
-        self._datasets = LabelCap(contract.DATASET, "max_datasets", settings.max_datasets, self._self_telemetry)
-        self._phase_names = LabelCap(contract.PHASES.name, "max_phases", settings.max_phases, self._self_telemetry)
         self._policy_version: int | None = None
-        self._store.set(contract.RUN_START, (), clock() / 1e9)
-        self._store.set(contract.RUN_FINISHED, (), 0)
-        self._store.set(contract.RANKS_UP, (), 1)
-        self._store.set(contract.RANKS_EXPECTED, (), settings.world_size)
-        if settings.flops_per_token is not None:
-            self._store.set(contract.FLOPS_PER_TOKEN, (), settings.flops_per_token)
-        if settings.peak_flops is not None:
-            self._store.set(contract.FLOPS_PEAK, (), settings.peak_flops)
-        self._store.accrue(contract.GPU_SECONDS, (), _gpus(settings.gpus_per_rank))
-        if settings.gpu_hour_price is not None:
-            self._store.set(contract.GPU_HOUR_PRICE, (), settings.gpu_hour_price)
-        self._store.set(contract.GROUND_TRUTH, ((contract.REWARD_FN, settings.ground_truth_reward),), 1)
-        exporters = build_exporters(settings, Exporters(metric_exporter, log_exporter, span_exporter))
-        self._output = exporters.output
-        traced = (settings.trace_phases or settings.samples_as_span_events) and exporters.spans is not None
-        interval_s = _CONSOLE_INTERVAL_S if console else settings.export_interval_s
-        self._span_worker: ExportWorker | None = None
-        health = ExportHealth(
-            destination(settings),
-            queue_size=settings.sample_queue_size,
-            span_queue_size=settings.span_queue_size,
-            pending=self._pending,
-        )
-        worker = functools.partial(
-            ExportWorker,
-            self._store,
-            interval_s=interval_s,
-            timeout_s=settings.export_timeout_s,
-            queue_size=settings.sample_queue_size,
-            span_queue_size=settings.span_queue_size,
-            clock=clock,
-            health=health,
-        )
-        self._worker = worker(metric_exporter=exporters.metrics, log_exporter=exporters.logs)
-        self._logger_provider = LoggerProvider(resource=self.resource)
-        self._logger_provider.add_log_record_processor(QueueLogProcessor(self._worker))
-        self._tracer_provider: TracerProvider | None = None
-        ids = DerivedIds()
-        if traced and isinstance(exporters.spans, PhaseSummary):
-            self._tracer_provider = TracerProvider(resource=self.resource, id_generator=ids)
-            # only appends: the step's phases are there when it prints
-            self._tracer_provider.add_span_processor(SimpleSpanProcessor(exporters.spans))
-        elif traced:
-            self._span_worker = worker(
-                metric_exporter=None,
-                log_exporter=None,
-                span_exporter=exporters.spans,
-                collector_up=lambda: self._worker.metrics_up,
-            )
-            self._tracer_provider = TracerProvider(resource=self.resource, id_generator=ids)
-            self._tracer_provider.add_span_processor(QueueSpanProcessor(self._span_worker))
-        self._phases = PhaseTracer(
-            run_id=settings.run_id,
-            rank=settings.rank,
-            store=self._store,
-            tracer_provider=self._tracer_provider,
-            ids=ids,
-            clock=clock,
-        )
-        self._steps = StepSamples(
-            settings,
-            new_filter=sample_filter
-            or (
-                lambda: TopBottomFilter(
-                    top_k=settings.top_k,
-                    bottom_k=settings.bottom_k,
-                    random_k=settings.random_k,
-                    seed=settings.seed,
-                    distinct_prompts=settings.distinct_prompts,
-                )
-            ),
-            logger=self._logger_provider.get_logger(contract.SCOPE_NAME, contract.SCOPE_VERSION),
-            store=self._store,
-            self_telemetry=self._self_telemetry,
-            clock=clock,
-        )
         self._closed = False
         atexit.register(self._shutdown_at_exit)
 
     @property
+    def resource(self) -> Resource:
+        """The process's OpenTelemetry resource: service, instance, run and rank attributes."""
+        return self._pipeline.resource
+
+    @property
     def self_telemetry(self) -> SelfTelemetry:
         """Where this process counts what it dropped (the guard of every method counts there)."""
-        return self._self_telemetry
+        return self._pipeline.self_telemetry
 
     # -- recording (never raises) -------------------------------------------------------------------------------
 
     @guarded(contract.REWARDS.histogram.name, values="rewards")
     def record_rewards(
-        self, rewards: Any, *, fn: str = contract.REWARD_FN_TOTAL, mask: Any = None, dataset: str | None = None
+        self,
+        rewards: TensorLike,
+        *,
+        fn: str = contract.REWARD_FN_TOTAL,
+        mask: TensorLike | None = None,
+        dataset: str | None = None,
     ) -> None:
         """Record rewards into ``rl.reward`` under ``rl.reward.fn=fn`` (and ``rl.dataset=dataset`` when given).
 
@@ -245,85 +131,49 @@ class Telemetry:
         Python numbers. ``dataset`` (the data source) is capped at ``max_datasets`` names; later ones are recorded
         as ``_overflow`` and counted.
         """
-        statistics = self._rewards.summarize(rewards, mask)
+        statistics = self._pipeline.summarizers.rewards.summarize(rewards, mask)
         self._record(
             contract.REWARDS,
             statistics,
-            lambda: {contract.REWARD_FN: self._reward_fns.label(fn), **self._dataset(dataset)},
+            lambda: {contract.REWARD_FN: self._pipeline.caps.reward_fns.label(fn), **self._dataset(dataset)},
         )
 
     @guarded("rl.rollouts", values="mask")
-    def record_rollouts(
-        self,
-        *,
-        mask: Any = None,
-        advantages: Any = None,
-        response_lengths: Any = None,
-        entropy: Any = None,
-        logprobs: Any = None,
-        inference_logprobs: Any = None,
-        rewards: Any = None,
-        group_ids: Any = None,
-        versions_spanned: Any = None,
-        reward_breakdown: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Record one step's rollout health signals in one call; every argument is optional.
+    @_takes(Rollouts)
+    def record_rollouts(self, rollouts: Rollouts) -> None:
+        """Record one step's rollout health signals in one call; every argument is optional (the table below).
 
-        - ``advantages`` ``(rollouts,)`` (or per token, counted at each rollout's first selected token) into
-          ``rl.advantage``, and rollouts by advantage sign into ``rl.advantage.sign``;
-        - ``response_lengths`` ``(rollouts,)`` into ``rl.response.length`` (negative lengths dropped, counted);
-        - ``entropy`` per token (any shape; the mask's when there is one) into ``rl.entropy``;
-        - ``logprobs`` (trainer) and ``inference_logprobs`` (inference engine), per token: the importance ratio
-          ``exp(logprobs - inference_logprobs)`` into ``rl.importance_ratio`` and the mismatch
-          KL(pi_inference || pi_train) estimators k1 and k3 into ``rl.mismatch.kl``;
-        - ``group_ids`` with ``rewards`` ``(rollouts,)``: prompt groups solved by none / some / all of their
-          rollouts (``reward >= solved_reward``) into ``rl.groups``, zero-variance groups into
-          ``rl.groups.zero_variance``. A group's rollouts must be recorded in one call;
-        - ``versions_spanned`` ``(rollouts,)``: how many policy versions each trajectory's tokens were generated
-          with (1 unless generation went on across weight updates) into ``rl.trajectory.versions``;
-        - ``rewards`` (the total, ``(rollouts,)``) with ``response_lengths`` and with each entry of
-          ``reward_breakdown`` (reward function name to ``(rollouts,)``): the sums their correlation and covariance
-          need, over the rollouts that have both, into ``rl.joint`` (``rl.joint.x`` ``response_length`` or
-          ``reward.<fn>``); rollouts missing either value are counted (``unpaired``). The audit rules read them:
-          whether length is paid, which function drives the total. Record the functions' own distributions with
-          :meth:`record_rewards`.
-
-        ``mask`` ``(rollouts, tokens)`` (or ``(rollouts,)``; nonzero = keep) selects tokens; rollouts without any
-        are left out of the per-rollout fields, and a per-rollout field must have as many rollouts as the mask
-        (else it is rejected, ``shape``). A bad field is dropped and counted (``otel_rl.values.rejected``), the
-        others kept; signs are counted only with accepted advantages; NaN log-probabilities drop their tokens only;
-        an unusable mask rejects every field.
+        Per-token fields (``entropy``, ``logprobs``, ``inference_logprobs``) are read where ``mask`` selects; the
+        per-rollout ones (``(rollouts,)``) must have as many rollouts as the mask, else they are rejected
+        (``shape``). A bad field is dropped and counted (``otel_rl.values.rejected``), the others kept; signs are
+        counted only with accepted advantages; NaN log-probabilities drop their tokens only; an unusable mask
+        rejects every field. Prompt groups are solved when their reward is at least ``solved_reward``. The joint
+        sums (``rl.joint``: the total reward with the response length and with each reward function, over the
+        rollouts that have both; the others counted ``unpaired``) feed the audit rules: whether length is paid,
+        which function drives the total. Record the functions' own distributions with :meth:`record_rewards`.
         """
-        result = self._rollouts.summarize(
-            mask=mask,
-            advantages=advantages,
-            response_lengths=response_lengths,
-            entropy=entropy,
-            logprobs=logprobs,
-            inference_logprobs=inference_logprobs,
-            rewards=rewards,
-            group_ids=group_ids,
-            versions_spanned=versions_spanned,
-            reward_breakdown=[
-                (f"reward.{self._reward_fns.label(fn)}", v) for fn, v in (reward_breakdown or {}).items()
-            ],
-        )
+        pipeline = self._pipeline
+        breakdown = [
+            (f"reward.{pipeline.caps.reward_fns.label(fn)}", values)
+            for fn, values in (rollouts.reward_breakdown or {}).items()
+        ]
+        result = pipeline.summarizers.rollouts.summarize(rollouts, breakdown=breakdown)
         for metric, bad_input, values in result.rejected:
-            self._self_telemetry.reject_call(metric, bad_input, values)
+            self._pipeline.self_telemetry.reject_call(metric, bad_input, values)
         for metric, reason, amount in result.rejected_parts:
             if amount:
-                self._self_telemetry.reject(metric, reason, amount, f"{amount} value(s) rejected: {reason}")
+                self._pipeline.self_telemetry.reject(metric, reason, amount, f"{amount} value(s) rejected: {reason}")
         for distribution, attrs, statistics in result.distributions:
-            self._store.record(distribution, attrs, statistics)
-            self._self_telemetry.reject_parts(distribution.histogram.name, statistics)
+            self._pipeline.store.record(distribution, attrs, statistics)
+            self._pipeline.self_telemetry.reject_parts(distribution.histogram.name, statistics)
         for counter, attrs, amount in result.counts:
-            self._store.add(counter, attrs, amount)
+            self._pipeline.store.add(counter, attrs, amount)
         for label, sums in result.joint:
-            for moment, total in zip(_joint.MOMENTS, sums, strict=True):
-                self._store.add(contract.JOINT, ((contract.JOINT_MOMENT, moment), (contract.JOINT_X, label)), total)
+            for moment, total in zip(joint.MOMENTS, sums, strict=True):
+                pipeline.store.add(contract.JOINT, ((contract.JOINT_MOMENT, moment), (contract.JOINT_X, label)), total)
 
     @guarded(contract.METRICS.histogram.name, values="values")
-    def record_metric(self, key: str, values: Any, *, mask: Any = None) -> None:
+    def record_metric(self, key: str, values: TensorLike, *, mask: TensorLike | None = None) -> None:
         """Record any other scalar series (loss, KL, entropy, ...) under ``rl.metric{rl.metric.key=key}``.
 
         ``values``: a number or any number of values, of any shape (every element is a value). Exported like
@@ -331,16 +181,18 @@ class Telemetry:
         no bounds fit every key): mean, sum, standard deviation, max and min are all derivable downstream, merged
         exactly across ranks. A key takes one of the ``max_metric_keys`` slots only once a value of it is kept.
         """
-        statistics = self._metrics.summarize(values, mask, argument="values", per_token=True)
-        self._record(contract.METRICS, statistics, lambda: {contract.METRIC_KEY: self._metric_keys.label(key)})
+        statistics = self._pipeline.summarizers.metrics.summarize(values, mask, argument="values", per_token=True)
+        self._record(
+            contract.METRICS, statistics, lambda: {contract.METRIC_KEY: self._pipeline.caps.metric_keys.label(key)}
+        )
 
     @guarded(contract.STALENESS.histogram.name, values="versions")
     def record_staleness(
         self,
-        versions: Any,
+        versions: TensorLike,
         current_version: int,
         *,
-        mask: Any = None,
+        mask: TensorLike | None = None,
         dataset: str | None = None,
         phase: Literal["in_flight", "in_queue"] | None = None,
     ) -> None:
@@ -359,10 +211,10 @@ class Telemetry:
         self._policy_version = current
         if phase not in (None, "in_flight", "in_queue"):
             raise BadInput("phase", f'"phase" must be "in_flight", "in_queue" or None, got {describe(phase)}')
-        statistics = self._staleness.summarize(versions, current, mask)
+        statistics = self._pipeline.summarizers.staleness.summarize(versions, current, mask)
         source = self._dataset(dataset)
-        self._store.set(contract.POLICY_VERSION, (), current)
-        self._store.add(contract.UNVERSIONED, attributes(**source), statistics.unversioned)
+        self._pipeline.store.set(contract.POLICY_VERSION, (), current)
+        self._pipeline.store.add(contract.UNVERSIONED, attributes(**source), statistics.unversioned)
         self._record(
             contract.STALENESS, statistics, lambda: {**source, **({contract.STALENESS_PHASE: phase} if phase else {})}
         )
@@ -372,8 +224,8 @@ class Telemetry:
         self,
         count: int | None = None,
         *,
-        response_lengths: Any = None,
-        staleness: Any = None,
+        response_lengths: TensorLike | None = None,
+        staleness: TensorLike | None = None,
         dataset: str | None = None,
     ) -> None:
         """Count samples the trainer dropped for being too stale (``rl.staleness.dropped``), and what they were like.
@@ -384,9 +236,10 @@ class Telemetry:
         and ``rl.staleness``: dropping stale rollouts drops the long ones first (they take longest to generate), which
         biases training toward short, easy problems; the audit rule RLStaleDropsBiasedByLength compares the two."""
         source = attributes(**self._dataset(dataset))
-        for values, distribution, argument in (
-            (response_lengths, contract.DROPPED_LENGTHS, "response_lengths"),
-            (staleness, contract.DROPPED_STALENESS, "staleness"),
+        summarizers = self._pipeline.summarizers
+        for values, distribution, argument, summarizer in (
+            (response_lengths, contract.DROPPED_LENGTHS, "response_lengths", summarizers.dropped_lengths),
+            (staleness, contract.DROPPED_STALENESS, "staleness", summarizers.dropped_staleness),
         ):
             if values is None:
                 continue
@@ -394,27 +247,28 @@ class Telemetry:
             try:
                 converted = as_values(values, argument=argument)
                 negative = int((converted.tensor < 0).sum())
-                statistics = self._dropped[distribution].summarize(
-                    converted, ~(converted.tensor < 0), argument=argument
-                )
+                statistics = summarizer.summarize(converted, ~(converted.tensor < 0), argument=argument)
             except BadInput as error:
-                self._self_telemetry.reject_call(name, error, values)
+                self._pipeline.self_telemetry.reject_call(name, error, values)
                 continue
-            self._store.record(distribution, source, statistics)
-            self._self_telemetry.reject_parts(name, statistics)
+            self._pipeline.store.record(distribution, source, statistics)
+            self._pipeline.self_telemetry.reject_parts(name, statistics)
             if negative:
-                self._self_telemetry.reject(name, "negative", negative, f"{negative} value(s) rejected: negative")
+                self._pipeline.self_telemetry.reject(
+                    name, "negative", negative, f"{negative} value(s) rejected: negative"
+                )
             if count is None:
                 count = statistics.count + negative + sum(statistics.rejected.values())
         amount = as_integer(0 if count is None else count, argument="count", minimum=0)
-        self._store.add(contract.STALENESS_DROPPED, source, amount)
+        self._pipeline.store.add(contract.STALENESS_DROPPED, source, amount)
 
     @guarded(contract.PHASES.name, values="phase")
     def set_phase(self, phase: str) -> None:
         """Declare what this rank is doing now (``generate``, ``score``, ``train``, ``sync``, ``wait_data``, ...), in
         place of its current (innermost) phase: the collector sums ``rl.phase{rl.phase.name}`` over ranks, so each
-        phase's series counts the ranks in it, and each phase is a span of the step's trace (``otel_rl._phases``)."""
-        self._phases.set(self._phase_names.label(phase))
+        phase's series counts the ranks in it, and each phase is a span of the step's trace
+        (``otel_rl._state.phases``)."""
+        self._pipeline.phases.set(self._pipeline.caps.phases.label(phase))
 
     def phase(self, phase: str, *, links: Sequence[str] = ()) -> AbstractContextManager[None]:
         """``with telemetry.phase("generate"): ...``: this rank is in ``phase`` for the block, as a span of the
@@ -436,16 +290,16 @@ class Telemetry:
                 if not (math.isfinite(value) and value >= 0):
                     raise BadInput("negative", f'phase "seconds" must be a finite number >= 0, got {value!r}')
             except BadInput as error:
-                self._self_telemetry.reject_call(contract.PHASES.name, error, 1)
+                self._pipeline.self_telemetry.reject_call(contract.PHASES.name, error, 1)
                 continue
-            phases.append((self._phase_names.label(name), value))
-        self._phases.completed(phases)
+            phases.append((self._pipeline.caps.phases.label(name), value))
+        self._pipeline.phases.completed(phases)
 
     @guarded("rl.trajectory", fallback="")
     def trajectory_context(self) -> str:
         """The current phase's span as a string to send along with a trajectory, for the consuming phase's
         ``links`` (see :meth:`phase`); "" if it cannot be made."""
-        return self._phases.context()
+        return self._pipeline.phases.context()
 
     @guarded(contract.TOKENS_TRAINED.name)
     def record_tokens(self, *, generated: int = 0, trained: int = 0, samples: int = 0) -> None:
@@ -457,7 +311,7 @@ class Telemetry:
             contract.SAMPLES_TRAINED: as_integer(samples, argument="samples", minimum=0),
         }
         for counter, amount in amounts.items():
-            self._store.add(counter, (), amount)
+            self._pipeline.store.add(counter, (), amount)
 
     @guarded(contract.QUEUE_DEPTH.name)
     def set_async_state(
@@ -483,13 +337,13 @@ class Telemetry:
             if value is not None
         }
         for gauge, value in values.items():
-            self._store.set(gauge, (), value)
+            self._pipeline.store.set(gauge, (), value)
 
     @guarded(contract.POLICY_VERSION.name, values="version")
     def set_policy_version(self, version: int) -> None:
         """Set ``rl.policy.version`` (an integer >= 0) without recording staleness."""
         self._policy_version = as_integer(version, argument="version", minimum=0)
-        self._store.set(contract.POLICY_VERSION, (), self._policy_version)
+        self._pipeline.store.set(contract.POLICY_VERSION, (), self._policy_version)
 
     @guarded(contract.SAMPLE_EVENT, values="sample")
     def record_sample(
@@ -502,25 +356,25 @@ class Telemetry:
         left out of its record and counted. Each table (``train``, ``eval``, torchforge's table names) keeps its
         own top/bottom-k; records carry ``rl.sample.table``.
         """
-        self._steps.offer(sample, table)
+        self._pipeline.steps.offer(sample, table)
 
     @guarded(contract.STEP.name, values="step")
     def step(self, step: int) -> None:
         """Declare the current training step (an integer >= 0); the previous step's kept samples are emitted now."""
         number = as_integer(step, argument="step", minimum=0)
-        self._steps.close(number, self._phases.step_span)
-        self._phases.step(number, policy_version=self._policy_version)
-        if self._settings.exporter == "console":  # print the step just finished, under its own number
-            self._worker.wait(self._worker.request(), self._settings.export_timeout_s)
-        self._store.set(contract.STEP, (), number)
-        self._canary.step()
+        self._pipeline.steps.close(number, self._pipeline.phases.step_span)
+        self._pipeline.phases.step(number, policy_version=self._policy_version)
+        if self._pipeline.settings.exporter == "console":  # print the step just finished, under its own number
+            self._pipeline.worker.wait(self._pipeline.worker.request(), self._pipeline.settings.export_timeout_s)
+        self._pipeline.store.set(contract.STEP, (), number)
+        self._pipeline.canary.step()
 
     @guarded("otel_rl.flush", fallback=False)
     def flush(self, timeout_s: float | None = None) -> bool:
         """Export everything recorded so far (not the open step's samples), spans included, waiting at most
         ``timeout_s`` (None: ``shutdown_timeout_s``; 0: not at all); False if it did not finish in time."""
         deadline = time.monotonic() + self._timeout(timeout_s)
-        workers = [worker for worker in (self._span_worker, self._worker) if worker is not None]
+        workers = [worker for worker in (self._pipeline.span_worker, self._pipeline.worker) if worker is not None]
         tickets = [(worker, worker.request()) for worker in workers]
         return all(worker.wait(ticket, max(0.0, deadline - time.monotonic())) for worker, ticket in tickets)
 
@@ -533,11 +387,6 @@ class Telemetry:
 
     # -- internals ----------------------------------------------------------------------------------------------
 
-    def _pending(self) -> tuple[int, int]:
-        """Sample records and spans waiting for export now (the export warnings quote them)."""
-        spans = self._span_worker.pending()[1] if self._span_worker is not None else 0
-        return self._worker.pending()[0], spans
-
     def _record(
         self, distribution: contract.Distribution, statistics: Statistics, labels: Callable[[], dict[str, str]]
     ) -> None:
@@ -545,27 +394,27 @@ class Telemetry:
         rejected. The labels are made only when a value was kept, so a call whose values were all rejected takes no
         slot of a label cap."""
         if statistics.count:
-            self._store.record(distribution, attributes(**labels()), statistics)
-        self._self_telemetry.reject_parts(distribution.histogram.name, statistics)
+            self._pipeline.store.record(distribution, attributes(**labels()), statistics)
+        self._pipeline.self_telemetry.reject_parts(distribution.histogram.name, statistics)
 
     def _dataset(self, dataset: object) -> dict[str, str]:
-        return {} if dataset is None else {contract.DATASET: self._datasets.label(dataset)}
+        return {} if dataset is None else {contract.DATASET: self._pipeline.caps.datasets.label(dataset)}
 
     def _timeout(self, timeout_s: object) -> float:
         """A caller's timeout in seconds: None means ``shutdown_timeout_s``; anything but a number >= 0 is counted
         and replaced by it too, so a bad timeout never stops a flush or the final export."""
         if timeout_s is None:
-            return self._settings.shutdown_timeout_s
+            return self._pipeline.settings.shutdown_timeout_s
         try:
             value = as_real(timeout_s, argument="timeout_s")
         except BadInput as error:
-            self._self_telemetry.reject_call("otel_rl.timeout", error, timeout_s)
-            return self._settings.shutdown_timeout_s
+            self._pipeline.self_telemetry.reject_call("otel_rl.timeout", error, timeout_s)
+            return self._pipeline.settings.shutdown_timeout_s
         if math.isnan(value) or value < 0:
-            self._self_telemetry.reject_call(
+            self._pipeline.self_telemetry.reject_call(
                 "otel_rl.timeout", BadInput("negative", f'"timeout_s" must be >= 0, got {value!r}'), 1
             )
-            return self._settings.shutdown_timeout_s
+            return self._pipeline.settings.shutdown_timeout_s
         return value
 
     def _shutdown_at_exit(self) -> None:
@@ -581,24 +430,24 @@ class Telemetry:
         atexit.unregister(self._shutdown_at_exit)
         timeout = self._timeout(timeout_s)
         deadline = time.monotonic() + timeout
-        self._closing("rl.sample", lambda: self._steps.close(None, self._phases.step_span))
-        self._closing("otel_rl.phases", self._phases.close)
+        self._closing("rl.sample", lambda: self._pipeline.steps.close(None, self._pipeline.phases.step_span))
+        self._closing("otel_rl.phases", self._pipeline.phases.close)
         if clean:
-            self._store.set(contract.RUN_FINISHED, (), 1)
+            self._pipeline.store.set(contract.RUN_FINISHED, (), 1)
         finished = True
-        if self._span_worker is not None:  # first: the metrics then carry the last spans' counts
-            span_worker = self._span_worker
+        if self._pipeline.span_worker is not None:  # first: the metrics then carry the last spans' counts
+            span_worker = self._pipeline.span_worker
             finished = bool(self._closing("otel_rl.spans", lambda: span_worker.shutdown(timeout / 2)))
         remaining = deadline - time.monotonic()
-        finished = bool(self._closing("otel_rl.export", lambda: self._worker.shutdown(remaining))) and finished
-        if self._tracer_provider is not None:
-            provider, remaining = self._tracer_provider, deadline - time.monotonic()
+        finished = bool(self._closing("otel_rl.export", lambda: self._pipeline.worker.shutdown(remaining))) and finished
+        if self._pipeline.tracer_provider is not None:
+            provider, remaining = self._pipeline.tracer_provider, deadline - time.monotonic()
             finished = (
                 bool(self._closing("otel_rl.tracer", lambda: shutdown_within(provider.shutdown, remaining, "spans")))
                 and finished
             )
-        if self._output is not None and finished:  # else the export thread may still write to it
-            self._closing("otel_rl.output", self._output.close)
+        if self._pipeline.output is not None and finished:  # else the export thread may still write to it
+            self._closing("otel_rl.output", self._pipeline.output.close)
         return finished
 
     def _closing(self, what: str, part: Callable[[], object]) -> object:
@@ -606,7 +455,7 @@ class Telemetry:
         try:
             return part()
         except Exception as error:  # noqa: BLE001 - each part of a shutdown is done whatever the others do
-            failed(self._self_telemetry, what, error, None)
+            failed(self._pipeline.self_telemetry, what, error, None)
             return None
 
 
@@ -628,13 +477,14 @@ class _PhaseScope:
     def __enter__(self) -> None:
         telemetry = self._telemetry
         contexts = _links(telemetry, self._links)
-        phases, names = telemetry._phases, telemetry._phase_names  # noqa: SLF001 - Telemetry's own scope object
+        pipeline = telemetry._pipeline  # noqa: SLF001 - Telemetry's own scope object
+        phases, names = pipeline.phases, pipeline.caps.phases
         self._depth = phases.enter(names.label(self._phase), links=contexts)
 
     @guarded(contract.PHASES.name)
     def __exit__(self, *error: object) -> None:
         if self._depth is not None:
-            self._telemetry._phases.leave(self._depth)  # noqa: SLF001 - Telemetry's own scope object
+            self._telemetry._pipeline.phases.leave(self._depth)  # noqa: SLF001 - Telemetry's own scope object
 
 
 def _links(telemetry: Telemetry, links: object) -> list[TrajectoryContext]:

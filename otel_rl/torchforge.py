@@ -39,9 +39,9 @@ import otel_rl_contract as contract
 
 from otel_rl import _global
 from otel_rl._guard import guarded_function
-from otel_rl._inputs import BadInput, as_flag, as_real
-from otel_rl._samples import EpisodeSample
-from otel_rl._self_telemetry import SelfTelemetry
+from otel_rl._record.inputs import BadInput, as_flag, as_real
+from otel_rl._record.samples import EpisodeSample
+from otel_rl._state.self_telemetry import SelfTelemetry
 from otel_rl._telemetry import Telemetry
 
 __all__ = ["Reduce", "record_episode_sample", "record_metric"]

@@ -72,8 +72,8 @@ from typing import Any
 
 from otel_rl import _global
 from otel_rl._guard import failed, guarded
-from otel_rl._inputs import as_text
-from otel_rl._self_telemetry import SelfTelemetry
+from otel_rl._record.inputs import as_text
+from otel_rl._state.self_telemetry import SelfTelemetry
 from otel_rl._telemetry import Telemetry
 
 __all__ = ["MetricsDictLogger"]

@@ -64,9 +64,9 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 
 from otel_rl._global import get_telemetry
 from otel_rl._guard import guarded
-from otel_rl._inputs import BadInput, as_value
-from otel_rl._samples import EpisodeSample
-from otel_rl._self_telemetry import SelfTelemetry
+from otel_rl._record.inputs import BadInput, as_value
+from otel_rl._record.samples import EpisodeSample
+from otel_rl._state.self_telemetry import SelfTelemetry
 from otel_rl._telemetry import Telemetry
 
 __all__ = ["OtelRLCallback"]

@@ -84,11 +84,12 @@ QUEUE_PHASE = "queue"
 
 Kind = Literal["histogram", "counter", "gauge"]
 LayoutRole = Literal["reward", "unbounded", "staleness", "length", "ratio", "small"]
-"""What a distribution's values are like, which decides its explicit bucket bounds (``otel_rl._buckets.layout_for``):
-``reward`` (signed, mostly within [-1, 1]: rewards, advantages; ``reward_bounds``), ``unbounded`` (anything: one
-bucket), ``staleness`` (integer versions >= 0; ``staleness_bounds``), ``length`` (token counts), ``ratio``
-(positive, around 1: importance ratios) and ``small`` (signed, mostly small magnitudes: entropy in nats, KL
-estimates). Exponential histograms need no bounds: every role has the same exponential layout."""
+"""What a distribution's values are like, which decides its explicit bucket bounds
+(``otel_rl._record.buckets.layout_for``): ``reward`` (signed, mostly within [-1, 1]: rewards, advantages;
+``reward_bounds``), ``unbounded`` (anything: one bucket), ``staleness`` (integer versions >= 0; ``staleness_bounds``),
+``length`` (token counts), ``ratio`` (positive, around 1: importance ratios) and ``small`` (signed, mostly small
+magnitudes: entropy in nats, KL estimates). Exponential histograms need no bounds: every role has the same exponential
+layout."""
 Merge = Literal["sum", "max", "min", "mean"]
 """How the collector merges the ranks' points of one metric into the run's point."""
 
@@ -348,8 +349,8 @@ MERGE_CANARY = MetricName(
     "otel_rl.merge.canary",
     "histogram",
     "",
-    "Fixed values every rank records at each step (otel_rl._canary): counts outside MERGE_CANARY_BUCKETS after the "
-    "collector merged the ranks mean it did not merge exponential histograms exactly.",
+    "Fixed values every rank records at each step (otel_rl._state.canary): counts outside MERGE_CANARY_BUCKETS "
+    "after the collector merged the ranks mean it did not merge exponential histograms exactly.",
 )
 MERGE_CANARY_SCALE = 5
 """The scale of the merge canary's exponential histogram, whatever ``histogram_scale`` the run uses."""

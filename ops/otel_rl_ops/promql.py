@@ -477,7 +477,7 @@ def either_quantile(q: float, histograms: tuple[str, ...], selector: str, *, by:
 
 
 def merge_canary_misplaced(selector: str) -> str:
-    """The fraction of the merge canary's counts (``otel_rl_merge_canary``, see ``otel_rl._canary``) outside the
+    """The fraction of the merge canary's counts (``otel_rl_merge_canary``, see ``otel_rl._state.canary``) outside the
     buckets the ranks record into: 0 when the collector merged the run's exponential histograms exactly, above 0
     when it moved counts to other buckets or downscaled. Each bucket is read a twentieth of a bucket wider on both
     sides (its neighbours are empty in an exact merge), so the boundaries' rounding cannot matter; a count moved

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from otel_rl_ops import promql
 
-from otel_rl._buckets import HistogramForm
-from otel_rl._console import _number, classic_quantile, native_quantile, shown_quantile
+from otel_rl._export.console import _number, classic_quantile, native_quantile, shown_quantile
+from otel_rl._record.buckets import HistogramForm
 from tests.unit.test_console import CASES, INTEGERS, _fields, _one_step, _point
 
 

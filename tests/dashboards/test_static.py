@@ -250,7 +250,7 @@ def _distribution(metric: str) -> Any:
 def _layout(metric: str, histogram: Literal["exponential", "explicit"]) -> Any:
     """The bucket layout the library emits for ``metric`` in the histogram form ``histogram``."""
     from otel_rl import TelemetryConfig
-    from otel_rl._telemetry import layouts
+    from otel_rl._pipeline import layouts
 
     return layouts(TelemetryConfig(histogram=histogram, exporter="none").resolved).of(_distribution(metric))
 

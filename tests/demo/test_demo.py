@@ -145,7 +145,7 @@ def test_summary_time_split_and_slowest_step_match_the_ranks(
     named is the one rank 0 took longest over (its root span runs from one step() to the next), with its trace id."""
     from demo.job import PEAK_FLOPS, PHASES, flops_per_token
     from demo.policy import Policy
-    from otel_rl._phases import step_trace
+    from otel_rl._state.phases import step_trace
 
     summary, records = demo_run
     performance = summary["performance"]

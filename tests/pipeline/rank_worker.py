@@ -145,9 +145,9 @@ def _rollout_tensor(name: str, values: Any) -> Any:
 def _stats(telemetry: otel_rl.Telemetry) -> dict[str, float]:
     import otel_rl_contract as contract
 
-    from otel_rl._store import attributes
+    from otel_rl._state.store import attributes
 
-    store = telemetry._store
+    store = telemetry._pipeline.store
     stats: dict[str, float] = {
         "samples_exported": store.counter_value(contract.SAMPLES_EXPORTED, ()),
         "rss_kib": float(_rss_kib()),

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from otel_rl_ops.query import Jaeger, Prometheus
 
-from otel_rl._phases import step_trace
+from otel_rl._state.phases import step_trace
 from tests.conftest import never_decreasing
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack
 

@@ -101,7 +101,7 @@ def test_host_port_is_read_as_the_sdk_reads_it(
     plain = _telemetry()
     plain.record_rewards([1.0])
     assert plain.flush(10) and plain.flush(10)
-    assert not plain._worker.health.failing
+    assert not plain._pipeline.worker.health.failing
     plain.shutdown()
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_INSECURE")
     tls = _telemetry()
@@ -109,7 +109,7 @@ def test_host_port_is_read_as_the_sdk_reads_it(
     tls.record_rewards([1.0])
     with caplog.at_level(logging.INFO):
         assert tls.flush(10)
-        assert tls._worker.health.failing
+        assert tls._pipeline.worker.health.failing
         tls.shutdown()
     (warning,) = _ours(caplog, "are failing")
     assert "TLS failed" in warning, warning

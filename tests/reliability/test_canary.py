@@ -1,4 +1,4 @@
-"""The merge canary (otel_rl/_canary.py): a run merged by a collector without otel-rl's exact merge is caught.
+"""The merge canary (otel_rl/_state/canary.py): a run merged by a collector without otel-rl's exact merge is caught.
 
 Against real collectors: the otel-rl distribution, and the same manifest built without its patches, which merges
 exponential histograms as the stock contrib collector of that release does (the code of the components is the same

@@ -13,7 +13,8 @@ from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 
 import otel_rl
-from otel_rl import _export
+from otel_rl._export.exporters import _PinnedCASession, build_exporters
+from otel_rl._export.worker import _BATCH_BYTES
 
 
 def test_headers_must_be_a_mapping_of_strings_and_errors_hide_values() -> None:
@@ -36,7 +37,7 @@ def test_header_names_are_lower_cased_for_grpc() -> None:
     """gRPC refuses capitals in metadata keys (every export failed with "Invalid metadata"): keys go lower-case
     (test_security.py shows it against the real collector, for HTTP too)."""
     config = otel_rl.TelemetryConfig(run_id="r", headers={"Authorization": "Bearer t", "X-Tenant": "a"})
-    exporters = _export.build_exporters(config.resolved)
+    exporters = build_exporters(config.resolved)
     assert isinstance(exporters.metrics, OTLPMetricExporter)
     headers = exporters.metrics._headers
     assert isinstance(headers, tuple), headers  # gRPC metadata: (key, value) pairs
@@ -48,7 +49,7 @@ def test_certificate_file_wins_over_requests_ca_bundle(monkeypatch: pytest.Monke
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/ssl/other-bundle.pem")
     ca = tmp_path / "ca.pem"
     ca.write_text("not used here", encoding="utf-8")
-    session = _export._PinnedCASession()
+    session = _PinnedCASession()
     session.verify = str(ca)
     settings = session.merge_environment_settings("https://collector:4318/v1/logs", {}, None, None, None)
     assert settings["verify"] == str(ca)
@@ -88,7 +89,7 @@ def test_log_exports_are_split_by_size() -> None:
     finally:
         telemetry.shutdown(10)
     assert sum(exporter.batches) == 40
-    assert max(exporter.batches) * 900_000 <= _export._BATCH_BYTES
+    assert max(exporter.batches) * 900_000 <= _BATCH_BYTES
     assert len(exporter.batches) >= 9
 
 

@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 
 import otel_rl
+from otel_rl._record.rollouts import Rollouts
 from otel_rl.torchforge import Reduce, record_episode_sample, record_metric
 from otel_rl.tracking import MetricsDictLogger
 
@@ -243,8 +244,8 @@ def _tally(telemetry: otel_rl.Telemetry, metric: str) -> tuple[float, float]:
 
 
 def _encodes(telemetry: otel_rl.Telemetry) -> None:
-    data, window = telemetry._store.collect(telemetry._store._start_time_ns + 1)
-    telemetry._store.restore(window)
+    data, window = telemetry._pipeline.store.collect(telemetry._pipeline.store._start_time_ns + 1)
+    telemetry._pipeline.store.restore(window)
     if data is not None:
         encode_metrics(data)
 
@@ -343,7 +344,9 @@ def _groups_rejected(telemetry: otel_rl.Telemetry) -> float:
 
 def _grouped(telemetry: otel_rl.Telemetry, group_ids: Any, rewards: Any, mask: Any) -> int | None:
     """Rollouts that take part in group outcomes for these arguments (None when the call is rejected whole)."""
-    result = telemetry._rollouts.summarize(group_ids=group_ids, rewards=rewards, mask=mask)
+    result = telemetry._pipeline.summarizers.rollouts.summarize(
+        Rollouts(group_ids=group_ids, rewards=rewards, mask=mask)
+    )
     return None if result.rejected else result.grouped
 
 
@@ -590,7 +593,7 @@ def test_module_functions_never_raise_after_setup(tmp_path: Path, timeout: Any) 
 
 def _seconds(timeout: Any) -> float:
     """The timeout otel-rl takes from ``timeout`` (the documented conversion), or -1 when it takes the default."""
-    from otel_rl._inputs import BadInput, as_real
+    from otel_rl._record.inputs import BadInput, as_real
 
     try:
         value = as_real(timeout, argument="timeout_s")

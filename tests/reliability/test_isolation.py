@@ -36,7 +36,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 from otel_rl_ops.query import Prometheus, VictoriaLogs
 from otel_rl_ops.report.dashboard import substitute
 
-from otel_rl._export import RECORD_BYTES
+from otel_rl._export.worker import RECORD_BYTES
 from tests.dashboards.conftest import MALFORMED_ONLY, dashboard_targets
 from tests.pipeline.harness import RankProcess, eventually, native_buckets, private_stack, start_ranks
 from tests.reference import exponential_sides

@@ -28,7 +28,7 @@ import requests
 from otel_rl_ops.query import Jaeger, Prometheus, VictoriaLogs
 from otel_rl_ops.stack.secrets import StackSecrets
 
-from otel_rl._phases import step_trace
+from otel_rl._state.phases import step_trace
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack, start_ranks
 from tests.reliability.helpers import flush_ok
 

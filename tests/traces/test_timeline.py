@@ -15,7 +15,7 @@ import pytest
 from otel_rl_ops import promql
 from otel_rl_ops.query import Jaeger, Prometheus, Span
 
-from otel_rl._phases import step_trace
+from otel_rl._state.phases import step_trace
 from tests.pipeline.harness import eventually, expected_buckets, start_ranks
 
 RANKS = 4

@@ -12,6 +12,7 @@ import pytest
 
 import otel_rl
 from otel_rl import _env
+from otel_rl._record.rollouts import Rollouts
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = ROOT / "docs" / "generate_api.py"
@@ -52,9 +53,10 @@ def test_api_doc_covers_every_public_name_method_field_and_variable(rendered: st
         *(f"| `{item.name}` |" for item in dataclasses.fields(otel_rl.TelemetryConfig)),
         *(f"| `{item.name}` |" for item in dataclasses.fields(otel_rl.EpisodeSample)),
         *(f"| `{name}` |" for name in _env.VARIABLES),
+        *(f"| `{item.name}` | `" for item in dataclasses.fields(Rollouts)),
     ]
     assert [entry for entry in missing if entry not in rendered] == []
-    assert "record_rollouts(\n    *,\n    mask: Any = None," in rendered
+    assert "record_rollouts(\n    *,\n    mask: TensorLike | None = None," in rendered
 
 
 def test_api_doc_does_not_depend_on_the_callers_environment(

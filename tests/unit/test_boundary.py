@@ -275,7 +275,7 @@ def test_metric_keys_take_a_cap_slot_only_with_a_kept_value(exporter: EncodingMe
         otel_rl.TelemetryConfig(run_id="cap", exporter="none", export_interval_s=60, max_metric_keys=2),
         metric_exporter=exporter,
     )
-    telemetry.record_metric("table", {"a": 1})
+    telemetry.record_metric("table", {"a": 1})  # type: ignore[arg-type]
     telemetry.record_metric("strings", ["x", "y"])
     telemetry.record_metric("loss", 0.5)
     telemetry.record_metric("kl", 0.1)
@@ -379,8 +379,8 @@ def test_bools_are_rewards_and_metrics(
 
 def test_bool_rewards_take_the_device_path_too() -> None:
     """The torch path (tensors off the CPU) reads a bool tensor as the CPU kernels do, per rollout and per token."""
-    from otel_rl._buckets import ExponentialLayout
-    from otel_rl._stats import ValueSummarizer
+    from otel_rl._record.buckets import ExponentialLayout
+    from otel_rl._record.stats import ValueSummarizer
 
     class TorchValues(ValueSummarizer):
         kernel_devices = frozenset()

@@ -55,7 +55,7 @@ def test_setup_forwards_every_telemetry_parameter() -> None:
     ticks = iter(range(10**9, 10**12, 10**6))
     telemetry = otel_rl.setup(TelemetryConfig(run_id="clock", exporter="none"), clock=lambda: next(ticks))
     try:
-        assert telemetry._store._start_time_ns == 10**9
+        assert telemetry._pipeline.store._start_time_ns == 10**9
     finally:
         otel_rl.reset()
 

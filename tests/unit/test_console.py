@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from otel_rl import EpisodeSample, Telemetry, TelemetryConfig, _env
-from otel_rl._buckets import HistogramForm
+from otel_rl._record.buckets import HistogramForm
 from tests.conftest import RecordingMetricExporter
 
 LINE = re.compile(r"^\[otel-rl\] step (?P<step>\d+) rank (?P<rank>\d+) (?P<what>\S+)(?P<rest>.*)$")

@@ -16,8 +16,8 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, LogRecordE
 from opentelemetry.sdk.metrics.export import Gauge, MetricExportResult, MetricsData, NumberDataPoint, Sum
 from opentelemetry.sdk.resources import Resource
 
-from otel_rl._export import ExportWorker, QueueLogProcessor, Timer
-from otel_rl._store import MetricStore
+from otel_rl._export.worker import ExportWorker, QueueLogProcessor, Timer
+from otel_rl._state.store import MetricStore
 from tests.conftest import EncodingMetricExporter
 
 
@@ -260,7 +260,7 @@ def test_an_outage_is_told_once_when_it_starts_and_once_when_it_ends(
         metrics.fail = logs.fail = False
         assert worker.wait(worker.request(), 30)
         assert worker.shutdown(30)
-    messages = [r.getMessage() for r in caplog.records if r.name == "otel_rl._export_health"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "otel_rl._export.health"]
     assert len(messages) == 2, messages
     assert "are failing (logs)" in messages[0] and "queues of 100 and 16384 (60 and 0 now" in messages[0]
     assert messages[1].startswith("otel-rl: exports to the configured exporters recovered after 19.0s")

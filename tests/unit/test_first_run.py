@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import otel_rl
 from otel_rl import Telemetry, TelemetryConfig, _env
 from otel_rl._config import OtlpProtocol
-from otel_rl._export_health import SDK_LOGGERS
+from otel_rl._export.health import SDK_LOGGERS
 from tests.conftest import EXPORT_WAIT_S, EncodingMetricExporter
 
 SDK_PREFIX = "opentelemetry.exporter"

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_rl import Telemetry, TelemetryConfig
-from otel_rl._buckets import Layouts
-from otel_rl._rollouts import RolloutStatistics, RolloutSummarizer
+from otel_rl._record.buckets import Layouts
+from otel_rl._record.rollouts import Rollouts, RolloutStatistics, RolloutSummarizer
 from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
 
 LAYOUTS = Layouts.resolve("exponential", scale=5)
@@ -218,10 +218,12 @@ def test_group_outcomes_match_a_python_reference(call: tuple[Any, ...]) -> None:
     passed_ids, passed_rewards, ids, rewards, offered, mask, advantages = call
     summarizer = RolloutSummarizer(LAYOUTS, solved_reward=SOLVED)
     result = summarizer.summarize(
-        mask=mask,
-        group_ids=passed_ids,
-        rewards=passed_rewards,
-        advantages=None if advantages is None else torch.tensor(advantages),
+        Rollouts(
+            mask=mask,
+            group_ids=passed_ids,
+            rewards=passed_rewards,
+            advantages=None if advantages is None else torch.tensor(advantages),
+        )
     )
     counts, rejected, grouped = observed(result)
     expected_counts, expected_rejected, expected_grouped = reference(ids, rewards, offered, advantages)
@@ -230,7 +232,9 @@ def test_group_outcomes_match_a_python_reference(call: tuple[Any, ...]) -> None:
 
 
 def _outcomes(ids: Any, rewards: Any) -> tuple[dict[str, int], dict[str, int], int]:
-    return observed(RolloutSummarizer(LAYOUTS, solved_reward=SOLVED).summarize(group_ids=ids, rewards=rewards))
+    return observed(
+        RolloutSummarizer(LAYOUTS, solved_reward=SOLVED).summarize(Rollouts(group_ids=ids, rewards=rewards))
+    )
 
 
 def test_a_missing_reward_leaves_its_group_out_instead_of_turning_it_all_solved() -> None:
@@ -274,7 +278,7 @@ def test_int64_ids_are_exact_over_their_whole_range() -> None:
 def test_bool_group_ids_are_rejected_whole() -> None:
     """A bool tensor or array is not a group id: the field is rejected as dtype (one count per rollout)."""
     for ids in (torch.tensor([True, False]), np.array([True, False])):
-        result = RolloutSummarizer(LAYOUTS, solved_reward=SOLVED).summarize(group_ids=ids, rewards=[1.0, 0.0])
+        result = RolloutSummarizer(LAYOUTS, solved_reward=SOLVED).summarize(Rollouts(group_ids=ids, rewards=[1.0, 0.0]))
         assert [(metric, error.reason) for metric, error, _ in result.rejected] == [(contract.GROUPS.name, "dtype")]
 
 

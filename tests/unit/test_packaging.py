@@ -3,11 +3,11 @@ dependency sets that keep the trainer's install free of the tooling and the tool
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import otel_rl_contract as contract
+import tomllib
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).parents[2]

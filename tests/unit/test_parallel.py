@@ -6,8 +6,8 @@ import multiprocessing
 
 import torch
 
-from otel_rl._buckets import ExponentialLayout
-from otel_rl._stats import ValueSummarizer
+from otel_rl._record.buckets import ExponentialLayout
+from otel_rl._record.stats import ValueSummarizer
 from tests.unit.test_stats import chunked
 
 VALUES = torch.linspace(-3.0, 5.0, 1001)

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import otel_rl
-from otel_rl._phases import step_trace
+from otel_rl._state.phases import step_trace
 from tests.conftest import (
     EXPORT_WAIT_S,
     EncodingMetricExporter,
@@ -141,7 +141,7 @@ def test_an_imperative_phase_carries_over_into_the_next_step(
     assert [
         s.name for s in finished if attributes_of(s).get("rl.step") == 1 and s.name not in ("rl.step", "rl.rank.step")
     ] == ["generate", "train"]
-    started = rank._store.collect(clock())[0]
+    started = rank._pipeline.store.collect(clock())[0]
     assert started is not None
     gauges = RecordingMetricExporter()
     gauges.export(started)

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from otel_rl import Telemetry, TelemetryConfig
-from otel_rl._buckets import ExponentialLayout, Layout, Layouts
-from otel_rl._rollouts import RolloutStatistics, RolloutSummarizer
-from otel_rl._stats import ValueSummarizer
+from otel_rl._record.buckets import ExponentialLayout, Layout, Layouts
+from otel_rl._record.rollouts import Rollouts, RolloutStatistics, RolloutSummarizer
+from otel_rl._record.stats import ValueSummarizer
 from tests.conftest import EXPORT_WAIT_S, DataPoint, RecordingMetricExporter
 from tests.reference import exponential_sides
 
@@ -69,12 +69,14 @@ def test_per_token_signals_match_numpy(
     advantages = data.draw(arrays(np.float32, shape[0], elements=st.floats(-3, 3, width=32)))
     lengths = data.draw(arrays(np.int64, shape[0], elements=st.integers(0, 4096)))
     result = RolloutSummarizer(LAYOUTS, solved_reward=1.0, summarizer=values).summarize(
-        mask=torch.from_numpy(mask),
-        advantages=torch.from_numpy(advantages),
-        response_lengths=torch.from_numpy(lengths),
-        entropy=torch.from_numpy(entropy),
-        logprobs=torch.from_numpy(train),
-        inference_logprobs=torch.from_numpy(inference),
+        Rollouts(
+            mask=torch.from_numpy(mask),
+            advantages=torch.from_numpy(advantages),
+            response_lengths=torch.from_numpy(lengths),
+            entropy=torch.from_numpy(entropy),
+            logprobs=torch.from_numpy(train),
+            inference_logprobs=torch.from_numpy(inference),
+        )
     )
     assert not result.rejected
     log_ratio = (train.astype(np.float64) - inference.astype(np.float64))[mask]

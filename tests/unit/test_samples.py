@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otel_rl import EpisodeSample, TopBottomFilter
-from otel_rl._samples import sample_from_mapping, to_record
+from otel_rl._record.samples import sample_from_mapping, to_record
 
 
 @given(rewards=st.lists(st.floats(-1e6, 1e6), max_size=60), k=st.integers(0, 5))

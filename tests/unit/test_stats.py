@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from otel_rl import _parallel
-from otel_rl._buckets import ExplicitLayout, ExponentialLayout, Layout
-from otel_rl._inputs import BadInput
-from otel_rl._stats import StalenessSummarizer, ValueSummarizer
+from otel_rl._record import parallel
+from otel_rl._record.buckets import ExplicitLayout, ExponentialLayout, Layout
+from otel_rl._record.inputs import BadInput
+from otel_rl._record.stats import StalenessSummarizer, ValueSummarizer
 from tests.reference import bucket_counts, exponential_sides
 
 
@@ -41,14 +41,14 @@ def chunked() -> Iterator[None]:
     threads = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
-        with mock.patch.object(_parallel, "MIN_CHUNK", 4):
+        with mock.patch.object(parallel, "MIN_CHUNK", 4):
             yield
     finally:
         torch.set_num_threads(threads)
 
 
 class ChunkedRewards(ValueSummarizer):
-    """The CPU kernel on several threads (``otel_rl._parallel``)."""
+    """The CPU kernel on several threads (``otel_rl._record.parallel``)."""
 
     def summarize(self, *args: Any, **kwargs: Any) -> Any:
         with chunked():

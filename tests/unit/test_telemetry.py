@@ -20,7 +20,7 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, MetricExportRes
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_rl import EpisodeSample, Telemetry, TelemetryConfig
-from otel_rl._buckets import ExponentialLayout
+from otel_rl._record.buckets import ExponentialLayout
 from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter, attributes_of
 
 BOUNDS = (-1.0, 0.0, 1.0)
@@ -309,7 +309,7 @@ def test_unreachable_collector_neither_blocks_nor_raises(protocol: Literal["grpc
         telemetry.record_sample(EpisodeSample(reward=0.0, response="r"))
     recording = time.monotonic() - started
     time.sleep(1.5)
-    failures = telemetry._store.counter_value(  # the count exists only in memory: nothing could send it
+    failures = telemetry._pipeline.store.counter_value(  # the count exists only in memory: nothing could send it
         __import__("otel_rl_contract", fromlist=["x"]).EXPORT_FAILURES, (("otel_rl.signal", "metrics"),)
     )
     started = time.monotonic()

@@ -41,7 +41,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_rl._buckets import ExponentialLayout
+from otel_rl._record.buckets import ExponentialLayout
 
 PREFIX = "[otel-rl]"
 QUANTILES = (0.5, 0.9, 0.99)

@@ -19,7 +19,7 @@ import numpy as np
 import otel_rl_contract as contract
 import torch
 
-from otel_rl._inputs import INT64_MAX, INT64_MIN, BadInput, Reason, as_integer, as_text, as_value, describe
+from otel_rl._record.inputs import INT64_MAX, INT64_MIN, BadInput, Reason, as_integer, as_text, as_value, describe
 
 Selection = Literal["top", "bottom", "random"]
 _TEXT_FIELDS = ("prompt", "response", "target")
@@ -206,7 +206,7 @@ def _keep_best_prompts(best: list[_Entry], item: _Entry, key: object, k: int) ->
 
 def sample_from_mapping(values: Mapping[str, Any]) -> tuple[EpisodeSample, list[str]]:
     """An :class:`EpisodeSample` from a torchforge-style dict, and the unknown keys that were left out. Raises
-    :class:`~otel_rl._inputs.BadInput` (``missing``) without a reward."""
+    :class:`~otel_rl._record.inputs.BadInput` (``missing``) without a reward."""
     unknown = sorted(as_text(key) for key in values if key not in SAMPLE_KEYS)
     known = {key: value for key, value in values.items() if key in SAMPLE_KEYS}
     if "reward" not in known:
@@ -257,7 +257,7 @@ def to_record(
     """Turn a sample into log-record attributes and body, every field checked: a field of the wrong type or value
     is left out and counted in ``rejected``, the rest kept. Texts go through ``redact``, then are cut to
     ``budget_bytes`` UTF-8 bytes. An exception from ``redact`` propagates: the caller drops the whole sample
-    rather than export an unredacted text. Raises :class:`~otel_rl._inputs.BadInput` when the reward is not a
+    rather than export an unredacted text. Raises :class:`~otel_rl._record.inputs.BadInput` when the reward is not a
     number.
 
     >>> r = to_record(EpisodeSample(reward=1.0, response="héllo"), step=3, selection="top", table="t", budget_bytes=2)

@@ -11,9 +11,9 @@ import logging
 
 import otel_rl_contract as contract
 
-from otel_rl._inputs import BadInput, Reason, count, describe
-from otel_rl._stats import Statistics
-from otel_rl._store import Attributes, MetricStore, attributes
+from otel_rl._record.inputs import BadInput, Reason, count, describe
+from otel_rl._record.stats import Statistics
+from otel_rl._state.store import Attributes, MetricStore, attributes
 
 _logger = logging.getLogger(__name__)
 MAX_NAME_LENGTH = 256
@@ -74,7 +74,7 @@ class LabelCap:
     valid names pass, later ones and invalid ones become ``_overflow`` and are counted (``name_overflow``,
     ``name_invalid``), so a typo in a loop cannot explode the number of series.
 
-    >>> from otel_rl._store import MetricStore
+    >>> from otel_rl._state.store import MetricStore
     >>> from opentelemetry.sdk.resources import Resource
     >>> store = MetricStore(Resource({}), start_time_ns=0, version="")
     >>> cap = LabelCap("rl.reward", "max_reward_fns", 1, SelfTelemetry(store))

@@ -37,10 +37,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
-from otel_rl._buckets import ExplicitLayout
-from otel_rl._inputs import BadInput
-from otel_rl._stats import Statistics
-from otel_rl._store import MetricStore, attributes
+from otel_rl._record.buckets import ExplicitLayout
+from otel_rl._record.inputs import BadInput
+from otel_rl._record.stats import Statistics
+from otel_rl._state.store import MetricStore, attributes
 
 _logger = logging.getLogger(__name__)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -92,7 +92,7 @@ class TrajectoryContext:
 
     @classmethod
     def decode(cls, text: object) -> TrajectoryContext:
-        """Raises :class:`~otel_rl._inputs.BadInput` (``type``) for anything :meth:`encode` did not make."""
+        """Raises :class:`~otel_rl._record.inputs.BadInput` (``type``) for anything :meth:`encode` did not make."""
         error = BadInput("type", '"links" must hold strings from Telemetry.trajectory_context()')
         if not isinstance(text, str):
             raise error

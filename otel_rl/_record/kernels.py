@@ -3,9 +3,9 @@
 On the CPU, torch's eager operations each make a full pass over the data and most allocate a new tensor: a
 staleness summary took a dozen passes over 8 MB. These kernels read each value once and keep only scalars and the
 bucket counts, which is as close to the one-pass floor as a histogram gets. Tensors on other devices use the
-torch path in ``otel_rl._stats``, where the operations run on the device.
+torch path in ``otel_rl._record.stats``, where the operations run on the device.
 
-Large inputs run on several threads (``otel_rl._parallel``): :func:`summarize_values` and
+Large inputs run on several threads (``otel_rl._record.parallel``): :func:`summarize_values` and
 :func:`summarize_staleness` split them into chunks and combine the partial results.
 
 Semantics match the torch path exactly (and both match a float64 numpy reference in the tests): explicit buckets
@@ -21,8 +21,8 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from otel_rl import _parallel
-from otel_rl._buckets import WINDOW_OCTAVES
+from otel_rl._record import parallel
+from otel_rl._record.buckets import WINDOW_OCTAVES
 
 _INT64_MAX = np.iinfo(np.int64).max
 _WINDOW_OCTAVES = WINDOW_OCTAVES
@@ -47,8 +47,8 @@ def _bucket(x: float, bounds: np.ndarray) -> int:  # pragma: no cover - compiled
 @njit(cache=True, nogil=True, inline="always")
 def _slot(x, bits, bounds, scale, lookup, fractions):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """The slot of finite ``x`` (whose float64 bit pattern is ``bits``) in the layout the arguments describe: explicit
-    ``bounds`` when ``scale < 0``, else ``otel_rl._buckets.ExponentialLayout(scale)`` (same slots, computed from the
-    exponent and mantissa bits). Branch-free where the data decides (sign, sub-bucket): random signs would
+    ``bounds`` when ``scale < 0``, else ``otel_rl._record.buckets.ExponentialLayout(scale)`` (same slots, computed from
+    the exponent and mantissa bits). Branch-free where the data decides (sign, sub-bucket): random signs would
     otherwise mispredict on every other value."""
     if scale < 0:
         return _bucket(x, bounds)
@@ -200,9 +200,9 @@ def summarize_values(
     """:func:`value_kernel` over ``values``, in chunks on several threads when it is large; ``counts`` receives the
     bucket counts of all of them."""
     kernel = value_kernel(scale)
-    parts = _parallel.chunks(values.shape[0])
+    parts = parallel.chunks(values.shape[0])
     tallies = [counts] + [np.zeros_like(counts) for _ in parts[1:]]
-    results = _parallel.run_all(
+    results = parallel.run_all(
         [
             functools.partial(kernel, values[part], bounds, lookup, fractions, tally)
             for part, tally in zip(parts, tallies, strict=True)
@@ -229,9 +229,9 @@ def summarize_staleness(
     """:func:`staleness_kernel` over ``versions``, in chunks on several threads when it is large; ``fine`` and
     ``counts`` receive the counts of all of them."""
     kernel = staleness_kernel(scale, masked)
-    parts = _parallel.chunks(versions.shape[0])
+    parts = parallel.chunks(versions.shape[0])
     tallies = [(fine, counts)] + [(np.zeros_like(fine), np.zeros_like(counts)) for _ in parts[1:]]
-    results = _parallel.run_all(
+    results = parallel.run_all(
         [
             functools.partial(
                 kernel,

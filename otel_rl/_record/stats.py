@@ -2,8 +2,8 @@
 
 Each summarizer validates the input (type, dtype, shape, mask), then computes every statistic of the call (count,
 sums, extremes, bucket counts, what was rejected) without a Python loop over values: on the CPU with the compiled
-one-pass kernels of ``otel_rl._kernels``; on other devices (GPUs) with tensor operations on the device, packed into
-one small tensor and copied to the host once. Bad parts of the input (NaN, inf, masked-out, negative staleness)
+one-pass kernels of ``otel_rl._record.kernels``; on other devices (GPUs) with tensor operations on the device, packed
+into one small tensor and copied to the host once. Bad parts of the input (NaN, inf, masked-out, negative staleness)
 are excluded and counted, never folded in. Both paths give the same results (tests/unit/test_stats.py).
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from otel_rl import _kernels
-from otel_rl._buckets import ExplicitLayout, Layout
-from otel_rl._inputs import BadInput, Reason, as_mask, as_values, combined, numpy_view
+from otel_rl._record import kernels
+from otel_rl._record.buckets import ExplicitLayout, Layout
+from otel_rl._record.inputs import BadInput, Reason, as_mask, as_values, combined, numpy_view
 
 #: Integer bucket bounds up to this value are histogrammed by ``bincount`` plus a lookup table, which is far
 #: faster than ``bucketize``; larger bounds fall back to ``bucketize``.
@@ -33,7 +33,7 @@ _WIDE_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
 class Statistics:
     """Host-side statistics of the accepted values of one record call: everything a mergeable distribution needs.
     Extremes are None when nothing was accepted; ``bucket_counts[i]`` counts the values in slot ``i`` of
-    ``layout`` (see ``otel_rl._buckets``)."""
+    ``layout`` (see ``otel_rl._record.buckets``)."""
 
     layout: Layout
     count: int
@@ -174,21 +174,21 @@ class ValueSummarizer:
             self.summarize(torch.zeros((1, 1), dtype=dtype), torch.ones((1, 1), dtype=torch.bool))
 
     def _summarize_on_cpu(self, rewards: torch.Tensor, selected: torch.Tensor | None) -> Statistics:
-        """The same statistics in one compiled pass (see ``otel_rl._kernels``)."""
+        """The same statistics in one compiled pass (see ``otel_rl._record.kernels``)."""
         values = numpy_view(rewards)
         keep, use_keep = keep_arrays(selected, values.ndim)
         if values.ndim == 2:
             first = np.zeros(values.shape[0], dtype=np.float64)
             present = np.zeros(values.shape[0], dtype=np.bool_)
-            _kernels.first_unmasked(values, keep, use_keep, first, present)
+            kernels.first_unmasked(values, keep, use_keep, first, present)
             values, keep, use_keep = first, present, True
         if use_keep:
             # Selecting first (branch-free, 0.3 ms for 1M values) is cheaper than testing the mask in the loop, which
             # a random mask makes the CPU mispredict (1M values, 70% kept: 7.6 ms).
-            values = _kernels.select(values.reshape(-1), keep.reshape(-1))
+            values = kernels.select(values.reshape(-1), keep.reshape(-1))
         counts = np.zeros(self.layout.size, dtype=np.int64)
         bounds, scale, lookup, fractions = self.layout.kernel_arguments
-        count, positive, negative, squares, minimum, maximum, nonfinite = _kernels.summarize_values(
+        count, positive, negative, squares, minimum, maximum, nonfinite = kernels.summarize_values(
             values.reshape(-1), scale, bounds, lookup, fractions, counts
         )
         return _value_statistics(self.layout, count, positive, negative, squares, minimum, maximum, nonfinite, counts)
@@ -301,7 +301,7 @@ class StalenessSummarizer:
             fine = np.zeros(len(self._cpu_lookup), dtype=np.int64)
             bounds, scale, lookup, fractions = self.layout.kernel_arguments
             keep_array, use_keep = keep_arrays(keep, 1)
-            count, total, minimum, maximum, future, unversioned = _kernels.summarize_staleness(
+            count, total, minimum, maximum, future, unversioned = kernels.summarize_staleness(
                 numpy_view(generated),
                 keep_array,
                 use_keep,

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import otel_rl_contract as contract
 
-from otel_rl._buckets import ExponentialLayout
 from otel_rl._config import ResolvedConfig
-from otel_rl._stats import Statistics, ValueSummarizer
-from otel_rl._store import MetricStore
+from otel_rl._record.buckets import ExponentialLayout
+from otel_rl._record.stats import Statistics, ValueSummarizer
+from otel_rl._state.store import MetricStore
 
 
 def bucket_centre(index: int) -> float:

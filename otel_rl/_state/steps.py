@@ -2,7 +2,7 @@
 
 While a step runs, samples are offered to the sample filter (by default top/bottom-k by reward). When the next step
 is declared (or at shutdown), the kept ones are emitted as ``rl.sample`` log records carrying the step's trace and
-span ids (this rank's ``rl.rank.step`` span, ``otel_rl._phases``), optionally as events of that span, and as
+span ids (this rank's ``rl.rank.step`` span, ``otel_rl._state.phases``), optionally as events of that span, and as
 exemplars of the reward and staleness histograms, so a dashboard point links to the sample that explains it.
 """
 
@@ -23,10 +23,10 @@ from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 from otel_rl._config import ResolvedConfig
-from otel_rl._inputs import BadInput, as_value, describe
-from otel_rl._samples import EpisodeSample, SampleFilter, SampleRecord, sample_from_mapping, to_record
-from otel_rl._self_telemetry import LabelCap, SelfTelemetry
-from otel_rl._store import MetricStore, attributes
+from otel_rl._record.inputs import BadInput, as_value, describe
+from otel_rl._record.samples import EpisodeSample, SampleFilter, SampleRecord, sample_from_mapping, to_record
+from otel_rl._state.self_telemetry import LabelCap, SelfTelemetry
+from otel_rl._state.store import MetricStore, attributes
 
 _logger = logging.getLogger(__name__)
 _MAX_EXEMPLAR_ID = 40
@@ -66,8 +66,8 @@ class StepSamples:
 
     def offer(self, sample: EpisodeSample | Mapping[str, Any], table: str) -> None:
         """Offer one sample to the step's filter of ``table`` (its reward as a float). Raises
-        :class:`~otel_rl._inputs.BadInput` for a sample that is neither an :class:`EpisodeSample` nor a mapping, or
-        has no numeric reward."""
+        :class:`~otel_rl._record.inputs.BadInput` for a sample that is neither an :class:`EpisodeSample` nor a mapping,
+        or has no numeric reward."""
         if isinstance(sample, EpisodeSample):
             episode = sample
         elif isinstance(sample, Mapping):

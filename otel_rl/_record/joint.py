@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from otel_rl._inputs import BadInput, as_values
+from otel_rl._record.inputs import BadInput, as_values
 
 MOMENTS: tuple[str, ...] = (
     "n",

@@ -18,7 +18,7 @@ once (groups too: sorted and segmented on the device, no ``unique`` and its hidd
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,12 +26,13 @@ import otel_rl_contract as contract
 import torch
 from otel_rl_contract import Distribution
 
-from otel_rl import _joint, _kernels
-from otel_rl._buckets import Layouts
-from otel_rl._inputs import (
+from otel_rl._record import joint, kernels
+from otel_rl._record.buckets import Layouts
+from otel_rl._record.inputs import (
     REASONS,
     BadInput,
     Reason,
+    TensorLike,
     Values,
     as_integers,
     as_mask,
@@ -40,9 +41,45 @@ from otel_rl._inputs import (
     combined,
     numpy_view,
 )
-from otel_rl._stats import Statistics, ValueSummarizer, first_unmasked
+from otel_rl._record.stats import Statistics, ValueSummarizer, first_unmasked
 
 Attributes = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rollouts:
+    """One step's rollouts, as :meth:`otel_rl.Telemetry.record_rollouts` takes them: its keyword arguments are these
+    fields, declared here once. Every field is optional; ``(rollouts,)`` fields hold one value per rollout."""
+
+    mask: TensorLike | None = None
+    """``(rollouts, tokens)`` or ``(rollouts,)``, nonzero = keep: the tokens to record. Rollouts without any are left
+    out of the per-rollout fields, and a per-rollout field must have as many rollouts as the mask."""
+    advantages: TensorLike | None = None
+    """``(rollouts,)`` (or per token, counted at each rollout's first selected token): ``rl.advantage``, and the
+    rollouts by advantage sign ``rl.advantage.sign``."""
+    response_lengths: TensorLike | None = None
+    """``(rollouts,)``: ``rl.response.length`` (negative lengths are dropped and counted)."""
+    entropy: TensorLike | None = None
+    """Per token, any shape (the mask's when there is one): ``rl.entropy``."""
+    logprobs: TensorLike | None = None
+    """The trainer's per-token log-probabilities: with ``inference_logprobs``, the importance ratio
+    ``exp(logprobs - inference_logprobs)`` (``rl.importance_ratio``) and the mismatch KL(pi_inference || pi_train)
+    estimators k1 and k3 (``rl.mismatch.kl``)."""
+    inference_logprobs: TensorLike | None = None
+    """The inference engine's per-token log-probabilities (see ``logprobs``)."""
+    rewards: TensorLike | None = None
+    """The total reward, ``(rollouts,)``: with ``group_ids`` the prompt-group outcomes (``rl.groups``,
+    ``rl.groups.zero_variance``); with ``response_lengths`` and ``reward_breakdown`` the joint sums ``rl.joint``."""
+    group_ids: TensorLike | None = None
+    """``(rollouts,)``: each rollout's prompt group; a group's rollouts must be recorded in one call."""
+    versions_spanned: TensorLike | None = None
+    """``(rollouts,)``: how many policy versions each trajectory's tokens were generated with
+    (``rl.trajectory.versions``)."""
+    reward_breakdown: Mapping[str, TensorLike] | None = None
+    """Reward function name → ``(rollouts,)`` values, each paired with ``rewards`` in ``rl.joint``
+    (``rl.joint.x`` = ``reward.<fn>``)."""
+
+
 _OUTCOMES = ("none", "some", "all")
 _SIGNS = ("positive", "negative", "zero")
 _NONFINITE = REASONS.index("nonfinite") + 1
@@ -72,7 +109,8 @@ class RolloutStatistics:
     """``(metric, reason, count)`` of values left out of a field that was kept (besides what the statistics
     carry)."""
     joint: list[tuple[str, list[float]]] = field(default_factory=list)
-    """``(rl.joint.x, sums)`` of each pair with the total reward, the sums in :data:`otel_rl._joint.MOMENTS` order."""
+    """``(rl.joint.x, sums)`` of each pair with the total reward, the sums in :data:`otel_rl._record.joint.MOMENTS`
+    order."""
     grouped: int = 0
     """Rollouts that took part in the prompt-group outcomes (``rl.groups``): with the ``rl.groups`` parts of
     ``rejected_parts``, every offered rollout."""
@@ -150,34 +188,28 @@ class RolloutSummarizer:
         two float32 rollouts (a cold numba cache costs 1.5 s on this path, which the first training step would pay)."""
         tokens = torch.zeros((2, 2))
         self.summarize(
-            mask=torch.ones((2, 2)),
-            advantages=tokens,
-            response_lengths=torch.full((2,), 2),
-            entropy=tokens,
-            logprobs=tokens,
-            inference_logprobs=tokens,
-            rewards=torch.zeros(2),
-            group_ids=torch.zeros(2),
-            versions_spanned=torch.ones(2),
+            Rollouts(
+                mask=torch.ones((2, 2)),
+                advantages=tokens,
+                response_lengths=torch.full((2,), 2),
+                entropy=tokens,
+                logprobs=tokens,
+                inference_logprobs=tokens,
+                rewards=torch.zeros(2),
+                group_ids=torch.zeros(2),
+                versions_spanned=torch.ones(2),
+            )
         )
 
-    def summarize(
-        self,
-        *,
-        mask: Any = None,
-        advantages: Any = None,
-        response_lengths: Any = None,
-        entropy: Any = None,
-        logprobs: Any = None,
-        inference_logprobs: Any = None,
-        rewards: Any = None,
-        group_ids: Any = None,
-        versions_spanned: Any = None,
-        reward_breakdown: Sequence[tuple[str, Any]] = (),
-    ) -> RolloutStatistics:
+    def summarize(self, rollouts: Rollouts, *, breakdown: Sequence[tuple[str, Any]] = ()) -> RolloutStatistics:
         """The statistics of every field given; a bad field is in ``rejected``, the others are kept. An unusable
         mask rejects every field, each under its own metric: without it, padding would be recorded as values.
-        ``reward_breakdown``: ``(rl.joint.x label, values)`` of each reward function to pair with ``rewards``."""
+        ``breakdown``: ``(rl.joint.x label, values)`` of each reward function to pair with ``rewards`` (the caller
+        labels ``rollouts.reward_breakdown``'s names, capped)."""
+        mask, rewards, response_lengths = rollouts.mask, rollouts.rewards, rollouts.response_lengths
+        advantages, entropy, group_ids = rollouts.advantages, rollouts.entropy, rollouts.group_ids
+        logprobs, inference_logprobs = rollouts.logprobs, rollouts.inference_logprobs
+        versions_spanned, reward_breakdown = rollouts.versions_spanned, breakdown
         out = RolloutStatistics()
         given = {
             "advantages": advantages,
@@ -269,7 +301,7 @@ class RolloutSummarizer:
         are counted (``unpaired``), a pair whose shapes do not fit is rejected whole."""
         argument = "response_lengths" if label == "response_length" else f"reward_breakdown[{label[7:]!r}]"
         try:
-            sums = _joint.comoments(
+            sums = joint.comoments(
                 values, rewards, masks.rows, argument=argument, nonnegative=label == "response_length"
             )
         except BadInput as error:
@@ -466,7 +498,7 @@ def _selected_tokens(tensor: torch.Tensor, keep: torch.Tensor | None) -> tuple[t
         return tensor.reshape(-1), None
     if tensor.device.type != "cpu":
         return tensor.reshape(-1), keep.reshape(-1)
-    selected = _kernels.select(numpy_view(tensor).reshape(-1), keep.reshape(-1).numpy())
+    selected = kernels.select(numpy_view(tensor).reshape(-1), keep.reshape(-1).numpy())
     return torch.from_numpy(selected), None
 
 

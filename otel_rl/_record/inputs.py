@@ -23,11 +23,31 @@ import numbers
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, TypeAlias, get_args
 
 import numpy as np
 import torch
 import torch.utils.dlpack
+
+
+class SupportsArray(Protocol):
+    """Anything numpy can read: ``np.asarray`` calls ``__array__`` (JAX, CuPy on the host, pandas, numpy scalars)."""
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class SupportsDLPack(Protocol):
+    """Anything torch can read without a copy through the DLPack protocol (CuPy, JAX, TensorFlow on a device)."""
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+TensorLike: TypeAlias = (
+    torch.Tensor | np.ndarray[Any, Any] | SupportsArray | SupportsDLPack | float | int | Sequence[Any]
+)
+"""What the recording calls take as values, masks, versions: a torch tensor (any dtype, layout, device), a numpy
+array or scalar, an object with ``__array__`` or ``__dlpack__``, a Python number, or a (nested) list of numbers. Any
+other object is still accepted at run time and counted as rejected (``type``), never raised."""
 
 Reason = Literal[
     "nonfinite",

@@ -21,8 +21,8 @@ from typing import Generic, TypeVar
 import otel_rl_contract as contract
 from otel_rl_contract import MetricName
 
-from otel_rl._export_health import ExportHealth, Signal, captured
-from otel_rl._store import Attributes, MetricStore, attributes
+from otel_rl._export.health import ExportHealth, Signal, captured
+from otel_rl._state.store import Attributes, MetricStore, attributes
 
 _logger = logging.getLogger(__name__)
 _BATCH = 512

@@ -1,7 +1,7 @@
 """Bucket layouts: which bucket of a histogram each value falls in, as a slot of one flat counts array.
 
 Two layouts, one interface (``size``, ``slot`` for one number, ``slots`` for a tensor on its device, and the
-arguments of the compiled kernels in ``otel_rl._kernels``):
+arguments of the compiled kernels in ``otel_rl._record.kernels``):
 
 - :class:`ExplicitLayout`: upper-inclusive explicit bounds, as OpenTelemetry defines them (slot ``i`` counts
   ``bounds[i-1] < v <= bounds[i]``).
@@ -117,7 +117,7 @@ class Layout(Protocol):
 
     @property
     def kernel_arguments(self) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
-        """``(bounds, scale, lookup, fractions)`` for ``otel_rl._kernels``."""
+        """``(bounds, scale, lookup, fractions)`` for ``otel_rl._record.kernels``."""
 
     def point(self, fields: PointFields, counts: np.ndarray) -> HistogramPoint:
         """The OTLP point of ``counts`` in this layout."""
@@ -150,7 +150,7 @@ class ExplicitLayout:
 
     @property
     def kernel_arguments(self) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
-        """``(bounds, scale, lookup, fractions)`` for ``otel_rl._kernels``; scale -1 selects explicit bounds."""
+        """``(bounds, scale, lookup, fractions)`` for ``otel_rl._record.kernels``; scale -1 selects explicit bounds."""
         empty = np.empty(0, dtype=np.int64)
         return np.asarray(self.bounds, dtype=np.float64), -1, empty, empty
 
@@ -232,7 +232,7 @@ class ExponentialLayout:
 
     @property
     def kernel_arguments(self) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
-        """``(bounds, scale, lookup, fractions)`` for ``otel_rl._kernels``."""
+        """``(bounds, scale, lookup, fractions)`` for ``otel_rl._record.kernels``."""
         return np.empty(0, dtype=np.float64), self.scale, self.lookup, self.fractions
 
     def point(self, fields: PointFields, counts: np.ndarray) -> HistogramPoint:

@@ -1,6 +1,6 @@
 """One compiled pass over a large input, run on several CPU threads.
 
-The kernels in ``otel_rl._kernels`` release the GIL, so an input split into contiguous chunks is summarized on
+The kernels in ``otel_rl._record.kernels`` release the GIL, so an input split into contiguous chunks is summarized on
 several cores at once; each chunk keeps its own bucket counts and the caller combines the partial results (sums
 add, extremes take min and max). The thread count follows torch's intra-op setting (``torch.get_num_threads``,
 which honours ``OMP_NUM_THREADS`` and ``torch.set_num_threads``), the same cores ``x.sum()`` uses. Inputs below

@@ -35,9 +35,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from otel_rl_contract import SCOPE_NAME, SELF_METRIC, VALUES_RECORDED, Distribution, MetricName
 
-from otel_rl._buckets import HistogramPoint, Layout, PointFields
-from otel_rl._inputs import INT64_MAX, INT64_MIN
-from otel_rl._stats import Statistics
+from otel_rl._record.buckets import HistogramPoint, Layout, PointFields
+from otel_rl._record.inputs import INT64_MAX, INT64_MIN
+from otel_rl._record.stats import Statistics
 
 Attributes = tuple[tuple[str, str], ...]
 _Key = tuple[MetricName, Attributes]
@@ -157,7 +157,8 @@ class MetricStore:
 
     def record_histogram(self, histogram: MetricName, attrs: Attributes, statistics: Statistics) -> None:
         """Fold one call's statistics into ``histogram`` alone: no sum parts, extremes or count of values recorded
-        (the merge canary of ``otel_rl._canary``, a check of its own). A call that accepted nothing adds nothing."""
+        (the merge canary of ``otel_rl._state.canary``, a check of its own). A call that accepted nothing adds
+        nothing."""
         if statistics.count:
             with self._lock:
                 self._fold_histogram((histogram, attrs), statistics)
