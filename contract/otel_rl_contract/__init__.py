@@ -7,6 +7,8 @@ OpenTelemetry semantic conventions are one package that the API, the SDK and eve
 
 * :mod:`otel_rl_contract.names`: every metric, attribute and event name, each distribution's layout role, how the
   collector merges each metric across ranks.
+* :mod:`otel_rl_contract.prometheus`: the Prometheus series and labels those names become (:func:`series`,
+  :func:`label`), derived once.
 """
 
 from otel_rl_contract._version import __version__
@@ -113,6 +115,7 @@ from otel_rl_contract.names import (
     Merge,
     MetricName,
 )
+from otel_rl_contract.prometheus import HistogramForm, Series, exemplar_series, label, series
 
 __all__ = [
     "ADVANTAGES",
@@ -212,9 +215,14 @@ __all__ = [
     "VALUES_REJECTED",
     "WORLD_SIZE",
     "Distribution",
+    "HistogramForm",
     "Kind",
     "LayoutRole",
     "Merge",
     "MetricName",
+    "Series",
     "__version__",
+    "exemplar_series",
+    "label",
+    "series",
 ]
