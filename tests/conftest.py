@@ -206,8 +206,9 @@ collect_ignore: Final = ["integrations/verl_job.py"]
 """Scripts that run under another environment's interpreter (verl's, ``.venv-verl``), never imported here (the
 suite's ``--doctest-modules`` would import them)."""
 
-STACK_FIXTURES: Final = frozenset({"stack_binaries", "promtool", "amtool"})
-"""The fixtures that install the stack's binaries (the collector build takes minutes once)."""
+STACK_FIXTURES: Final = frozenset({"stack_binaries", "promtool", "amtool", "installed"})
+"""The fixtures that install the stack's binaries (the collector build takes minutes once) or build and install
+otel-rl's distributions."""
 
 STACK_RERUNS: Final = 1
 """How often a failed ``stack`` test runs again (pytest-rerunfailures) before it counts as failed. These tests drive
@@ -285,6 +286,15 @@ def amtool() -> Path:
     from otel_rl_ops.stack.gotools import ensure_go_binary
 
     return ensure_go_binary(versions.AMTOOL, home=otel_rl_home())
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """otel-rl's distributions built and installed into fresh environments as users install them, once per test
+    process (tests/packaging/installs.py: the tooling's half and the trainer's half apart)."""
+    from tests.packaging.installs import build_installs
+
+    return build_installs(tmp_path_factory.mktemp("installs"))
 
 
 @pytest.fixture(scope="session")

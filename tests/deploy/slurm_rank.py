@@ -1,6 +1,6 @@
-"""One rank of the SLURM test's job (``python -m tests.deploy.slurm_rank OUT``): ``otel_rl.setup()`` from the
-environment ``otel-rl agent exec`` gave it, the rewards :func:`rewards` names for its rank, and ``OUT/rank-N.json``
-with the variables it ran with."""
+"""One rank of the SLURM test's job (``python slurm_rank.py OUT``, a copy run by the installed trainer library's
+interpreter: it imports nothing of the checkout): ``otel_rl.setup()`` from the environment ``otel-rl agent exec``
+gave it, the rewards :func:`rewards` names for its rank, and ``OUT/rank-N.json`` with the variables it ran with."""
 
 from __future__ import annotations
 

@@ -1,12 +1,16 @@
 """The SLURM recipe on a real single-node SLURM (Debian's slurmctld, slurmd and munge as plain processes:
-tests/deploy/slurm.py): ``sbatch deploy/slurm/otel-rl.sbatch`` starts one collector agent on the node and two ranks
-that export to it with the job's id as run id; a gateway (collector.yaml + gateway.yaml) merges them into Prometheus.
+tests/deploy/slurm.py), run as a team without a checkout runs it: the recipe and ``otel-rl agent`` from the installed
+tooling (``otel-rl-ops``'s package data and command), the ranks from the installed trainer library, both built from
+this repository as users install them (tests/packaging/installs.py). ``sbatch otel-rl.sbatch`` starts one collector
+agent on the node and two ranks that export to it with the job's id as run id; a gateway (collector.yaml +
+gateway.yaml) merges them into Prometheus.
 """
 
 from __future__ import annotations
 
 import json
-import sys
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,12 +22,10 @@ from otel_rl_ops.stack.env import otel_rl_home
 
 from tests.deploy import slurm_rank
 from tests.deploy.slurm import LocalSlurm, local_slurm
-from tests.pipeline.harness import ROOT, eventually
+from tests.packaging.installs import Installs
+from tests.pipeline.harness import eventually
 from tests.pipeline.test_scale_out import Collector
 
-RECIPE = ROOT / "deploy" / "slurm" / "otel-rl.sbatch"
-OTEL_RL = Path(sys.executable).parent / "otel-rl"
-"""The otel-rl command of this test's environment (the job runs it on the node)."""
 RANKS = 2
 GATEWAY_ID = "slurm-gateway"
 
@@ -53,12 +55,17 @@ def gateway(shared_stack: Any, stack_binaries: Any, tmp_path_factory: pytest.Tem
 
 
 def test_the_sbatch_recipe_runs_an_agent_per_node_and_the_ranks_through_it(
-    cluster: LocalSlurm, gateway: Collector, shared_stack: Any, stack_binaries: Any, tmp_path: Path
+    cluster: LocalSlurm, gateway: Collector, shared_stack: Any, installed: Installs, tmp_path: Path
 ) -> None:
     """Each rank exports to its node's agent with run id = SLURM_JOB_ID; the run arrives merged and exact."""
+    data = subprocess.run(
+        [str(installed.tooling / "otel-rl"), "stack", "data"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    recipe = Path(data) / "deploy" / "slurm" / "otel-rl.sbatch"
+    script = shutil.copy(slurm_rank.__file__, installed.work / "slurm_rank.py")  # the user's training script
     grpc, http, health, metrics = find_free_ports(4)
     env = {
-        "OTEL_RL": str(OTEL_RL),
+        "OTEL_RL": str(installed.tooling / "otel-rl"),
         "OTEL_RL_GATEWAYS": f"[{gateway.endpoint}]",
         "OTEL_RL_AGENT_OPTIONS": (
             f"--grpc-port {grpc} --http-port {http} --health-port {health} --metrics-port {metrics}"
@@ -74,11 +81,10 @@ def test_the_sbatch_recipe_runs_an_agent_per_node_and_the_ranks_through_it(
         f"--output={output}",
         "--nodes=1",
         f"--ntasks-per-node={RANKS}",
-        f"--chdir={ROOT}",
-        RECIPE,
-        sys.executable,
-        "-m",
-        "tests.deploy.slurm_rank",
+        f"--chdir={installed.work}",
+        recipe,
+        installed.trainer / "python",
+        script,
         tmp_path,
         env=env,
     )
