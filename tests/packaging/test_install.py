@@ -208,6 +208,25 @@ def test_a_rank_of_the_trainer_install_reaches_the_tooling_install(installed: In
     assert "data:image/png;base64," in html  # the panels, drawn
 
 
+@pytest.mark.parametrize("profile", ["--secure", "--cluster"])
+def test_the_other_profiles_start_from_the_installed_tooling(
+    installed: Installs, stack_binaries: object, profile: str, tmp_path: Path
+) -> None:
+    """``otel-rl stack up --secure`` (TLS and authentication everywhere) and ``--cluster`` (Thanos, a VictoriaLogs
+    cluster) start healthy from the installed tooling's data and cached binaries, and stop."""
+    otel, home = str(installed.tooling / "otel-rl"), str(otel_rl_home())
+    running = RunningStack(tmp_path / "stack", StackPorts.free())
+    up = _run([otel, "stack", "up", profile, *running.flags], installed, OTEL_RL_HOME=home)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "building" not in up.stderr, up.stderr
+        status = _run([otel, "stack", "status", profile, *running.flags], installed, OTEL_RL_HOME=home)
+        assert status.returncode == 0 and "unhealthy" not in status.stdout, status.stdout + status.stderr
+    finally:
+        down = _run([otel, "stack", "down", profile, *running.flags], installed, OTEL_RL_HOME=home)
+    assert down.returncode == 0, down.stderr
+
+
 def test_missing_package_data_stops_the_stack_before_it_starts(installed: Installs, tmp_path: Path) -> None:
     """A tooling install whose data lost a file refuses ``otel-rl stack up`` with one error naming the file, and
     starts nothing; restoring the file makes ``otel-rl stack data`` pass again."""
