@@ -15,16 +15,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import otel_rl_contract
-import otel_rl_ops
-
-import otel_rl
-
+_ROOT = Path(__file__).parents[2]
 _DISTRIBUTIONS = {
-    "otel_rl": Path(otel_rl.__file__).parent,
-    "otel_rl_contract": Path(otel_rl_contract.__file__).parent,
-    "otel_rl_ops": Path(otel_rl_ops.__file__).parent,
+    "otel_rl": _ROOT / "otel_rl",
+    "otel_rl_contract": _ROOT / "contract" / "otel_rl_contract",
+    "otel_rl_ops": _ROOT / "ops" / "otel_rl_ops",
 }
+"""Each distribution's package, read from the checkout's sources (the trainer's environment has no tooling)."""
 _MAY_IMPORT = {
     "otel_rl": {"otel_rl", "otel_rl_contract"},
     "otel_rl_contract": {"otel_rl_contract"},
