@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -35,7 +36,111 @@ def pipelines() -> str:
     return "```\n" + "\n".join(lines) + "\n```\n"
 
 
-SECTIONS: dict[str, Callable[[], str]] = {"pipelines": pipelines}
+_KINDS = ("receivers", "processors", "connectors", "exporters", "extensions")
+"""The kinds of component a collector configuration declares, in the order the collector's docs list them."""
+_ENV = re.compile(r"\$\{env:(?P<name>\w+)(?::-(?P<default>(?:[^${}]|\$\{[^{}]*\})*))?\}")
+"""A ``${env:NAME}`` or ``${env:NAME:-default}`` reference of a collector configuration (a default may hold one more
+reference: ``${env:HOME}/...``)."""
+
+
+def configurations(folder: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Every collector configuration of ``folder`` (default ``collector_config/``) by file name, parsed; not the
+    builder's manifest."""
+    folder = folder or ROOT / "collector_config"
+    return {
+        path.name: yaml.safe_load(path.read_text(encoding="utf-8"))
+        for path in sorted(folder.glob("*.yaml"))
+        if path.name != "builder.yaml"
+    }
+
+
+def used_components(configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, list[str]]]:
+    """Kind → component type (the part of a component id before ``/``) → the files that declare one of it."""
+    used: dict[str, dict[str, list[str]]] = {kind: {} for kind in _KINDS}
+    for file, config in configs.items():
+        for kind in _KINDS:
+            for component in config.get(kind) or {}:
+                files = used[kind].setdefault(component.split("/")[0], [])
+                if file not in files:
+                    files.append(file)
+    return used
+
+
+def components() -> str:
+    """The components the collector configurations use, by kind, as they name them; otel-rl's own (the Go module of
+    ``collector_config/processors``) apart, and the configuration providers ``builder.yaml`` builds in. A component
+    that ``collector.yaml`` does not use names the files that do."""
+    manifest = yaml.safe_load((ROOT / "collector_config" / "builder.yaml").read_text(encoding="utf-8"))
+    own = {entry["import"].rsplit("/", 1)[1] for kind in _KINDS for entry in manifest.get(kind, []) if "path" in entry}
+    rows = ["| kind | components |", "|---|---|"]
+    for kind, types in used_components(configurations()).items():
+        named = {
+            t: t if "collector.yaml" in files else f"{t} ({', '.join(files)})" for t, files in sorted(types.items())
+        }
+        upstream = ", ".join(name for t, name in named.items() if t not in own)
+        ours = ", ".join(name for t, name in named.items() if t in own)
+        rows.append(f"| {kind} | {upstream}; otel-rl's own {ours} |" if ours else f"| {kind} | {upstream} |")
+    providers = [
+        entry["gomod"].split()[0].rsplit("/", 1)[1].removesuffix("provider") for entry in manifest["providers"]
+    ]
+    rows.append(f"| providers | {', '.join(providers)} |")
+    return "\n".join(rows) + "\n"
+
+
+def _strings(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, str]]:
+    """``(setting, text)`` of every string of a parsed configuration, the setting its keys joined by dots."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _strings(value, (*path, str(key)))
+    elif isinstance(node, list):
+        for value in node:
+            yield from _strings(value, path)
+    elif isinstance(node, str):
+        yield ".".join(path), node
+
+
+def environment(folder: Path | None = None, *, files: tuple[str, ...] = ()) -> str:
+    """Every environment variable the collector configurations of ``folder`` (default ``collector_config/``; only
+    ``files`` when given) read with ``${env:NAME}``: its default in each file ("required" where it has none) and the
+    settings it sets, by file."""
+    reads: dict[str, dict[str, tuple[list[str], list[str]]]] = {}
+    for file, config in configurations(folder).items():
+        if files and file not in files:
+            continue
+        for setting, text in _strings(config):
+            for found in _ENV.finditer(text):
+                defaults, settings = reads.setdefault(found["name"], {}).setdefault(file, ([], []))
+                default = {None: "(required)", "": "empty"}.get(found["default"], f"`{found['default']}`")
+                if default not in defaults:
+                    defaults.append(default)
+                if f"`{setting}`" not in settings:
+                    settings.append(f"`{setting}`")
+    rows = ["| variable | default | sets |", "|---|---|---|"]
+    for name in sorted(reads):
+        by_file = reads[name]
+        default_column = _grouped({file: ", ".join(values) for file, (values, _) in by_file.items()})
+        sets_column = _grouped({file: ", ".join(values) for file, (_, values) in by_file.items()}, always=True)
+        rows.append(f"| `{name}` | {default_column} | {sets_column} |")
+    return "\n".join(rows) + "\n"
+
+
+def _grouped(values: dict[str, str], *, always: bool = False) -> str:
+    """``values`` by file, files with the same value together: ``value (files); ...``, or the value alone when every
+    file has it (unless ``always``)."""
+    groups: dict[str, list[str]] = {}
+    for file, value in values.items():
+        groups.setdefault(value, []).append(file)
+    if len(groups) == 1 and not always:
+        return next(iter(groups))
+    return "; ".join(f"{', '.join(files)}: {value}" for value, files in groups.items())
+
+
+SECTIONS: dict[str, Callable[[], str]] = {
+    "pipelines": pipelines,
+    "collector-components": components,
+    "collector-environment": environment,
+    "agent-dns-environment": lambda: environment(files=("agent-dns.yaml",)),
+}
 """Every generated part, by the NAME its markers carry."""
 
 

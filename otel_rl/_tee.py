@@ -6,8 +6,9 @@ OpenRLHF, prime-rl, SkyRL, slime, AReaL and NeMo-RL's loggers call ``wandb.log(d
 W&B's own ``sync_tensorboard`` (``wandb/integration/tensorboard/monkeypatch.py``): patch the logging classes in place,
 so every object of them, made before or after, is covered, and keep the originals to put back. Here that is
 ``wandb.Run._log`` (every ``run.log`` and ``wandb.log`` of a live online, offline or shared run goes through it) and
-the disabled run's ``log`` (``mode="disabled"``), and ``torch.utils.tensorboard.SummaryWriter``'s ``add_scalar``,
-``add_scalars`` and ``add_histogram``.
+``wandb.Run._define_metric`` (its step metrics, below), the disabled run's ``log`` and ``define_metric``
+(``mode="disabled"``), and ``torch.utils.tensorboard.SummaryWriter``'s ``add_scalar``, ``add_scalars`` and
+``add_histogram``.
 
 The original is called first and its result returned, so the trainer's W&B or TensorBoard behaviour is unchanged
 (their own errors stay theirs); then the values go to the bridge, which never raises: what it cannot record it
@@ -18,8 +19,17 @@ torch is imported before the function that needs it is called.
 
 Steps: ``wandb.log``'s ``step=``, else the dict's own step key (W&B trainers often log their step as a value and
 plot against it with ``define_metric``: prime-rl's ``step``, OpenRLHF's ``train/global_step``, SkyRL's
-``trainer/global_step``, slime's ``rollout/step``), which sets the step instead of being recorded as a metric;
-TensorBoard's ``global_step``. A dict or scalar without a step belongs to the current step.
+``trainer/global_step``, slime's ``rollout/step``, transformers' ``train/global_step``), which sets the step instead
+of being recorded as a metric, else the run's own step counter, as W&B files the row: ``Run._log``
+(``wandb/sdk/wandb_run.py``) puts a row without ``step=`` at ``_local_step`` and moves it on at every commit (a log
+without ``commit=``, or ``commit=True``), so ``commit=False`` rows share the step of the next commit, ``step=n``
+moves it up to ``n``, and a run that logged before the tee was installed (or was resumed) goes on from where W&B
+counts. A disabled run (``mode="disabled"``) counts nothing in W&B; the tee counts its rows by the same rule. A run
+whose step is a key of its own (it logged a step key, or declared a step metric with ``define_metric(...,
+step_metric=...)``, as transformers' W&B integration, OpenRLHF and prime-rl do before their first log) keeps it: its
+rows without the key belong to the current step, where W&B's ``step_sync`` plots them too (TRL's ``profiling/``
+rows, OpenRLHF's sample table), since W&B's counter is not the trainer's step there. TensorBoard's ``global_step``; a
+scalar without one belongs to the current step.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal
@@ -91,12 +102,16 @@ class _Installed:
         self.restores: list[Callable[[], None]] = []
 
     def forward(self, read: Read) -> None:
-        """Record what ``read()`` returns through the bridge, one call at a time; never raises (a call that cannot
-        be read is counted under ``otel_rl.tee``, a value the bridge cannot record under its metric and reason)."""
+        """Record what ``read()`` returns through the bridge (see :meth:`safely`)."""
+        self.safely(lambda: self.bridge.log(*read()))
+
+    def safely(self, action: Callable[[], None]) -> None:
+        """Run ``action`` (reading a logging call, recording it through the bridge), one at a time; never raises (a
+        call that cannot be read is counted under ``otel_rl.tee``, a value the bridge cannot record under its metric
+        and reason)."""
         try:
-            data, step = read()
             with self.lock:
-                self.bridge.log(data, step=step)
+                action()
         except Exception as error:  # noqa: BLE001 - a tee must never break the trainer's logging call
             failed(self.bridge.self_telemetry, _METRIC, error, None)
 
@@ -134,27 +149,46 @@ def tee_wandb(telemetry: Telemetry | None = None) -> Tee:
     from wandb.sdk.lib.noop_run import NoopRun
     from wandb.sdk.wandb_run import Run
 
-    signature = inspect.signature(Run.log)
+    log_signature, define_signature = inspect.signature(Run.log), inspect.signature(Run.define_metric)
 
     def install(installed: _Installed) -> None:
-        def teed(original: Callable[..., Any]) -> Callable[..., Any]:
+        steps = _WandbSteps(NoopRun)
+
+        def teed_log(original: Callable[..., Any]) -> Callable[..., Any]:
             def log(self: Any, *args: Any, **kwargs: Any) -> Any:
+                counter = steps.counter(self)
                 result = original(self, *args, **kwargs)
-                installed.forward(lambda: _wandb_values(signature.bind(self, *args, **kwargs).arguments))
+                installed.forward(lambda: steps.row(self, log_signature.bind(self, *args, **kwargs).arguments, counter))
                 return result
 
             return log
 
-        installed.patch(Run, "_log", teed)
-        noop_log = installed.patch(NoopRun, "log", teed)
-        if isinstance(wandb.run, NoopRun) and getattr(wandb.log, "__func__", None) is noop_log:
-            # A disabled run made before the tee bound ``wandb.log`` to its unpatched ``log``: bind it anew.
-            run: NoopRun = wandb.run
-            wandb.log = run.log
+        def teed_define(original: Callable[..., Any]) -> Callable[..., Any]:
+            def define_metric(self: Any, *args: Any, **kwargs: Any) -> Any:
+                result = original(self, *args, **kwargs)
+                installed.safely(lambda: steps.defined(self, define_signature.bind(self, *args, **kwargs).arguments))
+                return result
+
+            return define_metric
+
+        installed.patch(Run, "_log", teed_log)
+        installed.patch(Run, "_define_metric", teed_define)
+        noop = {"log": installed.patch(NoopRun, "log", teed_log)}
+        noop["define_metric"] = installed.patch(NoopRun, "define_metric", teed_define)
+        run = wandb.run
+        if isinstance(run, NoopRun):
+            # A disabled run made before the tee bound ``wandb.log`` and ``wandb.define_metric`` to its unpatched
+            # methods: bind them anew, and back when the tee closes.
+            bound = [
+                name for name, function in noop.items() if getattr(getattr(wandb, name), "__func__", None) is function
+            ]
+            for name in bound:
+                setattr(wandb, name, getattr(run, name))
 
             def rebind() -> None:
-                if getattr(wandb.log, "__self__", None) is run:
-                    wandb.log = run.log
+                for name in bound:
+                    if getattr(getattr(wandb, name), "__self__", None) is run:
+                        setattr(wandb, name, getattr(run, name))
 
             installed.restores.append(rebind)
 
@@ -189,13 +223,57 @@ def tee_tensorboard(telemetry: Telemetry | None = None) -> Tee:
     return _install("tensorboard", telemetry, install)
 
 
-def _wandb_values(call: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
-    """A ``log(data, step, commit)`` call's values and step: ``step=``, else the data's first :data:`STEP_KEYS`
-    entry (taken out of the values either way)."""
-    data = dict(call["data"])
-    found = [data.pop(key) for key in STEP_KEYS if key in data]
-    step = call.get("step")
-    return data, found[0] if step is None and found else step
+class _WandbSteps:
+    """The step of each W&B row the tee forwards (the module docstring's rule), for every run it sees."""
+
+    def __init__(self, disabled: type) -> None:
+        self._disabled = disabled
+        self._keyed: weakref.WeakSet[Any] = weakref.WeakSet()
+        """Runs whose step is a key of their own: they logged a step key or declared a step metric."""
+        self._counts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        """The tee's count of each disabled run's rows, W&B's ``_local_step`` of a run that counts nothing."""
+
+    def counter(self, run: Any) -> int | None:
+        """W&B's step of ``run``'s next row, read before W&B logs (and moves) it; None for a disabled run, which
+        the tee counts itself in :meth:`row`, or for a W&B without the counter."""
+        return None if isinstance(run, self._disabled) else getattr(run, "_local_step", None)
+
+    def row(self, run: Any, call: Mapping[str, Any], counter: int | None) -> tuple[dict[str, Any], Any]:
+        """A ``log(data, step, commit)`` call's values and step: ``step=``, else the data's first :data:`STEP_KEYS`
+        entry (taken out of the values either way), else, in a run without step keys, the run's counter."""
+        data = dict(call["data"])
+        found = [data.pop(key) for key in STEP_KEYS if key in data]
+        step, commit = call.get("step"), call.get("commit")
+        if isinstance(run, self._disabled):
+            counter = self._counts.get(run, 0)
+            self._counts[run] = _next_wandb_step(counter, step, commit)
+        if found:
+            self._keyed.add(run)
+        if step is not None:
+            return data, step
+        if found:
+            return data, found[0]
+        return data, None if run in self._keyed else counter
+
+    def defined(self, run: Any, call: Mapping[str, Any]) -> None:
+        """A ``define_metric`` call: one with ``step_metric`` says the run plots against a step of its own (W&B then
+        files rows without it at its last value, ``step_sync``), so the run counts as one with a step key."""
+        if call.get("step_metric") is not None:
+            self._keyed.add(run)
+
+
+def _next_wandb_step(counter: int, step: Any, commit: Any) -> int:
+    """W&B's step counter after a row logged with ``step`` and ``commit`` (``Run._log``: up to ``step=``, then one
+    more at a commit).
+
+    >>> _next_wandb_step(0, None, None), _next_wandb_step(3, None, False), _next_wandb_step(3, 7, None)
+    (1, 3, 7)
+    """
+    if step is not None and step > counter:
+        counter = step
+    if (step is None and commit is None) or commit:
+        counter += 1
+    return counter
 
 
 def _tensorboard_values(call: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:

@@ -12,21 +12,24 @@ Known keys (``stat`` is ``mean``, ``max``, ``min``, ``std``, ``median`` or ``cli
 ``mean``; a key without a stat is a mean), by the canonical ``rl.metric.key`` they are recorded under. W&B and
 TensorBoard keys are the trainers' keys as they reach ``wandb.log`` and ``add_scalar``, their loggers' prefixes
 included (OpenRLHF's ``train/``, slime's ``rollout/``); ``tests/integrations/test_tee.py`` names the commit of each
-trainer they were read from.
+trainer they were read from. TRL's keys are those its logging integrations write (transformers' ``rewrite_logs``:
+``train/<key>``, and ``eval/<key>`` for ``eval_<key>``), which :class:`otel_rl.trl.OtelRLCallback` writes too, so a
+TRL quantity has one key whether it comes through the callback, a tee or this bridge.
 
-- ``reward/<stat>``: ``critic/score/<stat>`` (verl), ``reward/<stat>``, ``reward``, ``train/reward`` and
-  ``train/rollout/reward_std`` (OpenRLHF), ``train/agg/all/<agent>/reward/<stat>`` (prime-rl),
-  ``reward/avg_raw_reward`` (SkyRL), ``rollout/raw_reward`` (slime), ``ppo_actor/task_reward/<stat>`` (AReaL).
+- ``reward/<stat>``: ``critic/score/<stat>`` (verl), ``reward/<stat>``, ``reward``, ``train/reward`` (OpenRLHF,
+  TRL) and ``train/rollout/reward_std`` (OpenRLHF), ``train/reward_std`` (TRL),
+  ``train/agg/all/<agent>/reward/<stat>`` (prime-rl), ``reward/avg_raw_reward`` (SkyRL), ``rollout/raw_reward``
+  (slime), ``ppo_actor/task_reward/<stat>`` (AReaL).
 - ``reward_penalized/<stat>``: ``critic/rewards/<stat>`` (verl: the score with the KL penalty).
 - ``advantage/<stat>``: ``critic/advantages/<stat>``.
 - ``response_length/<stat>``: ``response_length/<stat>``, ``response_length`` and ``train/response_length``
   (OpenRLHF), ``train/agg/all/<agent>/num_output_tokens/<stat>`` (prime-rl), ``generate/<avg|min|max|std>_num_tokens``
-  (SkyRL), ``rollout/response_len/<stat>`` (slime).
+  (SkyRL), ``rollout/response_len/<stat>`` (slime), ``train/completions/<mean|min|max>_length`` (TRL).
 - ``prompt_length/<stat>``: ``prompt_length/<stat>``, ``ppo_actor/prompt_len/<stat>`` (AReaL).
 - ``entropy/<stat>``: ``actor/entropy`` (verl), ``entropy_loss``/``train/entropy_loss`` (OpenRLHF and slime: the mean
-  token entropy), ``policy/policy_entropy`` (SkyRL), ``entropy/all/<stat>`` (prime-rl),
-  ``ppo_actor/update/entropy/<stat>`` (AReaL).
-- ``kl/<stat>``, KL to the reference policy: ``actor/kl_loss`` (verl), ``kl``/``train/kl`` (OpenRLHF),
+  token entropy), ``entropy``/``train/entropy`` (TRL), ``policy/policy_entropy`` (SkyRL), ``entropy/all/<stat>``
+  (prime-rl), ``ppo_actor/update/entropy/<stat>`` (AReaL).
+- ``kl/<stat>``, KL to the reference policy: ``actor/kl_loss`` (verl), ``kl``/``train/kl`` (OpenRLHF, TRL),
   ``kl_loss``/``train/kl_loss`` (slime), ``policy/policy_kl``, ``loss/avg_kl`` and ``loss/avg_kl_max`` (SkyRL).
 - ``ppo_kl/<stat>``, KL to the policy that sampled the batch: ``actor/ppo_kl`` (verl), ``ppo_kl``/``train/ppo_kl``
   (OpenRLHF, slime), ``ppo_actor/update/approx_kl/<stat>`` (AReaL).
@@ -49,13 +52,19 @@ verl's timed sections (``timing_s/gen``, ``timing_s/update_actor``, ...) also be
 counts tokens trained on (``rl.tokens.trained``), so the performance row works for verl as for any otel-rl
 trainer.
 
+transformers' end-of-training summaries as its loggers name them (``train/train_runtime``,
+``train/train_samples_per_second``, ``train/train_steps_per_second``, ``train/total_flos``, ``train/train_loss``),
+which its W&B integration keeps out of the run's history, are not recorded: they are no step's value.
+
 Keys naming a policy version (``current_param_version``, ``policy_version``, ``fully_async/count/...``, AReaL's
 ``version_stats/v_theta``) set
 ``rl.policy.version`` (an integral float counts; a fraction is rejected as ``nonintegral``). Distinct keys are
 capped by ``max_metric_keys`` (512: a verl step with rollout correction and validation fits) like every
 ``record_metric`` key, and a key whose values are all rejected takes no slot. Every value keeps float64 precision;
 an array of any shape under another key records each element; ``None`` inside a list is dropped and counted on its
-own; values that are not numbers (tables, images, strings) are rejected and counted, never raised.
+own; a ``None`` value is no value and is skipped (TRL logs one for a window in which a reward function scored
+nothing, W&B shows a gap); values that are not numbers (tables, images, strings) are rejected and counted, never
+raised.
 
 >>> import otel_rl
 >>> telemetry = otel_rl.Telemetry(otel_rl.TelemetryConfig(run_id="doc", exporter="none"))
@@ -88,7 +97,7 @@ _CANONICAL: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     for pattern, canonical in (
         (rf"^(critic/score|reward)/{_STAT}$", "reward/{stat}"),
         (r"^(train/)?reward$", "reward/mean"),
-        (r"^(train/)?rollout/reward_std$", "reward/std"),
+        (r"^(train/)?(rollout/)?reward_std$", "reward/std"),
         (rf"^train/agg/all/[^/]+/reward/{_STAT}$", "reward/{stat}"),
         (r"^reward/avg_raw_reward$", "reward/mean"),
         (r"^rollout/raw_reward$", "reward/mean"),
@@ -100,8 +109,9 @@ _CANONICAL: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (rf"^train/agg/all/[^/]+/num_output_tokens/{_STAT}$", "response_length/{stat}"),
         (r"^generate/(?P<stat>avg|min|max|std)_num_tokens$", "response_length/{stat}"),
         (rf"^rollout/response_len/{_STAT}$", "response_length/{stat}"),
+        (r"^(train/)?completions/(?P<stat>mean|min|max)_length$", "response_length/{stat}"),
         (rf"^(ppo_actor/)?prompt_len(gth)?/{_STAT}$", "prompt_length/{stat}"),
-        (r"^(actor/entropy|(train/)?entropy_loss|policy/policy_entropy)$", "entropy/mean"),
+        (r"^(actor/entropy|(train/)?entropy(_loss)?|policy/policy_entropy)$", "entropy/mean"),
         (rf"^(entropy/all|ppo_actor/update/entropy)/{_STAT}$", "entropy/{stat}"),
         (r"^(actor/kl_loss|(train/)?kl|(train/)?kl_loss|policy/policy_kl|loss/avg_kl)$", "kl/mean"),
         (r"^loss/avg_kl_max$", "kl/max"),
@@ -136,6 +146,17 @@ _PHASES = {
 """verl's timed sections (``timing_s/<section>``, ray_trainer.py ``marked_timer``) and the phase each is."""
 _TOKENS = "perf/total_num_tokens"
 """verl's tokens of the step's batch (prompt and response, compute_throughout_metrics): tokens trained on."""
+_SUMMARIES = frozenset(
+    {
+        "train/train_runtime",
+        "train/train_samples_per_second",
+        "train/train_steps_per_second",
+        "train/total_flos",
+        "train/train_loss",
+    }
+)
+"""transformers' end-of-training summaries as its loggers name them: what its W&B integration (``WandbCallback.on_log``,
+``single_value_scalars``) writes to the run's summary instead of its history. Not recorded on any path."""
 _REWARD_ARRAY = re.compile(r"^(.*/)?(rewards?|scores?)(/(?P<fn>[^/]+))?$")
 _LENGTH_ARRAY = re.compile(r"^(.*/)?(?P<name>(response|prompt)_length)$")
 
@@ -189,6 +210,8 @@ class MetricsDictLogger:
 
 def _record(telemetry: Telemetry, key: str, value: Any) -> None:
     """One entry of a metrics dict."""
+    if value is None or key in _SUMMARIES:
+        return
     if _is_array(value):
         reward = _REWARD_ARRAY.match(key)
         if reward:

@@ -26,13 +26,18 @@ What is exact and what is a logged mean:
   ``steps_per_generation`` and ``num_iterations`` are; TRL's own table shows only the last one before each log.
 - **Logged means.** Everything else reaches the callback only as the numbers ``Trainer.log`` passes to ``on_log``
   (loss, kl, entropy, clip ratios, completion lengths, ``frac_reward_zero_std``, grad norm, learning rate, ...):
-  each goes to ``rl.metric{rl.metric.key=<log key>}`` as one value per log, a mean over ``logging_steps`` steps
-  and over processes, so its count counts logs, not rollouts. TRL's reward means (``reward``, ``reward_std``,
-  ``rewards/<fn>/mean``, ``rewards/<fn>/std``) are not forwarded while the exact rewards are recorded, and are
-  forwarded as metrics when they are not. End-of-training summaries (``train_runtime``, ``*_per_second``,
-  ``total_flos``, ``train_loss``) and ``epoch`` are not forwarded; a ``None`` (no reward function scored any
-  completion of the window) is no value and is skipped. Every number keeps float64 precision (``num_tokens`` is
-  exact). ``max_metric_keys`` (default 512) caps the keys.
+  each goes through the metrics-dict bridge (:class:`otel_rl.tracking.MetricsDictLogger`) under the key
+  transformers' logging integrations give it (``rewrite_logs``: ``train/loss``, ``eval/loss`` for ``eval_loss``),
+  so the bridge's canonical keys apply (``kl`` is ``kl/mean``, ``entropy`` is ``entropy/mean``,
+  ``completions/mean_length`` is ``response_length/mean``) and one TRL quantity has one key whether it comes
+  through this callback or through ``tee_wandb``/``tee_tensorboard`` of TRL's own W&B or TensorBoard logging. Each
+  is one value per log of ``rl.metric{rl.metric.key}``, a mean over ``logging_steps`` steps and over processes, so
+  its count counts logs, not rollouts. TRL's reward means (``reward``, ``reward_std``, ``rewards/<fn>/mean``,
+  ``rewards/<fn>/std``) are not forwarded while the exact rewards are recorded, and are forwarded when they are not.
+  The end-of-training summaries (``train_runtime``, ``train_samples_per_second``, ``train_steps_per_second``,
+  ``total_flos``, ``train_loss``: what the W&B integration keeps out of the history) are not recorded; a ``None``
+  (no reward function scored any completion of the window) is no value and is skipped. Every number keeps float64
+  precision (``num_tokens`` is exact). ``max_metric_keys`` (default 512) caps the keys.
 
 Steps: each optimizer step is declared with ``telemetry.step(n)`` as it begins, ``n`` being the number the trainer
 gives it when it ends (``state.global_step`` in ``on_log`` and in TRL's completions table), so a step's rollouts,
@@ -54,13 +59,14 @@ import inspect
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import otel_rl_contract as contract
 from numpy.typing import NDArray
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.integrations import integration_utils
 
 from otel_rl._global import get_telemetry
 from otel_rl._guard import guarded
@@ -68,18 +74,15 @@ from otel_rl._record.inputs import BadInput, as_value
 from otel_rl._record.samples import EpisodeSample
 from otel_rl._state.self_telemetry import SelfTelemetry
 from otel_rl._telemetry import Telemetry
+from otel_rl.tracking import MetricsDictLogger
 
 __all__ = ["OtelRLCallback"]
 
 _logger = logging.getLogger(__name__)
 
-_SUMMARY_KEYS = frozenset({"epoch", "total_flos", "train_loss"})
-"""Log keys that are not training signals: the epoch counter and the end-of-training summary."""
-
-_SUMMARY_SUFFIXES = ("_runtime", "_per_second")
-"""Suffixes of the speed summaries ``Trainer`` logs at the end of training and evaluation (``train_runtime``,
-``train_samples_per_second``, ``train_steps_per_second``, and ``train_tokens_per_second`` with
-``include_num_input_tokens_seen``)."""
+_logger_keys: Callable[[Mapping[str, Any]], dict[str, Any]] = integration_utils.rewrite_logs
+"""A log with the keys transformers' logging integrations (W&B, TensorBoard, trackio, ...) give it: ``train/<key>``,
+``eval/<key>`` for ``eval_<key>``, ``test/<key>`` for ``test_<key>`` (transformers' own ``rewrite_logs``)."""
 
 _METRIC = "otel_rl.trl"
 """Where a failure of the callback's own code is counted (``otel_rl.values.rejected{otel_rl.metric}``)."""
@@ -104,6 +107,7 @@ class OtelRLCallback(TrainerCallback):
 
     def __init__(self, telemetry: Telemetry | None = None, *, trainer: Trainer | None = None) -> None:
         self.telemetry = telemetry if telemetry is not None else get_telemetry()
+        self._bridge = MetricsDictLogger(self.telemetry)
         self.missed_generations = 0
         """Generations whose rollouts were replaced before the callback saw them (TRL keeps only the last one)."""
         self._trainer: Trainer | None = None
@@ -189,7 +193,7 @@ class OtelRLCallback(TrainerCallback):
         logs: dict[str, float] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Record each logged number as ``rl.metric{rl.metric.key=<key>}`` (see the module docstring)."""
+        """Record each logged number as ``rl.metric{rl.metric.key}`` (see the module docstring)."""
         if state.is_world_process_zero and logs:
             self._record_logs(logs)
 
@@ -271,14 +275,14 @@ class OtelRLCallback(TrainerCallback):
             self._rollouts += 1
 
     def _record_logs(self, logs: Mapping[str, Any]) -> None:
-        """Each logged number as a metric, less the summaries and, while rewards are exact, TRL's reward means."""
-        for key, value in logs.items():
-            if key in _SUMMARY_KEYS or key.endswith(_SUMMARY_SUFFIXES):
-                continue
-            if self.exact and (key in _REWARD_MEAN_KEYS or (key.startswith("rewards/") and key.count("/") >= 2)):
-                continue
-            if value is not None:
-                self.telemetry.record_metric(key, value)
+        """The logged numbers through the bridge, under their loggers' keys, less TRL's reward means while rewards
+        are exact (the step is the one ``on_step_begin`` declared)."""
+        kept = {
+            key: value
+            for key, value in logs.items()
+            if not (self.exact and (key in _REWARD_MEAN_KEYS or (key.startswith("rewards/") and key.count("/") >= 2)))
+        }
+        self._bridge.log(_logger_keys(kept))
 
     def _calling_trainer(self) -> Trainer | None:
         """The ``Trainer`` up the call stack whose callback handler holds this callback, if any.

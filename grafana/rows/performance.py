@@ -2,8 +2,9 @@
 time, tokens and samples per second, MFU, the async pipeline, the phase timeline, how long the open phases have lasted
 against their stuck thresholds, and the slowest steps with links to their traces in Jaeger.
 
-Phase times come from the collector's spanmetrics over the ranks' phase spans (``rl_phase_duration_seconds``, one
-series set per run); the rest from the contract's counters and gauges (docs/contract.md)."""
+Phase times come from the ranks' own phase histogram (``rl_phase_duration_seconds``: each rank counts the phase spans
+it ends, merged over ranks into one series set per run; the collector's spanmetrics makes it for other senders' phase
+spans, such as NeMo Lens); the rest from the contract's counters and gauges (docs/contract.md)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ def row() -> Row:
             42,
             "Time split by phase",
             "The share of the ranks' time in each phase over the interval: rank-seconds of phase spans per second "
-            "(rl_phase_duration_seconds_sum, the collector's spanmetrics over every rank's phase spans) over the run's "
-            "ranks. A nested phase's time is also its parent's (sync inside train counts in both).",
+            "(rl_phase_duration_seconds_sum: each rank counts the phase spans it ends, merged over ranks) over the "
+            "run's ranks. A nested phase's time is also its parent's (sync inside train counts in both).",
             "percentunit",
             "share of the ranks' time",
             prom("A", promql.phase_share(RUN, window=WINDOW), "{{rl_phase_name}}"),

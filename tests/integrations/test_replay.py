@@ -84,8 +84,10 @@ def test_verl_keys_longer_than_64_characters_keep_their_names() -> None:
 
 def test_trl_logs_are_forwarded_exactly_and_summaries_are_not() -> None:
     """TRL 1.16's per-step ``on_log`` (vLLM and KL keys included, a reward function that scored nothing logs
-    None) and its end-of-training log: every training number goes to its own key exactly (``num_tokens`` is an
-    integer-valued float past float32's precision), None is skipped, no summary or ``*_per_second`` is forwarded."""
+    None) and its end-of-training log: every training number goes exactly to the key TRL's W&B and TensorBoard
+    loggers give it (``train/<key>``, canonical where the bridge knows it: ``kl/mean``, ``entropy/mean``), epoch
+    included (``num_tokens`` is an integer-valued float past float32's precision); None is skipped, and of the
+    end-of-training log only what W&B's history gets (epoch, tokens per second) is kept, not the summaries."""
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
     from otel_rl.trl import OtelRLCallback
@@ -100,11 +102,17 @@ def test_trl_logs_are_forwarded_exactly_and_summaries_are_not() -> None:
     callback.on_log(args, state, TrainerControl(), logs=end)
     assert telemetry.flush(EXPORT_WAIT_S)
     points = _metric_points(exporter)
-    forwarded = {key: value for key, value in logs.items() if key != "epoch" and value is not None}
-    assert set(points) == set(forwarded)
+    forwarded = {canonical_key(f"train/{key}"): value for key, value in logs.items() if value is not None}
+    assert {"kl/mean", "entropy/mean", "response_length/mean", "reward/mean", "reward/std", "train/loss"} <= set(
+        forwarded
+    )
+    assert set(points) == {*forwarded, "train/train_tokens_per_second"}
     for key, value in forwarded.items():
-        assert points[key]["max"] == value and points[key]["count"] == 1, key
-    assert forwarded["num_tokens"] != float(np.float32(forwarded["num_tokens"])) or forwarded["num_tokens"] < 2**24
+        count = 2 if key == "train/epoch" else 1
+        assert points[key]["count"] == count and value in (points[key]["max"], points[key]["min"]), key
+    assert points["train/epoch"]["max"] == end["epoch"]
+    tokens = forwarded["train/num_tokens"]
+    assert tokens != float(np.float32(tokens)) or tokens < 2**24
     assert callback.errors == 0
     telemetry.shutdown(EXPORT_WAIT_S)
 

@@ -29,11 +29,13 @@ import math
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,7 @@ from opentelemetry.sdk.metrics.export import ExponentialHistogramDataPoint, Hist
 import otel_rl
 from otel_rl._tee import STEP_KEYS
 from otel_rl.tracking import canonical_key
-from tests.conftest import EXPORT_WAIT_S, EncodingMetricExporter
+from tests.conftest import EXPORT_WAIT_S, EncodingMetricExporter, attributes_of
 
 wandb = pytest.importorskip("wandb")
 SummaryWriter = pytest.importorskip("torch.utils.tensorboard").SummaryWriter
@@ -62,6 +64,7 @@ SLIME_COMMIT = "624b824a898ab0ec1fcb4d373004c7f3852bf515"
 AREAL_COMMIT = "4aef98d8d818af55b43621aaadba047ae10f4e77"
 """inclusionAI/AReaL main of 2026-05-21 (#1357)."""
 
+ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3
 _VERSION_KEYS = ("v_theta",)
 """Keys of the replays that set the policy version instead of being a metric (AReaL's version being trained)."""
@@ -491,7 +494,8 @@ def test_a_run_started_before_the_tee_is_teed_and_close_restores(mode: str, wand
     from wandb.sdk.lib.noop_run import NoopRun
     from wandb.sdk.wandb_run import Run
 
-    originals = (Run.__dict__["_log"], NoopRun.__dict__["log"])
+    methods = ((Run, "_log"), (Run, "_define_metric"), (NoopRun, "log"), (NoopRun, "define_metric"))
+    originals = [owner.__dict__[name] for owner, name in methods]
     exporter = EncodingMetricExporter()
     telemetry = _telemetry(exporter)
     with _wandb_run(mode, wandb_dir):
@@ -499,12 +503,85 @@ def test_a_run_started_before_the_tee_is_teed_and_close_restores(mode: str, wand
         wandb.log({"reward": 0.25}, step=1)
         tee.close()
         tee.close()
-        assert (Run.__dict__["_log"], NoopRun.__dict__["log"]) == originals
+        assert [owner.__dict__[name] for owner, name in methods] == originals
         wandb.log({"reward": 0.75}, step=2)
     assert telemetry.flush(EXPORT_WAIT_S)
     assert _metric_points(exporter)["reward/mean"]["count"] == 1
     assert exporter.number(contract.STEP.name) == 1
     telemetry.shutdown(EXPORT_WAIT_S)
+
+
+def _declared_steps(spans: Any) -> list[Any]:
+    """The steps the telemetry declared, in order: its ``rl.step`` spans."""
+    return [
+        attributes_of(span)[contract.SAMPLE_STEP]
+        for span in spans.get_finished_spans()
+        if span.name == contract.STEP_SPAN
+    ]
+
+
+def _spanned_telemetry(exporter: EncodingMetricExporter) -> tuple[otel_rl.Telemetry, Any]:
+    """A telemetry whose spans (one ``rl.step`` per declared step) go to an in-memory exporter, returned with it."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    spans = InMemorySpanExporter()
+    telemetry = otel_rl.Telemetry(
+        otel_rl.TelemetryConfig(run_id="tee", exporter="none", export_interval_s=60),
+        metric_exporter=exporter,
+        log_exporter=InMemoryLogRecordExporter(),
+        span_exporter=spans,
+    )
+    return telemetry, spans
+
+
+@pytest.mark.parametrize(("mode", "steps"), [("offline", [2, 3, 7, 8]), ("disabled", [0, 1, 7, 8])])
+def test_a_row_without_a_step_takes_the_runs_own_counter(mode: str, steps: list[int], wandb_dir: Path) -> None:
+    """``wandb.log(metrics)`` with neither ``step=`` nor a step key is recorded at the step W&B files it under: the
+    run's counter, which the two rows logged before the tee moved to 2 (a disabled run counts nothing in W&B, so
+    the tee counts from its first row), one more per commit, a ``commit=False`` row with the commit after it,
+    ``step=7`` moving it up (the next rows at 7, then 8)."""
+    exporter = EncodingMetricExporter()
+    telemetry, spans = _spanned_telemetry(exporter)
+    with _wandb_run(mode, wandb_dir):
+        wandb.log({"reward": 0.0})
+        wandb.log({"reward": 0.0})
+        with otel_rl.tee_wandb(telemetry):
+            wandb.log({"reward": 1.0})
+            wandb.log({"kl": 0.5}, commit=False)
+            wandb.log({"reward": 2.0})
+            wandb.log({"reward": 3.0}, step=7)
+            wandb.log({"kl": 0.25})
+            wandb.log({"reward": 4.0})
+    assert telemetry.shutdown(EXPORT_WAIT_S)
+    assert _declared_steps(spans) == steps
+    points = _metric_points(exporter)
+    assert (points["reward/mean"]["count"], points["reward/mean"]["sum"], points["kl/mean"]["count"]) == (4, 10.0, 2)
+    assert exporter.number(contract.STEP.name) == steps[-1]
+
+
+@pytest.mark.parametrize(("declared", "steps"), [(True, [10, 11]), (False, [0, 1, 10, 11])])
+@pytest.mark.parametrize("mode", ["offline", "disabled"])
+def test_a_run_whose_step_is_a_key_of_its_own_keeps_it(
+    mode: str, declared: bool, steps: list[int], wandb_dir: Path
+) -> None:
+    """A run that declared its step metric (``define_metric("*", step_metric=...)``, as transformers' W&B integration
+    does before TRL's ``profiling/`` rows), or, from then on, one that logged a step key (slime's ``rollout/step``):
+    its rows without the key belong to the current step, not to W&B's counter (here 2, 3, ...). A run made before
+    the tee is teed, ``wandb.define_metric`` included."""
+    exporter = EncodingMetricExporter()
+    telemetry, spans = _spanned_telemetry(exporter)
+    with _wandb_run(mode, wandb_dir), otel_rl.tee_wandb(telemetry):
+        if declared:
+            wandb.define_metric("*", step_metric="rollout/step")
+        wandb.log({"profiling/generate": 0.25})
+        wandb.log({"profiling/generate": 0.5})
+        for rollout in (10, 11):
+            wandb.log({"rollout/raw_reward": 0.5, "rollout/step": rollout})
+            wandb.log({"train/pg_loss": 0.1, "train/step": 3})
+    assert telemetry.shutdown(EXPORT_WAIT_S)
+    assert _declared_steps(spans) == steps
+    points = _metric_points(exporter)
+    assert (points["profiling/generate"]["count"], points["train/step"]["count"]) == (2, 2)
 
 
 def test_a_second_tee_is_the_first_and_values_are_not_doubled(wandb_dir: Path) -> None:
@@ -685,3 +762,45 @@ def test_teed_wandb_and_tensorboard_reach_prometheus(shared_stack: Any, wandb_di
     assert maximum == max(expected["staleness_in_queue/max"])
     assert prometheus.value(f"max(rl_step{{{run}}})") == STEPS
     assert prometheus.value(f"max(rl_policy_version{{{run}}})") == 10 + STEPS
+
+
+def test_a_run_counting_steps_only_in_wandb_writes_rl_step(shared_stack: Any, wandb_dir: Path) -> None:
+    """An offline W&B run that logs only ``wandb.log(metrics)`` (no ``step=``, no step key; one ``commit=False`` row),
+    teed into the real collector: ``rl_step`` takes W&B's steps 0, 1, 2 in Prometheus, and RLTelemetryAbsent's
+    expression (prometheus/rules/otel_rl.yml) holds nothing for the run while it logs, but holds the run when
+    evaluated 6 minutes past its last point: the lifecycle alert reads this run's step."""
+    import yaml
+    from otel_rl_ops import promql
+    from otel_rl_ops.query import Prometheus
+
+    from tests.pipeline.harness import eventually
+
+    run_id = f"tee-implicit-{uuid.uuid4().hex[:8]}"
+    config = otel_rl.TelemetryConfig(run_id=run_id, endpoint=shared_stack.otlp_grpc_endpoint, export_interval_s=0.5)
+    telemetry = otel_rl.Telemetry(config)
+    prometheus = Prometheus(shared_stack.prometheus_url)
+    rules = yaml.safe_load((ROOT / "prometheus" / "rules" / "otel_rl.yml").read_text(encoding="utf-8"))
+    (absent,) = [r["expr"] for g in rules["groups"] for r in g["rules"] if r.get("alert") == "RLTelemetryAbsent"]
+    step = promql.selector(contract.series(contract.STEP).name, **{contract.label(contract.RUN_ID): run_id})
+
+    def at_step(number: int) -> bool:
+        return prometheus.value(f"max({step})") == number
+
+    def absent_runs(at: float | None = None) -> set[str]:
+        return {row["metric"].get(contract.label(contract.RUN_ID), "") for row in prometheus.query(absent, at=at)}
+
+    rows = [({"reward": 0.5}, {}), ({"kl": 0.1}, {"commit": False}), ({"reward": 1.0}, {}), ({"reward": 1.5}, {})]
+    with otel_rl.tee_wandb(telemetry), _wandb_run("offline", wandb_dir):
+        for (data, kwargs), number in zip(rows, (0, 1, 1, 2), strict=True):
+            wandb.log(data, **kwargs)
+            assert telemetry.flush(EXPORT_WAIT_S)
+            eventually(partial(at_step, number), what=f"rl_step {number} of the run")
+            assert run_id not in absent_runs()
+        assert run_id in absent_runs(at=time.time() + 360)
+    assert telemetry.shutdown(EXPORT_WAIT_S)
+    key = contract.label(contract.METRIC_KEY)
+    selector = promql.matchers(**{contract.label(contract.RUN_ID): run_id})
+    counts = promql.count(contract.series(contract.METRICS.histogram).name, selector, by=key, window=None)
+    eventually(
+        lambda: prometheus.by_label(counts, key) == {"reward/mean": 3, "kl/mean": 1}, what="the run's rewards and KL"
+    )

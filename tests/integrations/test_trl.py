@@ -6,27 +6,36 @@ from __future__ import annotations
 import math
 import statistics
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar, cast
 
+import otel_rl_contract as contract
 import pytest
 import torch
 from datasets import Dataset
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
+from otel_rl_ops import promql
 from otel_rl_ops.query import Prometheus, VictoriaLogs
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
+    TrainerCallback,
     TrainerControl,
     TrainerState,
     TrainingArguments,
 )
+from transformers.integrations import integration_utils
 from trl import GRPOConfig, GRPOTrainer
 
+import otel_rl
 from otel_rl import Telemetry, TelemetryConfig
+from otel_rl.tracking import MetricsDictLogger, canonical_key
 from otel_rl.trl import OtelRLCallback
 from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
 from tests.pipeline.harness import eventually
@@ -92,9 +101,21 @@ class TrlRun:
     callback: OtelRLCallback
 
 
-def train(stack: Any, output_dir: Path, *, steps: int, accumulation: int, iterations: int) -> TrlRun:
+def train(
+    stack: Any,
+    output_dir: Path,
+    *,
+    steps: int,
+    accumulation: int,
+    iterations: int,
+    model: LlamaForCausalLM | None = None,
+    config: Mapping[str, Any] = MappingProxyType({}),
+    callbacks: Sequence[TrainerCallback] = (),
+) -> TrlRun:
     """Train GRPO for ``steps`` optimizer steps of ``accumulation`` micro-steps, generating every micro-step
-    (``steps_per_generation=1``) and reusing each generation ``iterations`` times; everything recorded over OTLP."""
+    (``steps_per_generation=1``) and reusing each generation ``iterations`` times; everything recorded over OTLP.
+    ``model`` (default :func:`tiny_model`), ``config`` (GRPOConfig fields over this test's) and ``callbacks`` (beside
+    the OtelRLCallback) vary the run."""
     run_id = f"trl-{uuid.uuid4().hex[:8]}"
     rollouts: list[Rollout] = []
     batch: list[Rollout] = []
@@ -129,31 +150,31 @@ def train(stack: Any, output_dir: Path, *, steps: int, accumulation: int, iterat
         )
     )
     callback = OtelRLCallback(telemetry=telemetry)
-    args = GRPOConfig(
-        output_dir=str(output_dir),
-        max_steps=steps,
-        per_device_train_batch_size=ROWS_PER_GENERATION,
-        num_generations=NUM_GENERATIONS,
-        gradient_accumulation_steps=accumulation,
-        steps_per_generation=1,
-        num_iterations=iterations,
-        max_completion_length=8,
-        reward_weights=list(WEIGHTS),
-        report_to=[],
-        logging_steps=1,
-        log_completions=True,
-        use_cpu=True,
-        save_strategy="no",
-        disable_tqdm=True,
-        seed=0,
-    )
+    fields: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "max_steps": steps,
+        "per_device_train_batch_size": ROWS_PER_GENERATION,
+        "num_generations": NUM_GENERATIONS,
+        "gradient_accumulation_steps": accumulation,
+        "steps_per_generation": 1,
+        "num_iterations": iterations,
+        "max_completion_length": 8,
+        "reward_weights": list(WEIGHTS),
+        "report_to": [],
+        "logging_steps": 1,
+        "log_completions": True,
+        "use_cpu": True,
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "seed": 0,
+    }
     trainer = GRPOTrainer(
-        model=tiny_model(),
+        model=model or tiny_model(),
         processing_class=tiny_tokenizer(),
         reward_funcs=[length, keyword],
-        args=args,
+        args=GRPOConfig(**{**fields, **config}),
         train_dataset=dataset,
-        callbacks=[callback],
+        callbacks=[callback, *callbacks],
     )
     trainer.train()
     assert telemetry.shutdown(10.0)
@@ -245,17 +266,19 @@ def test_every_rollout_is_a_sample_with_its_texts_rewards_and_advantage(shared_s
 
 
 def test_logged_scalars_are_metrics_and_reward_means_are_not(shared_stack: Any, trl_run: TrlRun) -> None:
-    """TRL's logged scalars become rl.metric (one value per log); its reward means, epoch and summaries do not."""
+    """TRL's logged scalars become rl.metric (one value per log) under their loggers' keys, canonical where the bridge
+    knows them; its reward means (recorded exactly instead) and end-of-training summaries do not."""
     prometheus = Prometheus(shared_stack.prometheus_url)
     selector = f'{{rl_run_id="{trl_run.run_id}"}}'
     counts = eventually(
         lambda: prometheus.by_label(f"sum by (rl_metric_key) (histogram_count(rl_metric{selector}))", "rl_metric_key"),
         what="the logged scalars",
     )
-    for key in ("loss", "entropy", "grad_norm", "completions/mean_length", "frac_reward_zero_std"):
+    for key in ("train/loss", "entropy/mean", "train/grad_norm", "response_length/mean", "train/frac_reward_zero_std"):
         assert counts[key] == STEPS, key
-    assert not {k for k in counts if k in {"reward", "reward_std", "epoch", "train_runtime", "train_loss"}}
-    assert not {k for k in counts if k.startswith("rewards/")}
+    assert counts["train/epoch"] == STEPS + 1  # the end-of-training log has it too
+    assert not {k for k in counts if k in {"reward/mean", "reward/std", "train/train_runtime", "train/train_loss"}}
+    assert not {k for k in counts if k.startswith("train/rewards/")}
     assert prometheus.value(f"rl_step{selector}") == STEPS
 
 
@@ -268,6 +291,137 @@ def test_a_reused_generation_is_counted_once(shared_stack: Any, tmp_path_factory
     for fn in ("length", "keyword", "total"):
         expected = len(reward_values(run.rollouts, fn))
         eventually(lambda: reward_count(prometheus, run.run_id, fn) == expected, what=f"the {fn} reward count")
+
+
+# One run, every path: the same key for the same quantity --------------------------------------------------------
+
+rewrite_logs: Callable[[Mapping[str, Any]], dict[str, Any]] = integration_utils.rewrite_logs
+"""transformers' renaming of a log for its logging integrations (``train/<key>``, ``eval/<key>``)."""
+
+PATHS = ("callback", "wandb", "tensorboard", "bridge")
+"""OtelRLCallback; tee_wandb of TRL's own W&B logging; tee_tensorboard of its TensorBoard logging; the metrics-dict
+bridge called as verl's ``Tracking`` calls its ``otel_rl`` backend."""
+REWARD_MEANS = tuple(
+    f"train/{key}"
+    for key in (
+        "reward",
+        "reward_std",
+        *(f"rewards/{fn}/{stat}" for fn in ("length", "keyword") for stat in ("mean", "std")),
+    )
+)
+"""TRL's logged reward means, as its loggers name them: what the callback records exactly (rl.reward) instead."""
+
+Series = dict[str, tuple[float | None, ...]]
+"""Each ``rl.metric`` key of a run: its count, sum, greatest and least value."""
+
+
+class BridgeCallback(TrainerCallback):
+    """``MetricsDictLogger.log(data, step)``, as verl's ``Tracking`` calls its ``otel_rl`` backend, with each log as
+    transformers hands it to its loggers (its ``rewrite_logs``) and the trainer's step."""
+
+    def __init__(self, bridge: MetricsDictLogger) -> None:
+        self.bridge = bridge
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if logs:
+            self.bridge.log(rewrite_logs(logs), step=state.global_step)
+
+
+@pytest.fixture(scope="module")
+def paths(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """One TRL run (``beta`` > 0, so TRL logs ``kl``; W&B offline, TensorBoard on) logged through every path of
+    :data:`PATHS` at once, each into a telemetry of its own: the run id of each path."""
+    wandb = pytest.importorskip("wandb")
+    directory = tmp_path_factory.mktemp("paths")
+    tiny_model().save_pretrained(directory / "model")  # the reference model of beta > 0 is loaded from its path
+    model = LlamaForCausalLM.from_pretrained(directory / "model")
+    run_ids = {path: f"trl-{path}-{uuid.uuid4().hex[:8]}" for path in PATHS[1:]}
+    telemetries = {
+        path: Telemetry(TelemetryConfig(run_id=run_id, endpoint=shared_stack.otlp_grpc_endpoint, export_interval_s=0.5))
+        for path, run_id in run_ids.items()
+    }
+    config = {"beta": 0.04, "report_to": ["wandb", "tensorboard"], "log_completions": False}
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("WANDB_SILENT", "true")
+        env.setenv("TENSORBOARD_LOGGING_DIR", str(directory / "tensorboard"))
+        # transformers' W&B integration logs to the run in place (its own would be an online one).
+        with (
+            otel_rl.tee_wandb(telemetries["wandb"]),
+            otel_rl.tee_tensorboard(telemetries["tensorboard"]),
+            wandb.init(mode="offline", project="otel-rl-trl", dir=str(directory)),
+        ):
+            run = train(
+                shared_stack,
+                directory / "grpo",
+                steps=STEPS,
+                accumulation=GENERATIONS_PER_STEP,
+                iterations=1,
+                model=model,
+                config=config,
+                callbacks=[BridgeCallback(MetricsDictLogger(telemetries["bridge"]))],
+            )
+    for telemetry in telemetries.values():
+        assert telemetry.shutdown(10.0)
+    return {"callback": run.run_id, **run_ids}
+
+
+def metric_series(prometheus: Prometheus, run_id: str) -> Series:
+    """Count, exact sum and extremes of every ``rl.metric`` key of run ``run_id`` in Prometheus."""
+    key = contract.label(contract.METRIC_KEY)
+    selector = promql.matchers(**{contract.label(contract.RUN_ID): run_id})
+    histogram = contract.series(contract.METRICS.histogram).name
+    maximum, minimum = (contract.series(m).name for m in (contract.METRICS.maximum, contract.METRICS.minimum))
+    parts = [
+        prometheus.by_label(promql.count(histogram, selector, by=key, window=None), key),
+        prometheus.by_label(promql.signed_sum(histogram, selector, by=key, window=None), key),
+        prometheus.by_label(f"max by ({key}) (max_over_time({maximum}{{{selector}}}[1h]))", key),
+        prometheus.by_label(f"min by ({key}) (min_over_time({minimum}{{{selector}}}[1h]))", key),
+    ]
+    return {name: tuple(part.get(name) for part in parts) for name in parts[0]}
+
+
+def test_one_quantity_has_one_key_on_every_path(shared_stack: Any, paths: dict[str, str]) -> None:
+    """One TRL run's logs through OtelRLCallback, tee_wandb, tee_tensorboard and the metrics-dict bridge reach
+    Prometheus as the same rl.metric keys with the same values (count, sum, extremes) and the same steps: TRL's
+    ``kl`` is ``kl/mean``, ``entropy`` ``entropy/mean``, ``completions/mean_length`` ``response_length/mean`` and
+    ``loss`` ``train/loss`` whichever way it came. The callback alone leaves out the reward means, which it records
+    exactly as rl.reward; W&B alone gets TRL's ``profiling/`` rows (``trl/extras/profiling.py`` logs them straight to
+    W&B, before the first step's log too), whose W&B row counter never becomes the step."""
+    prometheus = Prometheus(shared_stack.prometheus_url)
+    step = contract.series(contract.STEP).name
+
+    def run(run_id: str) -> str:
+        return promql.matchers(**{contract.label(contract.RUN_ID): run_id})
+
+    def complete(run_id: str) -> Series | None:
+        series = metric_series(prometheus, run_id)
+        last = prometheus.value(f"max({step}{{{run(run_id)}}})")
+        epochs = series.get("train/epoch", (None,))[0]
+        return series if last == STEPS and epochs == STEPS + 1 else None
+
+    series = {path: eventually(partial(complete, run_id), what=f"the {path} path") for path, run_id in paths.items()}
+    for path, run_id in paths.items():
+        assert prometheus.value(f"max(max_over_time({step}{{{run(run_id)}}}[1h]))") == STEPS, path
+    profiling = {key for key in series["wandb"] if key.startswith("profiling/")}
+    assert profiling
+    wandb = {key: value for key, value in series["wandb"].items() if key not in profiling}
+    assert wandb == series["tensorboard"] == series["bridge"]
+    assert {"kl/mean", "entropy/mean", "response_length/mean", "response_length/max", "train/loss"} <= set(
+        series["callback"]
+    )
+    reward_means = {canonical_key(key) for key in REWARD_MEANS}
+    assert reward_means == set(wandb) - set(series["callback"])
+    assert series["callback"] == {key: value for key, value in wandb.items() if key not in reward_means}
+    histogram = contract.series(contract.REWARDS.histogram).name
+    counts = {path: prometheus.value(promql.count(histogram, run(r), window=None)) for path, r in paths.items()}
+    assert counts["callback"] and not any(counts[path] for path in PATHS[1:])
 
 
 # Without a stack: the callback's own errors and its fallback ----------------------------------------------------
@@ -292,7 +446,8 @@ def test_attach_rejects_a_trainer_without_grpo_rollout_logs(metric_exporter: Rec
 
 
 def test_without_a_trainer_the_logged_reward_means_become_metrics(metric_exporter: RecordingMetricExporter) -> None:
-    """No trainer found: reward means are forwarded as rl.metric like the other logged scalars; summaries are not."""
+    """No trainer found: reward means are forwarded as rl.metric like the other logged scalars, under their
+    loggers' keys (canonical where known); summaries are not."""
     telemetry = local_telemetry(metric_exporter)
     callback = OtelRLCallback(telemetry=telemetry)
     args, state = TrainingArguments(output_dir="unused", use_cpu=True, report_to=[]), TrainerState()
@@ -308,7 +463,8 @@ def test_without_a_trainer_the_logged_reward_means_become_metrics(metric_exporte
     callback.on_log(args, state, TrainerControl(), logs=logs)
     assert telemetry.flush(EXPORT_WAIT_S)
     keys = {dict(a)["rl.metric.key"] for name, a in metric_exporter.latest() if name == "rl.metric"}
-    assert (callback.exact, callback.errors, keys) == (False, 0, {"loss", "reward", "rewards/length/mean"})
+    expected = {"train/loss", "reward/mean", "train/rewards/length/mean", "train/epoch"}
+    assert (callback.exact, callback.errors, keys) == (False, 0, expected)
     telemetry.shutdown()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -38,3 +39,69 @@ def test_an_unknown_part_is_an_error(sections: ModuleType) -> None:
     """A part whose name the generator does not know is refused by name, never left as it is."""
     with pytest.raises(KeyError, match="'nonsense'"):
         sections.render("<!-- generated: nonsense -->\nold\n<!-- end generated -->")
+
+
+def test_every_component_of_a_pipeline_is_explained(sections: ModuleType) -> None:
+    """Each receiver, processor and exporter of collector.yaml's pipelines is named in docs/pipeline.md outside its
+    generated parts: a component added to a pipeline needs its explanation there."""
+    prose = sections._PART.sub("", (ROOT / "docs" / "pipeline.md").read_text())
+    declared = sections.configurations()["collector.yaml"]["service"]["pipelines"]
+    components = {
+        c
+        for pipeline in declared.values()
+        for kind in ("receivers", "processors", "exporters")
+        for c in pipeline.get(kind, [])
+    }
+    assert {"transform/merge_ranks", "filter/oversized_records", "spanmetrics"} <= components
+    assert sorted(c for c in components if not re.search(rf"(?<![\w/]){re.escape(c)}(?![\w/])", prose)) == []
+
+
+def test_every_configuration_file_is_in_the_files_table() -> None:
+    """docs/pipeline.md's Files table names every collector and Jaeger configuration of the repository."""
+    text = (ROOT / "docs" / "pipeline.md").read_text()
+    files = text[text.index("## Files") : text.index("Environment:")]
+    configurations = [*(ROOT / "collector_config").glob("*.yaml"), *(ROOT / "jaeger").glob("*.yaml")]
+    named = [p for p in configurations if p.name == "builder.yaml" or f"`{p.parent.name}/{p.name}`" in files]
+    assert sorted(str(p.relative_to(ROOT)) for p in set(configurations) - set(named)) == []
+    assert "collector_config/agent-dns.yaml" in files
+
+
+def test_the_collector_builds_what_its_configurations_use(sections: ModuleType) -> None:
+    """builder.yaml builds as many components of each kind as the configurations use (the components part lists what
+    they use; a component built and never used, or used and never built, breaks the count)."""
+    import yaml
+
+    manifest = yaml.safe_load((ROOT / "collector_config" / "builder.yaml").read_text())
+    used = sections.used_components(sections.configurations())
+    assert {kind: len(manifest.get(kind, [])) for kind in used} == {kind: len(types) for kind, types in used.items()}
+    assert (
+        "| extensions | bearertokenauth (secure.yaml), file_storage (gateway.yaml), health_check |"
+        in sections.components()
+    )
+
+
+def test_the_environment_part_reads_every_reference(sections: ModuleType, tmp_path: Path) -> None:
+    """Every ``${env:NAME}`` of the configurations, in keys' values and lists, a default holding another reference,
+    an empty default and none at all: each variable's defaults by file and the settings it sets."""
+    (tmp_path / "builder.yaml").write_text("exporters: [{gomod: x}]\n")
+    (tmp_path / "a.yaml").write_text(
+        "extensions:\n"
+        "  file_storage/q:\n"
+        "    directory: ${env:DIR:-${env:HOME}/q}/${env:PORT:-4317}\n"
+        "processors:\n"
+        "  filter/x:\n"
+        "    metric_conditions: ['Len(metric.data_points) > ${env:CAP:-2048}']\n"
+        "  tls: {client_ca_file: '${env:CA:-}', key_file: '${env:KEY}'}\n"
+    )
+    (tmp_path / "b.yaml").write_text("receivers:\n  otlp: {endpoint: '${env:PORT:-0.0.0.0:4317}'}\n")
+    assert sections.environment(tmp_path).splitlines() == [
+        "| variable | default | sets |",
+        "|---|---|---|",
+        "| `CA` | empty | a.yaml: `processors.tls.client_ca_file` |",
+        "| `CAP` | `2048` | a.yaml: `processors.filter/x.metric_conditions` |",
+        "| `DIR` | `${env:HOME}/q` | a.yaml: `extensions.file_storage/q.directory` |",
+        "| `KEY` | (required) | a.yaml: `processors.tls.key_file` |",
+        "| `PORT` | a.yaml: `4317`; b.yaml: `0.0.0.0:4317` | a.yaml: `extensions.file_storage/q.directory`; b.yaml: "
+        "`receivers.otlp.endpoint` |",
+    ]
+    assert "| `PORT` |" not in sections.environment(tmp_path, files=("c.yaml",))
