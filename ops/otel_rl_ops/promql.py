@@ -515,3 +515,35 @@ def logsql_exact(field: str, value: str) -> str:
     'rl.sample.selection:="top"'
     """
     return f"{field}:={quote(value)}"
+
+
+LOGS_EVENT = "event_name"
+"""The field in which VictoriaLogs keeps an OpenTelemetry log record's event name (``rl.sample`` for samples)."""
+
+
+def logsql_range(field: str, low: int | None, high: int | None) -> str:
+    """The LogsQL filter of records whose numeric ``field`` lies in ``[low, high]`` (an end left out: unbounded).
+
+    >>> logsql_range("rl.step", 10, None)
+    '"rl.step":range[10, inf]'
+    """
+    return f"{quote(field)}:range[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
+
+
+def logsql_number(field: str) -> str:
+    """The LogsQL filter of records whose ``field`` is a number, infinities included and NaN left out (VictoriaLogs
+    stores a double as text: ``NaN``, ``+Inf``, ``-Inf``, or its shortest decimal digits).
+
+    >>> logsql_number("rl.reward")
+    '"rl.reward":range[-inf, inf]'
+    """
+    return logsql_range(field, None, None)
+
+
+def logsql_missing(field: str) -> str:
+    """The LogsQL filter of records without ``field`` (VictoriaLogs keeps no empty field).
+
+    >>> logsql_missing("rl.step")
+    '"rl.step":""'
+    """
+    return f'{quote(field)}:""'

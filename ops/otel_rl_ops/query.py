@@ -158,7 +158,9 @@ class VictoriaLogs:
             except requests.RequestException as error:
                 raise QueryError(f"VictoriaLogs query {logsql!r} failed while reading its answer: {error}") from error
             except ValueError as error:
-                raise QueryError(f"VictoriaLogs query {logsql!r} failed: an answer line is not JSON: {error}") from error
+                raise QueryError(
+                    f"VictoriaLogs query {logsql!r} failed: an answer line is not JSON: {error}"
+                ) from error
 
     def query(self, logsql: str, *, start: float | None = None, end: float | None = None) -> list[dict[str, Any]]:
         """Every record of :meth:`stream`, as a list."""
