@@ -241,6 +241,44 @@ def quantile(q: float, metric: str, selector: str, *, by: str = "", window: str,
     return clamp_to_extremes(estimate, *extremes(metric, selector, by=by, window=window), on=by)
 
 
+def histogram_increase(metric: str, selector: str, *, window: str) -> tuple[str, str]:
+    """The native histogram and the classic buckets (by ``le``) of the values recorded into ``metric`` over
+    ``window``: each series' exact increase, its histogram now minus its histogram a window ago (whole where it has
+    none a window ago, having begun inside the window, or where its count went down, a reset), summed. Unlike
+    :func:`buckets`' rates, which need two points in the window and leave out what the first one counted, one point
+    suffices: a run shorter than the window reads whole, and nothing is extrapolated. The inputs of
+    :func:`quantile_estimate`.
+
+    >>> print(histogram_increase("h", "S", window="10m")[0])
+    sum(((h{S} - h{S} offset 10m) and histogram_count(h{S}) >= histogram_count(h{S} offset 10m)) or h{S})
+    """
+    series = f"{metric}{{{selector}}}"
+    before = f"{series} offset {window}"
+    native = f"sum((({series} - {before}) and histogram_count({series}) >= histogram_count({before})) or {series})"
+    return native, exact_increase(f"{metric}_bucket", selector, by="le", window=window)
+
+
+def recorded_quantile(q: float, metric: str, selector: str, *, window: str, integers: bool = False) -> str:
+    """The ``q`` quantile of the values recorded into ``metric`` over ``window`` (:func:`histogram_increase`, so a
+    run or a window with a single point has one), clamped to the exact merged min and max of the same window."""
+    estimate = quantile_estimate(q, *histogram_increase(metric, selector, window=window), integers=integers)
+    return clamp_to_extremes(estimate, *extremes(metric, selector, window=window))
+
+
+def last_report(selector: str, *, lookback: str) -> str:
+    """When the run of ``selector`` last reported, in unix seconds: the newest point of its ``rl_ranks_up`` (every
+    flush of every rank has one) within ``lookback``. Now if it still reports; else found at 1-minute steps, each of
+    which sees the newest point of the 5 minutes before it (Prometheus's lookback delta), so the run's last one.
+
+    >>> print(last_report("S", lookback="15d"))
+    max(timestamp(rl_ranks_up{S})) or max_over_time(max(timestamp(rl_ranks_up{S}))[15d:1m])
+    """
+    import otel_rl_contract as contract
+
+    points = f"max(timestamp({contract.series(contract.RANKS_UP).name}{{{selector}}}))"
+    return f"{points} or max_over_time({points}[{lookback}:1m])"
+
+
 def reported(selector: str, key: str = "") -> str:
     """The values a trainer reduced itself and sent as gauges (``rl_reported``: NeMo Lens's batch means), as they are,
     under the canonical ``key`` (every key when empty): a mean stays a mean, never a distribution.
