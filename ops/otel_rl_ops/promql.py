@@ -265,18 +265,20 @@ def recorded_quantile(q: float, metric: str, selector: str, *, window: str, inte
     return clamp_to_extremes(estimate, *extremes(metric, selector, window=window))
 
 
-def last_report(selector: str, *, lookback: str) -> str:
-    """When the run of ``selector`` last reported, in unix seconds: the newest point of its ``rl_ranks_up`` (every
-    flush of every rank has one) within ``lookback``. Now if it still reports; else found at 1-minute steps, each of
-    which sees the newest point of the 5 minutes before it (Prometheus's lookback delta), so the run's last one.
+def last_report(selector: str, *, lookback: str, by: str = "") -> str:
+    """When the run of ``selector`` last reported (each of the runs, with ``by="rl_run_id"``), in unix seconds: the
+    newest point of its ``rl_ranks_up`` (every flush of every rank has one) within ``lookback``. Now if it still
+    reports; else found at 1-minute steps, each of which sees the newest point of the 5 minutes before it
+    (Prometheus's lookback delta), so the run's last one.
 
-    >>> print(last_report("S", lookback="15d"))
-    max(timestamp(rl_ranks_up{S})) or max_over_time(max(timestamp(rl_ranks_up{S}))[15d:1m])
+    >>> print(last_report("S", lookback="15d", by="rl_run_id"))
+    max by (rl_run_id) (timestamp(rl_ranks_up{S})) or max by (rl_run_id) (max_over_time(timestamp(rl_ranks_up{S})[15d:1m]))
     """
     import otel_rl_contract as contract
 
-    points = f"max(timestamp({contract.series(contract.RANKS_UP).name}{{{selector}}}))"
-    return f"{points} or max_over_time({points}[{lookback}:1m])"
+    points = f"timestamp({contract.series(contract.RANKS_UP).name}{{{selector}}})"
+    group = _group(by)
+    return f"max{group} ({points}) or max{group} (max_over_time({points}[{lookback}:1m]))"
 
 
 def reported(selector: str, key: str = "") -> str:

@@ -41,16 +41,19 @@ _REWARD_QUANTILES = (0.1, 0.5, 0.9)
 _STALENESS_QUANTILES = (0.5, 0.99)
 
 
-def latest_run(prometheus: Prometheus) -> str:
-    """The run whose step reached Prometheus last.
+def latest_run(prometheus: Prometheus, *, at: float | None = None) -> str:
+    """The run that reported last before ``at`` (default: now), within :data:`LOOKBACK`, live or finished.
 
     Raises:
         ValueError: when Prometheus holds no run.
     """
-    runs = prometheus.by_label('max by (rl_run_id) (timestamp(rl_step{rl_rank=""}))', "rl_run_id")
-    if not runs:
-        raise ValueError(f"no run in Prometheus at {prometheus.url}: give --run-id, or start one")
-    return max(runs, key=lambda run: runs[run])
+    run_id = contract.label(contract.RUN_ID)
+    found = prometheus.query(
+        promql.last_report(promql.matchers(**{contract.label(contract.RANK): ""}), lookback=LOOKBACK, by=run_id), at
+    )
+    if not found:
+        raise ValueError(f"no run in Prometheus at {prometheus.url} within {LOOKBACK}: give --run-id, or start one")
+    return str(max(found, key=lambda item: float(item["value"][1]))["metric"][run_id])
 
 
 def _trend(prometheus: Prometheus, query: str, now: float, window_s: int) -> dict[str, float | None]:
@@ -90,13 +93,19 @@ def _sample(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _quantiles(
-    prometheus: Prometheus, metric: contract.MetricName, selector: str, qs: tuple[float, ...], *, at: float, window: str
+    prometheus: Prometheus,
+    metric: contract.MetricName,
+    selector: str,
+    qs: tuple[float, ...],
+    *,
+    at: float,
+    window: str,
+    integers: bool = False,
 ) -> dict[str, float | None]:
     """The ``qs`` quantiles (keys ``p10``, ``p99``, ...) of the values recorded into histogram ``metric`` in the
-    ``window`` up to ``at`` (:func:`otel_rl_ops.promql.recorded_quantile`), and their maximum (``max``); a metric
-    of integers (staleness) rounded."""
+    ``window`` up to ``at`` (:func:`otel_rl_ops.promql.recorded_quantile`; rounded for a metric of ``integers``),
+    and their maximum (``max``)."""
     name = contract.series(metric).name
-    integers = metric == contract.STALENESS.histogram
     found: dict[str, float | None] = {
         f"p{round(q * 100)}": prometheus.value(
             promql.recorded_quantile(q, name, selector, window=window, integers=integers), at
@@ -131,7 +140,9 @@ def status(
         **{contract.label(contract.RANK): "", contract.label(contract.REWARD_FN): contract.REWARD_FN_TOTAL}
     )
     reward = _quantiles(prometheus, contract.REWARDS.histogram, total, _REWARD_QUANTILES, at=read, window=window)
-    staleness = _quantiles(prometheus, contract.STALENESS.histogram, run, _STALENESS_QUANTILES, at=read, window=window)
+    staleness = _quantiles(
+        prometheus, contract.STALENESS.histogram, run, _STALENESS_QUANTILES, at=read, window=window, integers=True
+    )
     return {
         "run_id": sources.run_id,
         "at": at,

@@ -21,7 +21,7 @@ from otel_rl_ops.alerts.client import Alertmanager
 from otel_rl_ops.cli import main
 from otel_rl_ops.query import Prometheus, VictoriaLogs
 from otel_rl_ops.report.summary import Sources, number
-from otel_rl_ops.status import render, status
+from otel_rl_ops.status import latest_run, render, status
 
 from tests.pipeline.harness import RankProcess, eventually, start_ranks
 from tests.reference import exponential_index
@@ -130,6 +130,7 @@ def test_a_short_first_run_has_its_quantiles_and_worst_samples(
         assert best == pytest.approx(sorted(samples, reverse=True)[:2], rel=1e-15)
         assert {sample["response"] for sample in answer["samples"]["bottom"]} <= {f"response {s}" for s in range(30)}
     assert later["step"]["unchanged_s"] >= 3600
+    assert latest_run(Prometheus(shared_stack.prometheus_url), at=time.time() + 3600), "an ended run is found"
 
     screen = render(found)
     reward = found["reward"]
