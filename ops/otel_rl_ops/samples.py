@@ -23,9 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -365,8 +363,8 @@ def export(
 
 @contextmanager
 def _output(out: str, form: Format) -> Iterator[IO[bytes]]:
-    """The binary sink of ``--out``: standard output for ``-``, else a file next to ``out`` that replaces it once
-    the export is whole (an interrupted export leaves no partial file under the name)."""
+    """The binary sink of ``--out``: standard output for ``-``, else ``.<name>.partial`` next to ``out``, which
+    becomes ``out`` once the export is whole (an interrupted export leaves no partial file under the name)."""
     if out == "-":
         if form == "parquet":
             raise ValueError('--format parquet writes a file: give --out PATH (not "-", standard output)')
@@ -376,13 +374,13 @@ def _output(out: str, form: Format) -> Iterator[IO[bytes]]:
     path = Path(out)
     if not path.parent.is_dir():
         raise ValueError(f"--out {out!r}: the folder {str(path.parent)!r} does not exist")
-    handle, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    partial = path.with_name(f".{path.name}.partial")
     try:
-        with os.fdopen(handle, "wb") as sink:
+        with partial.open("wb") as sink:
             yield sink
-        os.replace(partial, path)
+        partial.replace(path)
     finally:
-        Path(partial).unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
 
 
 def _samples(args: argparse.Namespace) -> int:
