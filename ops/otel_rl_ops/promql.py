@@ -241,6 +241,46 @@ def quantile(q: float, metric: str, selector: str, *, by: str = "", window: str,
     return clamp_to_extremes(estimate, *extremes(metric, selector, by=by, window=window), on=by)
 
 
+def histogram_increase(metric: str, selector: str, *, window: str) -> tuple[str, str]:
+    """The native histogram and the classic buckets (by ``le``) of the values recorded into ``metric`` over
+    ``window``: each series' exact increase, its histogram now minus its histogram a window ago (whole where it has
+    none a window ago, having begun inside the window, or where its count went down, a reset), summed. Unlike
+    :func:`buckets`' rates, which need two points in the window and leave out what the first one counted, one point
+    suffices: a run shorter than the window reads whole, and nothing is extrapolated. The inputs of
+    :func:`quantile_estimate`.
+
+    >>> print(histogram_increase("h", "S", window="10m")[0])
+    sum(((h{S} - h{S} offset 10m) and histogram_count(h{S}) >= histogram_count(h{S} offset 10m)) or h{S})
+    """
+    series = f"{metric}{{{selector}}}"
+    before = f"{series} offset {window}"
+    native = f"sum((({series} - {before}) and histogram_count({series}) >= histogram_count({before})) or {series})"
+    return native, exact_increase(f"{metric}_bucket", selector, by="le", window=window)
+
+
+def recorded_quantile(q: float, metric: str, selector: str, *, window: str, integers: bool = False) -> str:
+    """The ``q`` quantile of the values recorded into ``metric`` over ``window`` (:func:`histogram_increase`, so a
+    run or a window with a single point has one), clamped to the exact merged min and max of the same window."""
+    estimate = quantile_estimate(q, *histogram_increase(metric, selector, window=window), integers=integers)
+    return clamp_to_extremes(estimate, *extremes(metric, selector, window=window))
+
+
+def last_report(selector: str, *, lookback: str, by: str = "") -> str:
+    """When the run of ``selector`` last reported (each of the runs, with ``by="rl_run_id"``), in unix seconds: the
+    newest point of its ``rl_ranks_up`` (every flush of every rank has one) within ``lookback``. Now if it still
+    reports; else found at 1-minute steps, each of which sees the newest point of the 5 minutes before it
+    (Prometheus's lookback delta), so the run's last one.
+
+    >>> print(last_report("S", lookback="15d", by="rl_run_id"))
+    max by (rl_run_id) (timestamp(rl_ranks_up{S})) or max by (rl_run_id) (max_over_time(timestamp(rl_ranks_up{S})[15d:1m]))
+    """
+    import otel_rl_contract as contract
+
+    points = f"timestamp({contract.series(contract.RANKS_UP).name}{{{selector}}})"
+    group = _group(by)
+    return f"max{group} ({points}) or max{group} (max_over_time({points}[{lookback}:1m]))"
+
+
 def reported(selector: str, key: str = "") -> str:
     """The values a trainer reduced itself and sent as gauges (``rl_reported``: NeMo Lens's batch means), as they are,
     under the canonical ``key`` (every key when empty): a mean stays a mean, never a distribution.
@@ -515,3 +555,35 @@ def logsql_exact(field: str, value: str) -> str:
     'rl.sample.selection:="top"'
     """
     return f"{field}:={quote(value)}"
+
+
+LOGS_EVENT = "event_name"
+"""The field in which VictoriaLogs keeps an OpenTelemetry log record's event name (``rl.sample`` for samples)."""
+
+
+def logsql_range(field: str, low: int | None, high: int | None) -> str:
+    """The LogsQL filter of records whose numeric ``field`` lies in ``[low, high]`` (an end left out: unbounded).
+
+    >>> logsql_range("rl.step", 10, None)
+    '"rl.step":range[10, inf]'
+    """
+    return f"{quote(field)}:range[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
+
+
+def logsql_number(field: str) -> str:
+    """The LogsQL filter of records whose ``field`` is a number, infinities included and NaN left out (VictoriaLogs
+    stores a double as text: ``NaN``, ``+Inf``, ``-Inf``, or its shortest decimal digits).
+
+    >>> logsql_number("rl.reward")
+    '"rl.reward":range[-inf, inf]'
+    """
+    return logsql_range(field, None, None)
+
+
+def logsql_missing(field: str) -> str:
+    """The LogsQL filter of records without ``field`` (VictoriaLogs keeps no empty field).
+
+    >>> logsql_missing("rl.step")
+    '"rl.step":""'
+    """
+    return f'{quote(field)}:""'

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,11 +28,19 @@ class QueryError(RuntimeError):
 
 
 def _post(
-    service: str, url: str, params: dict[str, str], *, query: str, timeout_s: float, session: requests.Session | None
+    service: str,
+    url: str,
+    params: dict[str, str],
+    *,
+    query: str,
+    timeout_s: float,
+    session: requests.Session | None,
+    stream: bool = False,
 ) -> requests.Response:
-    """POST ``params`` as form data to ``url``; the 200 response, or :class:`QueryError` naming ``query``."""
+    """POST ``params`` as form data to ``url``; the 200 response (its body still to be read when ``stream``), or
+    :class:`QueryError` naming ``query``."""
     try:
-        response = (session or requests).post(url, data=params, timeout=timeout_s)
+        response = (session or requests).post(url, data=params, timeout=timeout_s, stream=stream)
     except requests.RequestException as error:
         raise QueryError(f"{service} query {query!r} failed: {error}") from error
     if response.status_code != 200:
@@ -108,7 +117,11 @@ class Prometheus:
 
 
 class VictoriaLogs:
-    """VictoriaLogs's LogsQL API (``/select/logsql/query``) at ``url``, e.g. ``http://127.0.0.1:9428``."""
+    """VictoriaLogs's LogsQL API (``/select/logsql/...``) at ``url``, e.g. ``http://127.0.0.1:9428``."""
+
+    NO_MESSAGE = "missing _msg field; see https://docs.victoriametrics.com/victorialogs/keyconcepts/#message-field"
+    """The ``_msg`` VictoriaLogs gives a record that has none (its ``-defaultMsgValue``): a sample without a response
+    (or with an empty one), since the collector makes the response the message (``VL-Msg-Field``)."""
 
     def __init__(
         self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, session: requests.Session | None = None
@@ -118,9 +131,11 @@ class VictoriaLogs:
         self.timeout_s = timeout_s
         self.session = session
 
-    def query(self, logsql: str, *, start: float | None = None, end: float | None = None) -> list[dict[str, Any]]:
-        """The records ``logsql`` selects, optionally only those between ``start`` and ``end`` (unix seconds);
-        one dict per record, field name -> text (VictoriaLogs leaves out empty fields)."""
+    def stream(self, logsql: str, *, start: float | None = None, end: float | None = None) -> Iterator[dict[str, Any]]:
+        """The records ``logsql`` selects, optionally only those between ``start`` and ``end`` (unix seconds), one
+        dict (field name -> text; VictoriaLogs leaves out empty fields) at a time as VictoriaLogs sends them: its
+        answer is a stream of JSON lines, read line by line, so a query of millions of records holds one at a time.
+        Lines end at ``\\n`` only: a text's U+2028 or U+0085 arrives unescaped inside its line."""
         params = {"query": logsql}
         if start is not None:
             params["start"] = f"{start:.3f}"
@@ -133,8 +148,48 @@ class VictoriaLogs:
             query=logsql,
             timeout_s=self.timeout_s,
             session=self.session,
+            stream=True,
         )
-        return [json.loads(line) for line in response.text.splitlines() if line.strip()]
+        with response:
+            try:
+                for line in response.iter_lines(delimiter=b"\n"):
+                    if line.strip():
+                        yield json.loads(line)
+            except requests.RequestException as error:
+                raise QueryError(f"VictoriaLogs query {logsql!r} failed while reading its answer: {error}") from error
+            except ValueError as error:
+                raise QueryError(
+                    f"VictoriaLogs query {logsql!r} failed: an answer line is not JSON: {error}"
+                ) from error
+
+    def query(self, logsql: str, *, start: float | None = None, end: float | None = None) -> list[dict[str, Any]]:
+        """Every record of :meth:`stream`, as a list."""
+        return list(self.stream(logsql, start=start, end=end))
+
+    def field_names(self, logsql: str) -> dict[str, int]:
+        """The names of the fields of the records ``logsql`` selects, each with the number of records that have it
+        (``/select/logsql/field_names``)."""
+        response = _post(
+            "VictoriaLogs",
+            f"{self.url}/select/logsql/field_names",
+            {"query": logsql},
+            query=logsql,
+            timeout_s=self.timeout_s,
+            session=self.session,
+        )
+        try:
+            return {item["value"]: int(item["hits"]) for item in response.json()["values"]}
+        except (ValueError, KeyError, TypeError) as error:
+            raise QueryError(
+                f"VictoriaLogs field names of {logsql!r} failed: not an answer: {response.text[:_BODY_CHARS]!r}"
+            ) from error
+
+    @classmethod
+    def message(cls, record: dict[str, Any]) -> str | None:
+        """The record's message (``_msg``: a sample's response), None where VictoriaLogs filled in
+        :data:`NO_MESSAGE`."""
+        text = record.get("_msg")
+        return None if text is None or text == cls.NO_MESSAGE else str(text)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,18 @@
 """``otel-rl status``: a run's answer to "how are you?" in one screen for a person, or one JSON object for a script or
 an agent (prime-rl's monitor-run skill is the model: what a watcher needs to decide whether to act).
 
-Everything is read live from the stores with the dashboards' own queries (:mod:`otel_rl_ops.promql`): the step and
-how long ago it changed, the ranks reporting, the total reward and the ground truth with their 10-minute trends,
-staleness p99, the slowest phase, the alerts firing and pending (the audit's included) with their runbooks, the cost so
-far, and the last top and bottom samples. A value the run does not record is ``null`` (JSON) or ``-`` (text).
+Everything is read from the stores with the dashboards' own queries (:mod:`otel_rl_ops.promql`): the step and how
+long ago it changed, the ranks reporting, the total reward's mean and 10-minute trend, its p10, p50 and p90, the
+ground truth's, staleness p50, p99 and max, the slowest phase, the alerts firing and pending (the audit's included)
+with their runbooks, the cost so far, and the run's best and worst samples. A value the run does not record is
+``null`` (JSON) or ``-`` (text); the screen shows numbers to 3 significant digits, the JSON as they are.
+
+Any run answers, of any length, live or finished. Prometheus's values are read at the run's last report (a live run's
+latest flush, a finished run's last; :func:`otel_rl_ops.promql.last_report`), so a run that ended an hour ago answers
+as it ended; only the step's age runs to now. The window statistics are the values recorded in the last
+:data:`WINDOW_S` before that (exact increases of the cumulative counters and histograms, so a run shorter than the
+window reads whole: a 30-step, 11-second first run has its quantiles). docs/dashboards.md, "``otel-rl status``",
+documents every key of the JSON object.
 """
 
 from __future__ import annotations
@@ -15,34 +23,42 @@ import time
 from pathlib import Path
 from typing import Any
 
+import otel_rl_contract as contract
+
 from otel_rl_ops import promql
 from otel_rl_ops.alerts.client import Alertmanager, run_alerts
-from otel_rl_ops.query import Prometheus, QueryError
-from otel_rl_ops.report.summary import Sources, samples
+from otel_rl_ops.query import Prometheus, QueryError, VictoriaLogs
+from otel_rl_ops.report.summary import Sources, number, samples
 
 WINDOW_S = 600
-WINDOW = f"{WINDOW_S // 60}m"
-"""The window of every mean and trend: a trend compares it with the window before."""
+"""The window of every mean, trend and quantile, in seconds: a trend compares it with the window before."""
+LOOKBACK = "15d"
+"""How far back the run's last report is looked for: the stack's Prometheus retention (``prometheus_retention``)."""
 _SAMPLES = 2
 """Top and bottom samples shown."""
 _TEXT_CHARS = 80
+_REWARD_QUANTILES = (0.1, 0.5, 0.9)
+_STALENESS_QUANTILES = (0.5, 0.99)
 
 
-def latest_run(prometheus: Prometheus) -> str:
-    """The run whose step reached Prometheus last.
+def latest_run(prometheus: Prometheus, *, at: float | None = None) -> str:
+    """The run that reported last before ``at`` (default: now), within :data:`LOOKBACK`, live or finished.
 
     Raises:
         ValueError: when Prometheus holds no run.
     """
-    runs = prometheus.by_label('max by (rl_run_id) (timestamp(rl_step{rl_rank=""}))', "rl_run_id")
-    if not runs:
-        raise ValueError(f"no run in Prometheus at {prometheus.url}: give --run-id, or start one")
-    return max(runs, key=lambda run: runs[run])
+    run_id = contract.label(contract.RUN_ID)
+    found = prometheus.query(
+        promql.last_report(promql.matchers(**{contract.label(contract.RANK): ""}), lookback=LOOKBACK, by=run_id), at
+    )
+    if not found:
+        raise ValueError(f"no run in Prometheus at {prometheus.url} within {LOOKBACK}: give --run-id, or start one")
+    return str(max(found, key=lambda item: float(item["value"][1]))["metric"][run_id])
 
 
-def _trend(prometheus: Prometheus, query: str, now: float) -> dict[str, float | None]:
-    """``query`` (over :data:`WINDOW`) now and one window earlier, and the change."""
-    current, before = prometheus.value(query, now), prometheus.value(query, now - WINDOW_S)
+def _trend(prometheus: Prometheus, query: str, now: float, window_s: int) -> dict[str, float | None]:
+    """``query`` (over a window of ``window_s``) at ``now`` and one window earlier, and the change."""
+    current, before = prometheus.value(query, now), prometheus.value(query, now - window_s)
     change = None if current is None or before is None else current - before
     return {"mean": current, "before": before, "change": change}
 
@@ -66,55 +82,104 @@ def _alerts(sources: Sources, alertmanager: Alertmanager) -> list[dict[str, Any]
 
 
 def _sample(record: dict[str, Any]) -> dict[str, Any]:
+    step, reward = record.get(contract.SAMPLE_STEP), record.get(contract.SAMPLE_REWARD)
     return {
-        "step": record.get("rl.step"),
-        "reward": record.get("rl.reward"),
+        "step": None if step is None else int(step),
+        "reward": None if reward is None else float(reward),
         "prompt": record.get("prompt"),
-        "response": record.get("_msg"),
-        "episode_id": record.get("rl.episode.id"),
+        "response": VictoriaLogs.message(record),
+        "episode_id": record.get(contract.SAMPLE_EPISODE_ID),
     }
 
 
-def status(sources: Sources, alertmanager: Alertmanager, *, now: float | None = None) -> dict[str, Any]:
-    """The run's status at ``now`` (default: the current time) as one JSON-ready dict; its alerts as Prometheus and
+def _quantiles(
+    prometheus: Prometheus,
+    metric: contract.MetricName,
+    selector: str,
+    qs: tuple[float, ...],
+    *,
+    at: float,
+    window: str,
+    integers: bool = False,
+) -> dict[str, float | None]:
+    """The ``qs`` quantiles (keys ``p10``, ``p99``, ...) of the values recorded into histogram ``metric`` in the
+    ``window`` up to ``at`` (:func:`otel_rl_ops.promql.recorded_quantile`; rounded for a metric of ``integers``),
+    and their maximum (``max``)."""
+    name = contract.series(metric).name
+    found: dict[str, float | None] = {
+        f"p{round(q * 100)}": prometheus.value(
+            promql.recorded_quantile(q, name, selector, window=window, integers=integers), at
+        )
+        for q in qs
+    }
+    found["max"] = prometheus.value(promql.extremes(name, selector, window=window)[1], at)
+    return found
+
+
+def status(
+    sources: Sources, alertmanager: Alertmanager, *, now: float | None = None, window_s: int = WINDOW_S
+) -> dict[str, Any]:
+    """The run's status at ``now`` (default: the current time) as one JSON-ready dict, its Prometheus values read at
+    its last report, its window statistics over ``window_s`` seconds up to then; its alerts as Prometheus and
     ``alertmanager`` hold them now."""
     at = time.time() if now is None else now
     prometheus = sources.prometheus
-    run = sources.selector(rl_rank="")
+    run = sources.selector(**{contract.label(contract.RANK): ""})
+    window = f"{window_s}s"
+    last_report = prometheus.value(promql.last_report(run, lookback=LOOKBACK), at)
+    read = at if last_report is None else min(at, last_report)
 
     def value(query: str) -> float | None:
-        return prometheus.value(query, at)
+        return prometheus.value(query, read)
 
-    truth = prometheus.by_label(f"max by (rl_reward_fn) (rl_reward_ground_truth{{{run}}}) == 1", "rl_reward_fn")
-    ground_truth = next(iter(truth), None)
-    phases = prometheus.query(promql.phase_mean(run, window=WINDOW), at)
+    truth = prometheus.query(f"max by (rl_reward_fn) (rl_reward_ground_truth{{{run}}}) == 1", read)
+    ground_truth = truth[0]["metric"]["rl_reward_fn"] if truth else None
+    phases = prometheus.query(promql.phase_mean(run, window=window), read)
     slowest = max(phases, key=lambda item: float(item["value"][1]), default=None)
+    total = sources.selector(
+        **{contract.label(contract.RANK): "", contract.label(contract.REWARD_FN): contract.REWARD_FN_TOTAL}
+    )
+    reward = _quantiles(prometheus, contract.REWARDS.histogram, total, _REWARD_QUANTILES, at=read, window=window)
+    staleness = _quantiles(
+        prometheus, contract.STALENESS.histogram, run, _STALENESS_QUANTILES, at=read, window=window, integers=True
+    )
     return {
         "run_id": sources.run_id,
         "at": at,
+        "last_report": last_report,
+        "window_s": window_s,
         "step": {
             "value": value(f"max(rl_step{{{run}}})"),
-            "unchanged_s": value(promql.seconds_since_step_changed(run)),
+            "unchanged_s": prometheus.value(promql.seconds_since_step_changed(run), at),
         },
         "ranks": {
             "up": value(f"sum(rl_ranks_up{{{run}}})"),
             "expected": value(f"max(rl_ranks_expected{{{run}}})"),
             "finished": value(f"min(rl_run_finished{{{run}}})"),
         },
-        "reward": _trend(
-            prometheus, promql.mean("rl_reward", sources.selector(rl_rank="", rl_reward_fn="total"), window=WINDOW), at
-        ),
+        "reward": {
+            **_trend(
+                prometheus,
+                promql.mean("rl_reward", sources.selector(rl_rank="", rl_reward_fn="total"), window=window),
+                read,
+                window_s,
+            ),
+            **{key: reward[key] for key in ("p10", "p50", "p90")},
+        },
         "ground_truth": None
         if ground_truth is None
         else {
             "fn": ground_truth,
             **_trend(
                 prometheus,
-                promql.mean("rl_reward", sources.selector(rl_rank="", rl_reward_fn=ground_truth), window=WINDOW),
-                at,
+                promql.mean("rl_reward", sources.selector(rl_rank="", rl_reward_fn=ground_truth), window=window),
+                read,
+                window_s,
             ),
         },
-        "staleness_p99": value(promql.quantile(0.99, "rl_staleness", run, window=WINDOW, integers=True)),
+        "staleness_p99": staleness["p99"],
+        "staleness_p50": staleness["p50"],
+        "staleness_max": staleness["max"],
         "slowest_phase": None
         if slowest is None
         else {"name": slowest["metric"].get("rl_phase_name"), "mean_s": float(slowest["value"][1])},
@@ -127,17 +192,15 @@ def status(sources: Sources, alertmanager: Alertmanager, *, now: float | None = 
             "per_solved_group": value(promql.cost_per(run, "solved_group")),
         },
         "samples": {
-            selection: [_sample(r) for r in samples(sources, selection, _SAMPLES)] for selection in ("top", "bottom")
+            "top": [_sample(r) for r in samples(sources, "top", _SAMPLES)],
+            "bottom": [_sample(r) for r in samples(sources, "bottom", _SAMPLES)],
         },
     }
 
 
-def _num(value: Any, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}g}"
-
-
-def _signed(value: Any) -> str:
-    return "" if value is None else f" ({value:+.3g} in {WINDOW})"
+def _signed(value: Any, window_s: int) -> str:
+    window = f"{window_s // 60}m" if window_s % 60 == 0 else f"{window_s}s"
+    return "" if value is None else f" ({'+' if value >= 0 else ''}{number(value)} in {window})"
 
 
 def _short(text: Any) -> str:
@@ -147,40 +210,45 @@ def _short(text: Any) -> str:
 
 def render(found: dict[str, Any]) -> str:
     """``found`` (from :func:`status`) as the lines of one screen."""
-    step, ranks, cost = found["step"], found["ranks"], found["cost"]
+    step, ranks, cost, reward = found["step"], found["ranks"], found["cost"], found["reward"]
     truth = found["ground_truth"]
     phase = found["slowest_phase"]
+    window_s = found["window_s"]
+    ago = None if found["last_report"] is None else found["at"] - found["last_report"]
     lines = [
-        f"run {found['run_id']}",
-        f"  step          {_num(step['value'], 12)} (unchanged for {_num(step['unchanged_s'])} s)",
-        f"  ranks         {_num(ranks['up'])} of {_num(ranks['expected'])} reporting"
+        f"run {found['run_id']}"
+        + ("" if ago is None or ago < window_s else f" (last report {number(ago / 60)} min ago: as it ended)"),
+        f"  step          {number(step['value'])} (unchanged for {number(step['unchanged_s'])} s)",
+        f"  ranks         {number(ranks['up'])} of {number(ranks['expected'])} reporting"
         + (", finished cleanly" if ranks["finished"] == 1 else ""),
-        f"  reward        {_num(found['reward']['mean'])}{_signed(found['reward']['change'])}",
+        f"  reward        {number(reward['mean'])}{_signed(reward['change'], window_s)}; "
+        f"p10 {number(reward['p10'])}, p50 {number(reward['p50'])}, p90 {number(reward['p90'])}",
         "  ground truth  "
         + (
             "- (no ground-truth function recorded)"
             if truth is None
-            else f"{truth['fn']} {_num(truth['mean'])}{_signed(truth['change'])}"
+            else f"{truth['fn']} {number(truth['mean'])}{_signed(truth['change'], window_s)}"
         ),
-        f"  staleness p99 {_num(found['staleness_p99'])}",
-        "  slowest phase " + ("-" if phase is None else f"{phase['name']} ({_num(phase['mean_s'])} s mean)"),
-        f"  cost          {_num(cost['so_far'])} ({_num(cost['gpu_hours'])} GPU-hours; "
-        f"per step {_num(cost['per_step'])}, per M tokens {_num(cost['per_million_tokens'])}, "
-        f"per solved group {_num(cost['per_solved_group'])})",
+        f"  staleness     p50 {number(found['staleness_p50'])}, p99 {number(found['staleness_p99'])}, "
+        f"max {number(found['staleness_max'])}",
+        "  slowest phase " + ("-" if phase is None else f"{phase['name']} ({number(phase['mean_s'])} s mean)"),
+        f"  cost          {number(cost['so_far'])} ({number(cost['gpu_hours'])} GPU-hours; "
+        f"per step {number(cost['per_step'])}, per M tokens {number(cost['per_million_tokens'])}, "
+        f"per solved group {number(cost['per_solved_group'])})",
         f"  alerts        {len(found['alerts']) or 'none'}",
     ]
     for alert in found["alerts"]:
         kind = "audit" if alert["audit"] else alert["severity"]
         lines.append(f"    {alert['state']:<8} {alert['name']} [{kind}] {alert['summary'] or ''}")
         lines.append(f"             {alert['runbook_url'] or ''}")
-    for selection in ("top", "bottom"):
-        lines.append(f"  {selection} samples")
-        for sample in found["samples"][selection] or [{}]:
+    for end, label in (("top", "best samples"), ("bottom", "worst samples")):
+        lines.append(f"  {label}")
+        for sample in found["samples"][end] or [{}]:
             if not sample:
                 lines.append("    -")
                 continue
             text = f"{_short(sample['prompt'])} -> {_short(sample['response'])}"
-            lines.append(f"    step {sample['step']} reward {sample['reward']}: {text}")
+            lines.append(f"    step {number(sample['step'])} reward {number(sample['reward'])}: {text}")
     return "\n".join(lines)
 
 
@@ -214,9 +282,10 @@ def add_status_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     parser = subparsers.add_parser(
         "status",
         help="a run's status in one screen, or one JSON object (--json)",
-        description="Step and its age, ranks, reward and ground-truth trends, staleness p99, the slowest phase, firing "
-        "and pending alerts with their runbooks, cost so far and the last top and bottom samples of one run (default: "
-        "the run that reported last). The stores default to the running local stack's (otel-rl stack up).",
+        description="Step and its age, ranks, reward and ground-truth trends, reward p10/p50/p90, staleness "
+        "p50/p99/max, the slowest phase, firing and pending alerts with their runbooks, cost so far and the best and "
+        "worst samples of one run (default: the run that reported last), live or finished, read at its last report. "
+        "The stores default to the running local stack's (otel-rl stack up).",
     )
     stack = "default: the running stack's (see --state-dir)"
     parser.add_argument("--run-id", default=None, help="rl.run.id of the run (default: the run that reported last)")

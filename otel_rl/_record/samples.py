@@ -40,6 +40,9 @@ class EpisodeSample:
     samples; a NaN reward can only be drawn at random."""
     episode_id: str | int | None = None
     """The trainer's id of the episode (``rl.episode.id``, as text): what a reader searches the log store for."""
+    group_id: str | int | None = None
+    """The prompt group the episode belongs to (``rl.group.id``, as text): the rollouts of one prompt in a GRPO
+    group share it (prime-rl's group id, verl's ``uid``), so a reader lines them up."""
     policy_version: int | None = None
     """The policy version that generated the episode (``rl.policy.version``)."""
     prompt: str | bytes | None = None
@@ -280,6 +283,7 @@ def to_record(
     staleness = fields.integer("staleness", sample.staleness, minimum=0)
     numbers: dict[str, str | int | float | None] = {
         contract.SAMPLE_EPISODE_ID: episode_id,
+        contract.SAMPLE_GROUP_ID: None if sample.group_id is None else as_text(sample.group_id),
         contract.SAMPLE_POLICY_VERSION: fields.integer("policy_version", sample.policy_version, minimum=0),
         contract.SAMPLE_ADVANTAGE: fields.real("advantage", sample.advantage),
         contract.SAMPLE_STALENESS: staleness,

@@ -63,12 +63,30 @@ def test_victorialogs_returns_one_dict_per_record(url: str) -> None:
     assert _RECEIVED[-1] == ("/select/logsql/query", {"query": "*", "start": "1.000", "end": "2.000"})
 
 
+def test_victorialogs_lines_end_at_newlines_only(url: str) -> None:
+    """VictoriaLogs writes U+2028, U+2029 and U+0085 of a text unescaped: they stay inside their record (splitting
+    at every line boundary Python knows would cut the JSON line)."""
+    text = "a\u2028b\u2029c\x85d\x1ce"
+    _ANSWERS["separators"] = (200, json.dumps({"_msg": text}, ensure_ascii=False) + "\n" + '{"_msg": "x"}\n')
+    assert list(VictoriaLogs(url).stream("separators")) == [{"_msg": text}, {"_msg": "x"}]
+
+
+def test_victorialogs_field_names_and_the_placeholder_message(url: str) -> None:
+    """field_names() maps each field to its records; message() is None where VictoriaLogs filled in its own."""
+    _ANSWERS["fields"] = (200, json.dumps({"values": [{"value": "_msg", "hits": 3}, {"value": "rl.step", "hits": 2}]}))
+    assert VictoriaLogs(url).field_names("fields") == {"_msg": 3, "rl.step": 2}
+    assert _RECEIVED[-1] == ("/select/logsql/field_names", {"query": "fields"})
+    assert VictoriaLogs.message({"_msg": VictoriaLogs.NO_MESSAGE}) is None
+    assert VictoriaLogs.message({"_msg": "42"}) == "42" and VictoriaLogs.message({}) is None
+
+
 def test_failures_are_query_errors_naming_the_query(url: str) -> None:
     """An HTTP error, an error answer, a body that is not JSON and a refused connection all raise QueryError."""
     _ANSWERS["bad("] = (400, '{"status": "error", "error": "parse error"}')
     _ANSWERS["odd"] = (200, '{"status": "error"}')
     _ANSWERS["text"] = (200, "not json")
     _ANSWERS["bad|"] = (400, "cannot parse")
+    _ANSWERS["cut"] = (200, '{"_msg": "a"}\n{"_msg": ')
     with pytest.raises(QueryError, match=r"Prometheus query 'bad\(' failed: HTTP 400 .*parse error"):
         Prometheus(url).query("bad(")
     with pytest.raises(QueryError, match=r"Prometheus query 'odd' failed: .*error"):
@@ -77,5 +95,9 @@ def test_failures_are_query_errors_naming_the_query(url: str) -> None:
         Prometheus(url).query("text")
     with pytest.raises(QueryError, match=r"VictoriaLogs query 'bad\|' failed: HTTP 400 'cannot parse'"):
         VictoriaLogs(url).query("bad|")
+    with pytest.raises(QueryError, match=r"VictoriaLogs query 'cut' failed: an answer line is not JSON"):
+        VictoriaLogs(url).query("cut")
+    with pytest.raises(QueryError, match=r"VictoriaLogs field names of 'text' failed: not an answer: 'not json'"):
+        VictoriaLogs(url).field_names("text")
     with pytest.raises(QueryError, match=r"Prometheus query 'up' failed: .*Connection refused"):
         Prometheus("http://127.0.0.1:1", timeout_s=2).query("up")

@@ -79,6 +79,7 @@ def test_attributes_follow_the_contract() -> None:
     sample = EpisodeSample(
         reward=1.5,
         episode_id=7,
+        group_id=2,
         policy_version=3,
         advantage=0.5,
         staleness=2,
@@ -94,6 +95,7 @@ def test_attributes_follow_the_contract() -> None:
         "rl.reward": 1.5,
         "rl.step": 4,
         "rl.episode.id": "7",
+        "rl.group.id": "2",
         "rl.policy.version": 3,
         "rl.advantage": 0.5,
         "rl.staleness": 2,

@@ -21,13 +21,19 @@ class Stores:
 
 
 def stores(
-    *, prometheus_url: str | None, victorialogs_url: str | None, jaeger_url: str | None, state_dir: Path | None
+    *,
+    prometheus_url: str | None,
+    victorialogs_url: str | None,
+    jaeger_url: str | None,
+    state_dir: Path | None,
+    prometheus_needed: bool = True,
 ) -> tuple[Stores, str]:
     """The stores to read: each URL given, else the running local stack's (its ``stack.json`` in ``state_dir``,
     default ``$OTEL_RL_HOME/stack``); also a line saying which came from the stack.
 
     Raises:
-        ValueError: when Prometheus or VictoriaLogs is neither given nor served by a running stack in ``state_dir``.
+        ValueError: when VictoriaLogs, or Prometheus while ``prometheus_needed``, is neither given nor served by a
+            running stack in ``state_dir``.
     """
     if prometheus_url and victorialogs_url and jaeger_url:
         return Stores(prometheus_url, victorialogs_url, jaeger_url), ""
@@ -57,7 +63,8 @@ def stores(
         victorialogs_url=running("VictoriaLogs", victorialogs_url, "victorialogs") or "",
         jaeger_url=running("Jaeger", jaeger_url, "jaeger"),
     )
-    for flag, url in (("--prometheus-url", found.prometheus_url), ("--victorialogs-url", found.victorialogs_url)):
+    needed = (("--prometheus-url", found.prometheus_url),) if prometheus_needed else ()
+    for flag, url in (*needed, ("--victorialogs-url", found.victorialogs_url)):
         if not url:
             raise ValueError(
                 f"{flag} not given and no running stack in {str(directory)!r} serves it: give {flag}, "

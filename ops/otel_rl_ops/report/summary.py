@@ -17,7 +17,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+import otel_rl_contract as contract
 
 from otel_rl_ops import promql
 from otel_rl_ops.query import Jaeger, Prometheus, VictoriaLogs
@@ -143,13 +145,15 @@ def window_stats(
     }
 
 
-def samples(sources: Sources, selection: str, limit: int) -> list[dict[str, Any]]:
-    """The run's highest (``top``) or lowest (``bottom``) reward samples across all ranks, latest steps first,
-    one per distinct prompt and response."""
-    order = "desc" if selection == "top" else "asc"
+def samples(sources: Sources, end: Literal["top", "bottom"], limit: int) -> list[dict[str, Any]]:
+    """The run's kept samples with the highest (``top``) or lowest (``bottom``) rewards across all ranks, whatever
+    the selection each was kept by (with one sample a step, every one is its step's top), latest steps first among
+    equal rewards, one per distinct prompt and response; NaN rewards left out."""
+    order = "desc" if end == "top" else "asc"
     query = (
-        f"{promql.logsql_exact('rl.run.id', sources.run_id)} {promql.logsql_exact('rl.sample.selection', selection)} "
-        f"| sort by (rl.reward {order}, rl.step desc) | limit {limit * 20}"
+        f"{promql.logsql_exact(contract.RUN_ID, sources.run_id)} {promql.logsql_number(contract.SAMPLE_REWARD)} "
+        f"| sort by ({promql.quote(contract.SAMPLE_REWARD)} {order}, {promql.quote(contract.SAMPLE_STEP)} desc) "
+        f"| limit {limit * 20}"
     )
     distinct: dict[tuple[str, str], dict[str, Any]] = {}
     for record in sources.logs.query(query):
@@ -418,8 +422,13 @@ def summarize(
     return summary_between(sources, begin, end, service=service, counted=counted)
 
 
-def _num(value: Any, digits: int = 3) -> str:
-    """A number for people: integers as integers, others with ``digits`` significant digits, None as ``-``."""
+def number(value: Any, digits: int = 3) -> str:
+    """A number for people: integers as integers, others with ``digits`` significant digits (one decimal from
+    ``10**digits`` up), None as ``-``.
+
+    >>> number(0.3333333333333333), number(12.0), number(1234.5678), number(None), number(2.5e-7)
+    ('0.333', '12', '1234.6', '-', '2.5e-07')
+    """
     if value is None:
         return "-"
     value = float(value)
@@ -436,10 +445,10 @@ def _percent(value: Any) -> str:
 
 
 def _sample(sample: dict[str, Any], limit: int = 60) -> str:
-    text = f"{sample.get('prompt', '')} → {sample.get('_msg', '')}"
+    text = f"{sample.get('prompt', '')} → {VictoriaLogs.message(sample) or ''}"
     text = " ".join(text.split())
     text = text if len(text) <= limit else text[: limit - 1] + "…"
-    return f"reward {_num(sample.get('rl.reward'))} at step {sample.get('rl.step', '-')}: {text}"
+    return f"reward {number(sample.get('rl.reward'))} at step {sample.get('rl.step', '-')}: {text}"
 
 
 def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
@@ -462,12 +471,14 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(
                 (
                     f"reward, {label}",
-                    f"mean {_num(stats['mean'])}, p50 {_num(stats['p50'])}, p90 {_num(stats['p90'])} "
-                    f"({_num(stats['count'])} rollouts)",
+                    f"mean {number(stats['mean'])}, p50 {number(stats['p50'])}, p90 {number(stats['p90'])} "
+                    f"({number(stats['count'])} rollouts)",
                 )
             )
     staleness = summary.get("staleness") or {}
-    rows.append(("staleness (versions behind)", f"p99 {_num(staleness.get('p99'))}, max {_num(staleness.get('max'))}"))
+    rows.append(
+        ("staleness (versions behind)", f"p99 {number(staleness.get('p99'))}, max {number(staleness.get('max'))}")
+    )
     performance = summary.get("performance") or {}
     split = performance.get("split") or {}
     depth: dict[str, int] = {}
@@ -475,13 +486,13 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         parent = stats["parent"]
         depth[phase] = depth.get(parent, -1) + 1 if parent else 0
         label = "  " * depth[phase] + f"phase {phase}" + (f" (in {parent})" if parent else "")
-        timing = f"(mean {_num(stats['mean'])} s, p99 {_num(stats['p99'])} s)"
+        timing = f"(mean {number(stats['mean'])} s, p99 {number(stats['p99'])} s)"
         rows.append((label, f"{_percent(stats['share'])} of {parent or _RANKS_TIME} {timing}"))
     if split and not performance.get("nesting_known"):
         rows.append(("phase nesting", "unknown without Jaeger: a nested phase's share also counts in its parent's"))
     tokens = performance.get("tokens")
     if tokens:
-        rows.append(("tokens trained per second", _num(tokens["trained_per_s"])))
+        rows.append(("tokens trained per second", number(tokens["trained_per_s"])))
         rows.append(("MFU (of peak FLOP/s)", _percent(tokens["mfu"])))
     if "slowest_step" in performance:
         step = performance["slowest_step"]
@@ -496,8 +507,9 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(
             (
                 "cost",
-                f"{_num(spent['total'])} ({_num(spent['gpu_hours'])} GPU-hours): per step {_num(spent['per_step'])}, "
-                f"per M tokens {_num(spent['per_million_tokens'])}, per solved group {_num(spent['per_solved_group'])}",
+                f"{number(spent['total'])} ({number(spent['gpu_hours'])} GPU-hours): "
+                f"per step {number(spent['per_step'])}, per M tokens {number(spent['per_million_tokens'])}, "
+                f"per solved group {number(spent['per_solved_group'])}",
             )
         )
     samples_ = summary.get("samples") or {}
