@@ -24,7 +24,7 @@ import otel_rl_contract as contract
 import pytest
 from otel_rl_ops import promql
 from otel_rl_ops.query import Jaeger, Prometheus, VictoriaLogs
-from otel_rl_ops.report.compare import Comparison, build_comparison, compared_panels, samples_query
+from otel_rl_ops.report.compare import Comparison, build_comparison, compared_panels, differences, samples_query
 from otel_rl_ops.report.compare_render import render_html, render_png, side_by_side, table_rows
 
 from otel_rl import TelemetryConfig
@@ -335,16 +335,13 @@ def test_the_group_is_its_seeds_mean_and_range_and_the_table_holds_the_differenc
             assert (band.low[step], band.high[step], band.runs[step]) == (min(values), max(values), 2)
         curve_a, curve_b = panel.curve(a, panel.splits[0]), panel.curve(b, panel.splits[0])
         assert curve_a is not None and curve_b is not None
-        from otel_rl_ops.report.compare import differences
-
         for row in differences(comparison, panel):
-            if row["labels"] != panel.splits[0]:
+            if row.labels != panel.splits[0]:
                 continue
-            step = row["first"]
-            assert row["baseline"] == curve_a.values[step]
-            assert row[b][0] == curve_b.values[step]
-            assert row[b][1] == pytest.approx(curve_b.values[step] - curve_a.values[step], rel=1e-12, abs=1e-15)
-            assert row[f"group {GROUP}"][1] == pytest.approx(band.mean[step] - curve_a.values[step], abs=1e-12)
+            step = row.first
+            assert (row.baseline, row.values[b][0]) == (curve_a.values[step], curve_b.values[step])
+            assert row.values[b][1] == pytest.approx(curve_b.values[step] - curve_a.values[step], rel=1e-12, abs=1e-15)
+            assert row.values[f"group {GROUP}"][1] == pytest.approx(band.mean[step] - curve_a.values[step], abs=1e-12)
 
 
 def test_the_same_prompt_lines_up_across_runs(compared: tuple[Comparison, Path]) -> None:

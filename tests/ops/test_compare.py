@@ -85,11 +85,11 @@ def _comparison(panel: ComparedPanel) -> Comparison:
         return Run(run_id, group, tuple((float(step), float(step)) for step in range(last + 1)))
 
     seeds = [run("s1", "g"), run("s2", "g", last=2)]
-    runs = [run("base"), run("other")]
+    runs = [run("baseline"), run("other")]
     return Comparison(
         runs=runs,
         groups={"g": seeds},
-        baseline="base",
+        baseline="baseline",
         every=1,
         windows={r.run_id: step_windows(r.points, 1) for r in [*runs, *seeds]},
         panels=[panel],
@@ -103,7 +103,7 @@ def test_a_group_is_its_runs_mean_and_range_and_differences_are_against_the_base
     hold, at the steps every run completed, the baseline's value and each run's and group's value minus it."""
     panel = _panel(
         [
-            Curve("base", (), {0: 1.0, 1: 2.0, 2: 3.0}),
+            Curve("baseline", (), {0: 1.0, 1: 2.0, 2: 3.0}),
             Curve("other", (), {0: 1.5, 1: 1.0, 2: 4.0}),
             Curve("s1", (), {0: 0.0, 1: 4.0, 2: 2.0}),
             Curve("s2", (), {0: 1.0, 1: 2.0}),
@@ -119,9 +119,9 @@ def test_a_group_is_its_runs_mean_and_range_and_differences_are_against_the_base
     )
     assert comparison.matching_steps() == [0, 1]  # s2 completed steps 0 and 1 only
     rows = differences(comparison, panel)
-    assert [(r["first"], r["baseline"], r["other"], r["group g"]) for r in rows] == [
-        (0, 1.0, (1.5, 0.5), (0.5, -0.5)),
-        (1, 2.0, (1.0, -1.0), (3.0, 1.0)),
+    assert [(r.first, r.baseline, r.values) for r in rows] == [
+        (0, 1.0, {"other": (1.5, 0.5), "group g": (0.5, -0.5)}),
+        (1, 2.0, {"other": (1.0, -1.0), "group g": (3.0, 1.0)}),
     ]
 
 

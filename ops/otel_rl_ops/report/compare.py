@@ -219,24 +219,36 @@ def band(group: str, members: list[Run], panel: ComparedPanel, labels: tuple[tup
     )
 
 
-def differences(comparison: Comparison, panel: ComparedPanel) -> list[dict[str, Any]]:
-    """The panel's table rows at the matching steps: for each label set and step, the baseline's value and every
-    other run's and group mean's value with its difference to the baseline (None where it has none)."""
+@dataclass(frozen=True)
+class Difference:
+    """One row of the table of differences: a panel's line (``labels``) at the window of steps ``first`` to
+    ``last``, the baseline's value there, and each other run's and each group's mean (``"group <name>"``) with its
+    difference to the baseline (None where either has no value)."""
+
+    labels: tuple[tuple[str, str], ...]
+    first: int
+    last: int
+    baseline: float | None
+    values: dict[str, tuple[float | None, float | None]]
+
+
+def differences(comparison: Comparison, panel: ComparedPanel) -> list[Difference]:
+    """The panel's rows of the table of differences, at the matching steps (:meth:`Comparison.matching_steps`)."""
     rows = []
     bands = {(b.group, b.labels): b for b in comparison.bands(panel)}
     for labels in panel.splits:
         base = panel.curve(comparison.baseline, labels) if comparison.baseline else None
         for step in comparison.matching_steps():
-            row: dict[str, Any] = {"labels": labels, "first": step, "last": step + comparison.every - 1}
             baseline = base.values.get(step) if base else None
-            row["baseline"] = baseline
+            values: dict[str, tuple[float | None, float | None]] = {}
             for run in comparison.runs:
-                curve = panel.curve(run.run_id, labels)
-                row[run.run_id] = _with_delta(curve.values.get(step) if curve else None, baseline)
+                if run.run_id != comparison.baseline:
+                    curve = panel.curve(run.run_id, labels)
+                    values[run.run_id] = _with_delta(curve.values.get(step) if curve else None, baseline)
             for group in comparison.groups:
                 found = bands.get((group, labels))
-                row[f"group {group}"] = _with_delta(found.mean.get(step) if found else None, baseline)
-            rows.append(row)
+                values[f"group {group}"] = _with_delta(found.mean.get(step) if found else None, baseline)
+            rows.append(Difference(labels, step, step + comparison.every - 1, baseline, values))
     return rows
 
 

@@ -120,10 +120,9 @@ def table_rows(comparison: Comparison) -> list[list[str]]:
     rows = []
     for panel in comparison.panels:
         for row in differences(comparison, panel):
-            what = _title(panel, row["labels"])
-            steps = f"{row['first']}" if row["first"] == row["last"] else f"{row['first']} to {row['last']}"
-            values = [cell(row[column], panel.panel.unit) for column in _columns(comparison)]
-            rows.append([what, steps, number(row["baseline"], panel.panel.unit), *values])
+            steps = f"{row.first}" if row.first == row.last else f"{row.first} to {row.last}"
+            values = [cell(row.values[column], panel.panel.unit) for column in _columns(comparison)]
+            rows.append([_title(panel, row.labels), steps, number(row.baseline, panel.panel.unit), *values])
     return rows
 
 
@@ -175,7 +174,7 @@ def _sections(comparison: Comparison) -> list[Section]:
     for number_ in range(0, len(plots), 2):
         sections.append(Section(PLOT_IN, AXIS_IN, tuple(plots[number_ : number_ + 2])))
     header, rows = _header(comparison), table_rows(comparison)
-    widths = [0.34, 0.06, *[0.6 / (len(header) - 2)] * (len(header) - 2)]
+    widths = [0.38, 0.07, *[0.55 / (len(header) - 2)] * (len(header) - 2)]
     drawer = titled(
         "Differences against the baseline at matching steps", lambda fig, ax: _draw_table(ax, header, rows, widths)
     )
@@ -277,11 +276,7 @@ def write_comparison(comparison: Comparison, out: Path) -> None:
     Raises:
         ValueError: when ``out`` has another suffix.
     """
-    suffix = out.suffix.lower()
-    if suffix not in (".png", ".html", ".htm"):
-        raise ValueError(f'"out" must end in .png, .html or .htm, got {str(out)!r}')
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".png":
+    if page.output(out) == "png":
         render_png(comparison, out)
     else:
         render_html(comparison, out)

@@ -8,7 +8,7 @@ import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from otel_rl_ops.report.draw import LITERAL
 
@@ -88,3 +88,16 @@ def png(fig: Any, path: Path | None = None) -> bytes:
     if path is not None:
         path.write_bytes(data)
     return data
+
+
+def output(out: Path) -> Literal["png", "html"]:
+    """What ``out`` asks for, its folder made: a PNG when it ends in ``.png``, an HTML page for ``.html``/``.htm``.
+
+    Raises:
+        ValueError: when ``out`` has another suffix.
+    """
+    suffix = out.suffix.lower()
+    if suffix not in (".png", ".html", ".htm"):
+        raise ValueError(f'"out" must end in .png, .html or .htm, got {str(out)!r}')
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return "png" if suffix == ".png" else "html"

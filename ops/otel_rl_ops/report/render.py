@@ -302,11 +302,7 @@ def write_report(report: Report, out: Path) -> None:
     Raises:
         ValueError: when ``out`` has another suffix.
     """
-    suffix = out.suffix.lower()
-    if suffix not in (".png", ".html", ".htm"):
-        raise ValueError(f'"out" must end in .png, .html or .htm, got {str(out)!r}')
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".png":
+    if page.output(out) == "png":
         render_png(report, out)
     else:
         render_html(report, out)
