@@ -71,6 +71,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--victorialogs-url", default=None, help="VictoriaLogs behind --endpoint, for the summary")
     parser.add_argument("--jaeger-url", default=None, help="Jaeger behind --endpoint: the slowest step's trace")
     parser.add_argument("--run-id", default=None, help="default: demo-<random>")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the policy and the rollouts (default 0)")
+    parser.add_argument(
+        "--group", default=None, help="the run's group (rl.run.group): runs of one group compare as a band"
+    )
     parser.add_argument("--out", type=Path, default=_DEFAULT_OUT, help="where the summary and records go")
     parser.add_argument(
         "--provoke-alert",
@@ -160,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         step_seconds=args.step_seconds,
         runaway=receiver is not None,
         reward_hack=args.reward_hack,
+        seed=args.seed,
+        group=args.group,
     )
     started = time.time()
     if receiver is None:

@@ -51,6 +51,8 @@ class JobSettings:
     learning_rate: float = 1e-2
     entropy_bonus: float = 0.02
     seed: int = 0
+    group: str | None = None
+    """The run's group (``TelemetryConfig.group``): demo runs of one group and different seeds compare as a band."""
     max_staleness: int = 5
     """Rollouts whose oldest token is more versions behind than this are dropped from the loss, as an async trainer
     drops data too stale to correct (``record_staleness_drops``): in the stall of the middle fifth, all of them."""
@@ -103,6 +105,7 @@ def run_rank(rank: int, settings: JobSettings, progress: Any, stop: Any = None) 
             peak_flops=PEAK_FLOPS,
             gpus_per_rank=1.0,
             gpu_hour_price=settings.gpu_hour_price,
+            group=settings.group,
         )
     )
     torch.manual_seed(settings.seed)

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from compare import rl_compare
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
@@ -86,7 +87,7 @@ def rl_run() -> model.Dashboard:
     return builder.build()
 
 
-DASHBOARDS: dict[str, Callable[[], model.Dashboard]] = {"rl-run.json": rl_run}
+DASHBOARDS: dict[str, Callable[[], model.Dashboard]] = {"rl-run.json": rl_run, "rl-compare.json": rl_compare}
 """File name under ``grafana/dashboards/`` -> function building that dashboard."""
 
 

@@ -81,6 +81,10 @@ class TelemetryConfig:
     """``rl.local_rank``; env ``LOCAL_RANK``, ``SLURM_LOCALID``; default the rank."""
     role: str | None = None
     """``rl.role``: ``"trainer"``, ``"rollout"``, ...; env ``OTEL_RL_ROLE``; default ``"trainer"``."""
+    group: str | None = None
+    """``rl.run.group``: the group of runs this run belongs to, e.g. one configuration's seeds, which the comparison
+    dashboard and ``otel-rl report --group`` draw as their mean with a min-max band; env ``OTEL_RL_GROUP``; default
+    none. Every rank of a run must give the same group."""
     exporter: ExporterKind | None = None
     """Destination: ``otlp``, ``console`` (a readable summary per step), ``file`` (JSON lines) or ``none``;
     env ``OTEL_RL_EXPORTER``; default ``otlp``."""
@@ -295,6 +299,7 @@ def _resolve(config: TelemetryConfig) -> ResolvedConfig:
         world_size=world_size,
         local_rank=pick("local_rank", config.local_rank, _env.read_int(_env.LOCAL_RANK_VARS), rank),
         role=pick("role", config.role, _env.read_first((_env.OTEL_RL_ROLE,)), "trainer"),
+        group=pick("group", config.group, _env.read_first((_env.OTEL_RL_GROUP,)), None),
         exporter=exporter,
         console_self_telemetry=pick(
             "console_self_telemetry",
@@ -414,6 +419,8 @@ def _validate(config: ResolvedConfig, label: _Labels) -> None:
         value = getattr(config, name)
         if not isinstance(value, str) or not value:
             raise ValueError(f"{label(name)} must be a non-empty string, got {describe(value)}")
+    if config.group is not None and (not isinstance(config.group, str) or not config.group):
+        raise ValueError(f"{label('group')} must be a non-empty string or None, got {describe(config.group)}")
     for name, minimum in (("rank", 0), ("world_size", 1), ("local_rank", 0)):
         _check_integer(label(name), getattr(config, name), minimum)
     if config.rank >= config.world_size:

@@ -44,6 +44,8 @@ OTEL_RL_OUTPUT_FILE = "OTEL_RL_OUTPUT_FILE"
 OTEL_RL_RUN_ID = "OTEL_RL_RUN_ID"
 #: The process's role: ``trainer``, ``rollout``, ...
 OTEL_RL_ROLE = "OTEL_RL_ROLE"
+#: The run's group (``rl.run.group``): the runs compared as one, e.g. one configuration's seeds.
+OTEL_RL_GROUP = "OTEL_RL_GROUP"
 
 #: Launcher variables, torchrun first, then SLURM.
 RANK_VARS = ("RANK", "SLURM_PROCID")
@@ -67,6 +69,7 @@ VARIABLES: tuple[str, ...] = (
     OTEL_RL_CONSOLE_SELF_TELEMETRY,
     OTEL_RL_OUTPUT_FILE,
     OTEL_RL_ROLE,
+    OTEL_RL_GROUP,
     *RANK_VARS,
     *WORLD_SIZE_VARS,
     *LOCAL_RANK_VARS,

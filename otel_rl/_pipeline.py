@@ -88,7 +88,8 @@ class Pipeline:
 
 
 def build_resource(config: ResolvedConfig) -> Resource:
-    """The process's resource: service, instance, run and rank attributes (plus ``OTEL_RESOURCE_ATTRIBUTES``)."""
+    """The process's resource: service, instance, run (its group when given) and rank attributes (plus
+    ``OTEL_RESOURCE_ATTRIBUTES``)."""
     return Resource.create(
         {
             SERVICE_NAME: config.service_name,
@@ -98,6 +99,7 @@ def build_resource(config: ResolvedConfig) -> Resource:
             contract.WORLD_SIZE: config.world_size,
             contract.LOCAL_RANK: config.local_rank,
             contract.ROLE: config.role,
+            **({} if config.group is None else {contract.RUN_GROUP: config.group}),
         }
     )
 

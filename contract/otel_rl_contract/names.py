@@ -18,10 +18,16 @@ SCOPE_VERSION = __version__
 
 # Resource attributes
 RUN_ID = "rl.run.id"
+RUN_GROUP = "rl.run.group"
+"""The run's group, shared by the runs one compares as one (seeds of one configuration): given at ``setup()``
+(``TelemetryConfig.group``), absent when not."""
 RANK = "rl.rank"
 WORLD_SIZE = "rl.world_size"
 LOCAL_RANK = "rl.local_rank"
 ROLE = "rl.role"
+RUN_ATTRIBUTES: tuple[str, ...] = (RUN_ID, RUN_GROUP, ROLE, WORLD_SIZE)
+"""The resource attributes of a whole run, the same on every rank: they survive the collector's merge of the ranks and
+become a label of every aggregated series (``transform/forget_rank`` keeps them, ``resource_constant_labels``)."""
 
 # Metric attributes
 REWARD_FN = "rl.reward.fn"

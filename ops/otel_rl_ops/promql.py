@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import otel_rl_contract as contract
+
 MatchOp = Literal["=", "!=", "=~", "!~"]
 
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -370,15 +372,16 @@ def variance_share(selector: str, *, window: str | None) -> str:
     return f"{covariance} / ({variance_y} > 0)"
 
 
-def gpu_hours(selector: str) -> str:
+def gpu_hours(selector: str, *, by: str = "") -> str:
     """GPU-hours the run's ranks have held so far (``rl_gpu_seconds_total``: each rank's GPUs times its lifetime)."""
-    return f"sum({GPU_SECONDS}{{{selector}}}) / 3600"
+    return f"{_sum(by, f'{GPU_SECONDS}{{{selector}}}')} / 3600"
 
 
-def cost(selector: str) -> str:
-    """The run's cost so far: its GPU-hours times the price per GPU-hour it states (``gpu_hour_price``). No value
-    for a run that states no price."""
-    return f"{gpu_hours(selector)} * max(rl_gpu_hour_price{{{selector}}})"
+def cost(selector: str, *, by: str = "") -> str:
+    """The run's cost so far: its GPU-hours times the price per GPU-hour it states (``gpu_hour_price``), per ``by``
+    (e.g. each run of a comparison). No value for a run that states no price."""
+    price = f"rl_gpu_hour_price{{{selector}}}"
+    return f"{gpu_hours(selector, by=by)} * " + (f"max by ({by}) ({price})" if by else f"max({price})")
 
 
 def cost_per(selector: str, unit: Literal["step", "million_tokens", "solved_group"]) -> str:
@@ -524,8 +527,6 @@ def merge_canary_misplaced(selector: str) -> str:
     into a neighbour still leaves at least 95% of itself outside. The rule ``otel_rl:merge_canary_misplaced:ratio``
     (``OtelRLInexactMerge``) is this expression.
     """
-    import otel_rl_contract as contract
-
     width = 1 << contract.MERGE_CANARY_SCALE
     series = f"otel_rl_merge_canary{{{selector}}}"
     indices = sorted(index for pair in contract.MERGE_CANARY_BUCKETS for index in pair)
@@ -533,6 +534,114 @@ def merge_canary_misplaced(selector: str) -> str:
         f"histogram_fraction({2 ** ((i - 0.05) / width)!r}, {2 ** ((i + 1.05) / width)!r}, {series})" for i in indices
     ]
     return "1 - (" + " + ".join(parts) + ")"
+
+
+# Comparing runs by step ---------------------------------------------------------------------------------------
+# The comparison reads each run over windows whose two ends are points of the run (collector flushes): the report
+# evaluates a query at the flush that first showed step s + k with a window reaching back exactly to the flush that
+# first showed step s (docs/dashboards.md, "Comparing runs"). Every builder below is therefore exact over a window
+# that starts at a point: increases subtract the point at the window's start (never rate()'s extrapolation), rates
+# divide by the seconds between the two points, and a run that began inside the window counts from zero.
+
+RUN_LABEL = contract.label(contract.RUN_ID)
+"""The label every comparison query groups by: ``rl_run_id``."""
+GROUP_LABEL = contract.label(contract.RUN_GROUP)
+"""The label of a run's group: ``rl_run_group``."""
+FIELD_LABEL = "field"
+"""The label :func:`at_step` sets on its two halves: ``step`` and ``value``."""
+
+
+def _since_histogram(series: str, window: str | None) -> str:
+    """Each native histogram series' exact increase over ``window`` (:func:`_since` for histograms, whose comparison
+    operators would drop them): the series now minus the series a window ago where its count did not go down, else
+    the whole series.
+
+    >>> print(_since_histogram("h{S}", "5m"))
+    (h{S} - h{S} offset 5m and histogram_count(h{S}) - histogram_count(h{S} offset 5m) >= 0 or h{S})
+    """
+    if window is None:
+        return series
+    before = f"{series} offset {window}"
+    return f"({series} - {before} and histogram_count({series}) - histogram_count({before}) >= 0 or {series})"
+
+
+def increase_buckets(metric: str, selector: str, *, by: str = "", window: str | None) -> tuple[str, str]:
+    """The native histogram and the classic buckets (by ``le``) of the values recorded into ``metric`` over
+    ``window``, summed by ``by``: exact increases (:func:`buckets` reads rates instead, which extrapolate and skip
+    the window's first point)."""
+    native = f"sum{_group(by)} ({_since_histogram(f'{metric}{{{selector}}}', window)})"
+    classic = f"sum{_group(by, 'le')} ({_since(f'{metric}_bucket{{{selector}}}', window)})"
+    return native, classic
+
+
+def increase_quantile(
+    q: float, metric: str, selector: str, *, by: str = "", window: str, integers: bool = False
+) -> str:
+    """The ``q`` quantile of the values recorded into ``metric`` over ``window`` (:func:`increase_buckets`), clamped to
+    the exact merged min and max of the same window: :func:`quantile` over a window that begins at a point."""
+    estimate = quantile_estimate(q, *increase_buckets(metric, selector, by=by, window=window), integers=integers)
+    return clamp_to_extremes(estimate, *extremes(metric, selector, by=by, window=window), on=by)
+
+
+def elapsed(selector: str, *, window: str) -> str:
+    """Seconds between each run's points at the two ends of ``window``: the time of its last ``rl_step`` point now
+    minus that of its last point a window ago (from the run's start, ``rl_run_start_time_seconds``, when it had none
+    then). By run (``rl_run_id``).
+
+    >>> print(elapsed('rl_run_id="r"', window="1m"))
+    (max by (rl_run_id) (timestamp(rl_step{rl_run_id="r"})) - (max by (rl_run_id) (timestamp(rl_step{rl_run_id="r"} offset 1m)) or min by (rl_run_id) (rl_run_start_time_seconds{rl_run_id="r"})))
+    """
+    step = f"{contract.series(contract.STEP).name}{{{selector}}}"
+    start = f"{contract.series(contract.RUN_START).name}{{{selector}}}"
+    now = f"max by ({RUN_LABEL}) (timestamp({step}))"
+    before = f"max by ({RUN_LABEL}) (timestamp({step} offset {window}))"
+    return f"({now} - ({before} or min by ({RUN_LABEL}) ({start})))"
+
+
+def increase_rate(counter: str, selector: str, *, by: str = RUN_LABEL, window: str) -> str:
+    """Per-second rate of ``counter`` over ``window``, by ``by`` (which holds ``rl_run_id``): its exact increase over
+    the seconds between the window's two points (:func:`elapsed`)."""
+    seconds = f"({elapsed(selector, window=window)} > 0)"
+    return f"{exact_increase(counter, selector, by=by, window=window)} / on ({RUN_LABEL}) group_left () {seconds}"
+
+
+def increase_phase_share(selector: str, *, window: str) -> str:
+    """The share of each run's ranks' time spent in each phase over ``window`` (:func:`phase_share` over a window
+    that begins at a point): the exact increase of the phase durations' sum over the window's seconds times the
+    run's ranks. By run and ``rl_phase_name``."""
+    seconds = exact_increase(f"{PHASE_DURATION}_sum", selector, by=f"{RUN_LABEL}, rl_phase_name", window=window)
+    ranks = f"max by ({RUN_LABEL}) ({contract.series(contract.RANKS_EXPECTED).name}{{{selector}}})"
+    return f"{seconds} / on ({RUN_LABEL}) group_left () ({elapsed(selector, window=window)} * {ranks} > 0)"
+
+
+def at_step(value: str, selector: str) -> str:
+    """``value`` (a query by ``rl_run_id`` and maybe more labels) and each run's step at the same instant, in one
+    answer: ``value``'s series labelled ``field="value"`` and, with the same labels, ``field="step"`` holding the
+    run's ``rl_step`` (max over ranks). The comparison dashboard turns the label into two columns per row (Grafana's
+    "Labels to fields" transformation) and plots the value against the step.
+
+    >>> print(at_step("V", 'rl_run_id=~"$runs"'))
+    label_replace(max by (rl_run_id) (rl_step{rl_run_id=~"$runs"}) + on (rl_run_id) group_right () (0 * (V)), "field", "step", "", "") or label_replace(V, "field", "value", "", "")
+    """
+    step = f"max by ({RUN_LABEL}) ({contract.series(contract.STEP).name}{{{selector}}})"
+    steps = f"{step} + on ({RUN_LABEL}) group_right () (0 * ({value}))"
+    return (
+        f'label_replace({steps}, "{FIELD_LABEL}", "step", "", "") or '
+        f'label_replace({value}, "{FIELD_LABEL}", "value", "", "")'
+    )
+
+
+def exact_regex(value: str) -> str:
+    """A regular expression (RE2, as Prometheus's ``=~`` reads it) that matches ``value`` and nothing else: its
+    metacharacters escaped. What a Grafana multi-value variable in ``=~"$runs"`` stands for when it holds one run.
+
+    >>> print(exact_regex("seed.1 (lr=3e-6)"))
+    seed\\.1 \\(lr=3e-6\\)
+    """
+    return "".join(f"\\{char}" if char in _REGEX_META else char for char in value)
+
+
+_REGEX_META = frozenset("\\.+*?()|[]{}^$")
 
 
 # LogsQL ---------------------------------------------------------------------------------------------------------

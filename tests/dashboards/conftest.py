@@ -11,6 +11,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
+RUN_DASHBOARD = ROOT / "grafana" / "dashboards" / "rl-run.json"
+"""One run (variable ``run``): the dashboard whose queries the live tests run for the demo's run."""
+COMPARE_DASHBOARD = ROOT / "grafana" / "dashboards" / "rl-compare.json"
+"""Several runs and seed groups by step (variables ``runs``, ``baseline``, ``group``)."""
 RULES = (ROOT / "prometheus" / "rules" / "otel_rl.yml", ROOT / "prometheus" / "rules" / "otel_rl_audit.yml")
 RULE_FILES = sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
 RULE_TESTS = sorted((ROOT / "prometheus" / "rules" / "tests").glob("*.yml"))
@@ -25,18 +29,13 @@ LENS_ONLY = re.compile(r"\brl_reported\b")
 them): the demo sends none, and tests/pipeline/test_lens.py runs the panels' own queries for a Lens-shaped run."""
 
 
-def dashboard_targets() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """Every (dashboard file name, panel, target) of every dashboard, rows flattened."""
-    found = []
-    for path in DASHBOARDS:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        panels = [
-            p for item in data["panels"] for p in ([item, *item.get("panels", [])] if item["type"] == "row" else [item])
-        ]
-        for panel in panels:
-            for target in panel.get("targets", ()):
-                found.append((path.name, panel, target))
-    return found
+def dashboard_targets(path: Path = RUN_DASHBOARD) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Every (dashboard file name, panel, target) of the dashboard ``path`` (the "RL run" one), rows flattened."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    panels = [
+        p for item in data["panels"] for p in ([item, *item.get("panels", [])] if item["type"] == "row" else [item])
+    ]
+    return [(path.name, panel, target) for panel in panels for target in panel.get("targets", ())]
 
 
 def rules() -> list[dict[str, Any]]:

@@ -68,11 +68,23 @@ def test_dashboard_layout_ids_and_queries_are_well_formed(path: Path) -> None:
                 )
             else:
                 assert target["expr"].strip(), panel["title"]
-    assert [v["name"] for v in data["templating"]["list"]] == ["run", "service"]
-    # The run's service name (label job) follows the run: Jaeger searches a service's traces.
-    assert data["templating"]["list"][1]["query"] == 'label_values(rl_step{rl_run_id="$run",rl_rank=""}, job)'
-    # A counter of every run with rewards, whatever its histogram kind (rl_reward_count is classic only).
-    assert data["templating"]["list"][0]["query"] == "label_values(rl_reward_positive_total, rl_run_id)"
+    assert {v["name"]: v["query"] for v in data["templating"]["list"]} == VARIABLES[path.name]
+
+
+VARIABLES = {
+    "rl-run.json": {
+        # A counter of every run with rewards, whatever its histogram kind (rl_reward_count is classic only).
+        "run": "label_values(rl_reward_positive_total, rl_run_id)",
+        # The run's service name (label job) follows the run: Jaeger searches a service's traces.
+        "service": 'label_values(rl_step{rl_run_id="$run",rl_rank=""}, job)',
+    },
+    "rl-compare.json": {
+        "runs": 'label_values(rl_step{rl_rank=""}, rl_run_id)',
+        "baseline": 'label_values(rl_step{rl_run_id=~"$runs",rl_rank=""}, rl_run_id)',
+        "group": 'label_values(rl_step{rl_rank="",rl_run_group!=""}, rl_run_group)',
+    },
+}
+"""Each dashboard's variables and their queries."""
 
 
 def test_every_promql_selector_names_the_run_and_the_aggregated_side() -> None:

@@ -196,6 +196,8 @@ def test_torchrun_default_rendezvous_id_is_not_a_run_id(monkeypatch: pytest.Monk
         ({"endpoint": "http://collector:4317/v1"}, r'"endpoint" must be .* with no path'),
         ({"endpoint": "http://collector:99999"}, r'"endpoint" has a port that is not a number from 0 to 65535'),
         ({"role": ""}, r'"role" must be a non-empty string'),
+        ({"group": ""}, r'"group" must be a non-empty string or None, got \'\''),
+        ({"group": 3}, r'"group" must be a non-empty string or None, got 3'),
         ({"max_reward_fns": 0}, r'"max_reward_fns" must be an integer >= 1, got 0'),
         ({"max_metric_keys": True}, r'"max_metric_keys" must be an integer >= 1, got True'),
         ({"sample_queue_size": 0}, r'"sample_queue_size" must be an integer >= 1, got 0'),

@@ -345,11 +345,35 @@ def test_collector_configs_name_only_contract_metrics() -> None:
     assert spelled and {(path, name) for path, name in spelled if name not in known} == set()
 
 
+@pytest.mark.parametrize(
+    ("path", "forget", "exporter", "per_process"),
+    [
+        ("collector.yaml", "transform/forget_rank", "prometheus_remote_write/aggregated", ()),
+        ("per_rank.yaml", "transform/per_rank", "prometheus_remote_write/per_rank", (contract.RANK,)),
+    ],
+)
+def test_collector_keeps_the_run_attributes_as_labels(
+    path: str, forget: str, exporter: str, per_process: tuple[str, ...]
+) -> None:
+    """The run's own resource attributes (contract.RUN_ATTRIBUTES: run id, group, role, world size) survive the
+    whitelist that forgets the rank and become labels of every series; nothing per-process does (the per-rank
+    view adds the rank). The gateway runs collector.yaml's pipelines; the agent forwards whole resources."""
+    config = yaml.safe_load((ROOT / "collector_config" / path).read_text())
+    (group,) = [g for g in config["processors"][forget]["metric_statements"] if g["context"] == "resource"]
+    kept = re.fullmatch(r"keep_keys\(resource\.attributes, \[(.*)\]\)", group["statements"][0])
+    assert kept is not None, group
+    keys = [key.strip().strip('"') for key in kept.group(1).split(",")]
+    assert keys == ["service.name", "service.namespace", *contract.RUN_ATTRIBUTES, *per_process]
+    labels = config["exporters"][exporter]["resource_constant_labels"]["included"]
+    assert labels == [*contract.RUN_ATTRIBUTES, *per_process]
+
+
 def test_contract_document_lists_every_name() -> None:
     """Every metric, attribute and event name appears in docs/contract.md."""
     names = [m.name for m in contract.ALL_METRICS if not m.name.startswith("rl.metric.")]
     names += [
         contract.RUN_ID,
+        contract.RUN_GROUP,
         contract.RANK,
         contract.WORLD_SIZE,
         contract.LOCAL_RANK,

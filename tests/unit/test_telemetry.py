@@ -392,6 +392,18 @@ def test_resource_carries_run_and_rank() -> None:
     attrs = telemetry.resource.attributes
     assert (attrs["rl.run.id"], attrs["rl.rank"], attrs["rl.world_size"], attrs["rl.local_rank"]) == ("r9", 2, 4, 0)
     assert (attrs["rl.role"], attrs["service.name"]) == ("rollout", "svc") and attrs["service.instance.id"]
+    assert "rl.run.group" not in attrs
+    telemetry.shutdown()
+
+
+def test_resource_carries_the_group_when_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``group`` (argument, else ``OTEL_RL_GROUP``) becomes the resource attribute rl.run.group."""
+    telemetry = Telemetry(TelemetryConfig(run_id="seed1", group="lr-3e-6", exporter="none"))
+    assert telemetry.resource.attributes["rl.run.group"] == "lr-3e-6"
+    telemetry.shutdown()
+    monkeypatch.setenv("OTEL_RL_GROUP", "from-env")
+    telemetry = Telemetry(TelemetryConfig(run_id="seed2", exporter="none"))
+    assert telemetry.resource.attributes["rl.run.group"] == "from-env"
     telemetry.shutdown()
 
 

@@ -74,10 +74,9 @@ def stores(
 
 
 def _report(args: argparse.Namespace) -> int:
-    """Build the report of one run and write it to ``--out``."""
+    """Build the report of one run, or the comparison of several runs and groups, and write it to ``--out``."""
     from otel_rl_ops.query import QueryError
     from otel_rl_ops.report.fetch import ReportError
-    from otel_rl_ops.report.render import build_report, empty_line, write_report
 
     found, note = stores(
         prometheus_url=args.prometheus_url,
@@ -88,17 +87,28 @@ def _report(args: argparse.Namespace) -> int:
     if note:
         print(note)
     try:
-        report = build_report(
-            prometheus_url=found.prometheus_url.rstrip("/"),
-            victorialogs_url=found.victorialogs_url.rstrip("/"),
-            jaeger_url=found.jaeger_url.rstrip("/") if found.jaeger_url else None,
-            run_id=args.run_id,
-            dashboard=args.dashboard,
-            scrape_interval_s=args.scrape_interval,
-            lookback_s=args.lookback_hours * 3600,
-        )
+        if len(args.run_id) > 1 or args.group:
+            return _compare(args, found)
+        if args.baseline is not None or args.step_window is not None:
+            raise ValueError('"--baseline" and "--step-window" compare runs: give two --run-id or a --group')
+        return _one_run(args, found)
     except (QueryError, ReportError) as error:
         raise ValueError(str(error)) from error
+
+
+def _one_run(args: argparse.Namespace, found: Stores) -> int:
+    from otel_rl_ops.report.render import build_report, empty_line, write_report
+
+    (run_id,) = args.run_id
+    report = build_report(
+        prometheus_url=found.prometheus_url.rstrip("/"),
+        victorialogs_url=found.victorialogs_url.rstrip("/"),
+        jaeger_url=found.jaeger_url.rstrip("/") if found.jaeger_url else None,
+        run_id=run_id,
+        dashboard=args.dashboard,
+        scrape_interval_s=args.scrape_interval,
+        lookback_s=args.lookback_hours * 3600,
+    )
     write_report(report, args.out)
     print(f"wrote {args.out}: {len(report.panels) - len(report.empty)} panels with data")
     line = empty_line(report)
@@ -107,13 +117,42 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare(args: argparse.Namespace, found: Stores) -> int:
+    import time
+
+    from otel_rl_ops.package_data import data_root
+    from otel_rl_ops.report.compare import DEFAULT_COMPARE_DASHBOARD, build_comparison
+    from otel_rl_ops.report.compare_render import write_comparison
+
+    if args.step_window is not None and args.step_window < 1:
+        raise ValueError(f'"--step-window" must be an integer >= 1, got {args.step_window!r}')
+    comparison = build_comparison(
+        prometheus_url=found.prometheus_url.rstrip("/"),
+        victorialogs_url=found.victorialogs_url.rstrip("/"),
+        run_ids=args.run_id,
+        groups=args.group,
+        baseline=args.baseline,
+        every=args.step_window,
+        dashboard=args.dashboard or data_root() / DEFAULT_COMPARE_DASHBOARD,
+        lookback_s=args.lookback_hours * 3600,
+        now=time.time(),
+        progress=print,
+    )
+    write_comparison(comparison, args.out)
+    print(f"wrote {args.out}: {len(comparison.all_runs)} runs, windows of {comparison.every} steps")
+    return 0
+
+
 def add_report_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``otel-rl report``."""
     parser = subparsers.add_parser(
         "report",
-        help="render a run's dashboard to a PNG or an HTML page (needs the 'report' extra)",
+        help="render a run's dashboard, or several runs compared by step, to a PNG or an HTML page (needs the "
+        "'report' extra)",
         description="Render a run's summary and the panels of the RL run dashboard, with the dashboard's own "
-        "queries. The stores default to the running local stack's (otel-rl stack up).",
+        "queries; with several --run-id or a --group, the RL compare dashboard's signals by step, groups as their "
+        "mean and min-max band, the differences against --baseline and the same prompt across runs. The stores "
+        "default to the running local stack's (otel-rl stack up).",
     )
     stack = "default: the running stack's (see --state-dir)"
     parser.add_argument("--prometheus-url", default=None, help=f"e.g. http://127.0.0.1:9090 ({stack})")
@@ -130,10 +169,33 @@ def add_report_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         default=None,
         help="the running stack whose stores to read when their URLs are not given (default: $OTEL_RL_HOME/stack)",
     )
-    parser.add_argument("--run-id", required=True, help="rl.run.id of the run")
+    parser.add_argument(
+        "--run-id",
+        required=True,
+        action="append",
+        help="rl.run.id of the run; give it again for each run to compare (a comparison: runs aligned by step)",
+    )
+    parser.add_argument(
+        "--group",
+        action="append",
+        default=[],
+        help="compare the runs of this group (rl.run.group, TelemetryConfig.group) as their mean and min-max band; "
+        "repeatable",
+    )
+    parser.add_argument("--baseline", default=None, help="the run (one of --run-id) the others are compared with")
+    parser.add_argument(
+        "--step-window",
+        type=int,
+        default=None,
+        metavar="STEPS",
+        help="steps per point of a comparison (default: the longest run's steps / 40, at least 1)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="report.png, or report.html (PNG + samples table)")
     parser.add_argument(
-        "--dashboard", type=Path, default=None, help=f"dashboard JSON (default: the package's {DEFAULT_DASHBOARD})"
+        "--dashboard",
+        type=Path,
+        default=None,
+        help=f"dashboard JSON (default: the package's {DEFAULT_DASHBOARD}, or rl-compare.json for a comparison)",
     )
     parser.add_argument(
         "--scrape-interval",

@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import logging
 import math
 import textwrap
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from otel_rl_ops.query import Jaeger, Prometheus, VictoriaLogs
-from otel_rl_ops.report import draw
+from otel_rl_ops.report import draw, page
 from otel_rl_ops.report.dashboard import Panel, default_dashboard_path, load_panels
 from otel_rl_ops.report.draw import as_datetime
 from otel_rl_ops.report.fetch import PanelData, Series, Window, fetch_panel, run_service, run_span
+from otel_rl_ops.report.page import AXIS_IN, PLOT_IN, TABLE_ROW_IN, Drawer, Section, text, titled
 from otel_rl_ops.report.summary import Sources, summary_between, summary_rows
 
 _logger = logging.getLogger(__name__)
@@ -157,34 +156,6 @@ def empty_line(report: Report) -> str:
     return f"No data for this run in {len(empty)} panels (not drawn): " + "; ".join(p.panel.title for p in empty)
 
 
-_WIDTH_IN, _LEFT_IN, _RIGHT_IN, _GAP_IN = 17.0, 0.9, 0.35, 1.4
-"""The page's width and its margins, and the gap between two panels of a row (their y-axis labels), in inches."""
-_TOP_IN, _TITLE_IN, _BOTTOM_IN = 0.9, 0.45, 0.2
-"""Room above the first section (the page title), above each section (its title), below the last one."""
-_PLOT_IN, _AXIS_IN, _TABLE_ROW_IN = 2.9, 0.75, 0.3
-"""Height of a plot; room below it for its time axis; height of a table row."""
-
-Drawer = Callable[[Any, Any], None]
-"""Draws into one axes: takes the figure and the axes."""
-
-
-@dataclass(frozen=True)
-class _Section:
-    """One band of the page: its height and the room below it (inches), and one drawer per column (1 or 2)."""
-
-    height_in: float
-    below_in: float
-    drawers: tuple[Drawer, ...]
-
-
-def _titled(title: str, drawer: Drawer) -> Drawer:
-    def titled(fig: Any, ax: Any) -> None:
-        ax.set_title(title, fontsize=13, loc="left", weight="bold", **draw.LITERAL)
-        drawer(fig, ax)
-
-    return titled
-
-
 def _plot(report: Report, data: PanelData) -> Drawer:
     def plot(fig: Any, ax: Any) -> None:
         if data.panel.type == "heatmap":
@@ -196,18 +167,10 @@ def _plot(report: Report, data: PanelData) -> Drawer:
         else:
             draw.draw_timeseries(ax, data, report.window, report.phase_parents)
 
-    return _titled(data.panel.title, plot)
+    return titled(data.panel.title, plot)
 
 
-def _text(text: str) -> Drawer:
-    def write(fig: Any, ax: Any) -> None:
-        ax.set_axis_off()
-        ax.text(0, 1, text, ha="left", va="top", fontsize=11, color="#444444", transform=ax.transAxes, **draw.LITERAL)
-
-    return write
-
-
-def _steps_sections(data: PanelData) -> list[_Section]:
+def _steps_sections(data: PanelData) -> list[Section]:
     """The slowest steps (a table), then the slowest step's trace as each rank's phase timeline."""
     shown = min(len(data.steps), draw.STEP_ROWS)
 
@@ -219,83 +182,51 @@ def _steps_sections(data: PanelData) -> list[_Section]:
 
     ranks = len({s.attributes.get("rl.rank") for s in data.timeline if s.name == "rl.rank.step"})
     return [
-        _Section(
-            _TABLE_ROW_IN * (shown + 1),
+        Section(
+            TABLE_ROW_IN * (shown + 1),
             0.3,
-            (_titled(data.panel.title if "Jaeger" in data.panel.title else f"{data.panel.title} (Jaeger)", steps),),
+            (titled(data.panel.title if "Jaeger" in data.panel.title else f"{data.panel.title} (Jaeger)", steps),),
         ),
-        _Section(0.5 * max(ranks, 1) + 0.6, _AXIS_IN, (timeline,)),
+        Section(0.5 * max(ranks, 1) + 0.6, AXIS_IN, (timeline,)),
     ]
 
 
-def _sections(report: Report) -> list[_Section]:
+def _sections(report: Report) -> list[Section]:
     """The page from top to bottom: summary, the line of panels without data, the plots two by two, the slowest
     steps and the slowest step's timeline, the samples."""
-    sections: list[_Section] = []
+    sections: list[Section] = []
     rows = summary_rows(report.summary) if report.summary else []
     if rows:
-        drawer = _titled("Summary", lambda fig, ax: draw.draw_summary(ax, rows))
-        sections.append(_Section(_TABLE_ROW_IN * (len(rows) + 1), 0.3, (drawer,)))
+        drawer = titled("Summary", lambda fig, ax: draw.draw_summary(ax, rows))
+        sections.append(Section(TABLE_ROW_IN * (len(rows) + 1), 0.3, (drawer,)))
     line = empty_line(report)
     if line:
-        text = textwrap.fill(line, width=170)
-        sections.append(_Section(0.22 * (text.count("\n") + 1), 0.25, (_text(text),)))
+        words = textwrap.fill(line, width=170)
+        sections.append(Section(0.22 * (words.count("\n") + 1), 0.25, (text(words),)))
     plots = report.plots
     for number in range(0, len(plots), 2):
-        sections.append(_Section(_PLOT_IN, _AXIS_IN, tuple(_plot(report, data) for data in plots[number : number + 2])))
+        sections.append(Section(PLOT_IN, AXIS_IN, tuple(_plot(report, data) for data in plots[number : number + 2])))
     for data in report.steps:
         if data.steps:
             sections += _steps_sections(data)
     samples = sample_rows(report)
     if samples:
         title = f"{report.tables[0].panel.title} (VictoriaLogs; best and worst rewards)"
-        drawer = _titled(title, lambda fig, ax: draw.draw_samples(ax, samples))
-        sections.append(_Section(0.36 * (draw.PNG_SAMPLE_ROWS + 1), 0.3, (drawer,)))
+        drawer = titled(title, lambda fig, ax: draw.draw_samples(ax, samples))
+        sections.append(Section(0.36 * (draw.PNG_SAMPLE_ROWS + 1), 0.3, (drawer,)))
     return sections
 
 
 def figure(report: Report) -> Any:
     """The report as one matplotlib figure (:func:`_sections` from top to bottom, 17 inches wide)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sections = _sections(report)
-    height = _TOP_IN + sum(_TITLE_IN + s.height_in + s.below_in for s in sections) + _BOTTOM_IN
-    fig = plt.figure(figsize=(_WIDTH_IN, height), dpi=100)
-    top = height - _TOP_IN
-    usable = _WIDTH_IN - _LEFT_IN - _RIGHT_IN
-    for section in sections:
-        top -= _TITLE_IN
-        bottom = top - section.height_in
-        columns = len(section.drawers)
-        width = usable if columns == 1 else (usable - _GAP_IN) / 2
-        for column, drawer in enumerate(section.drawers):
-            left = _LEFT_IN + column * (width + _GAP_IN)
-            ax = fig.add_axes((left / _WIDTH_IN, bottom / height, width / _WIDTH_IN, section.height_in / height))
-            drawer(fig, ax)
-        top = bottom - section.below_in
     start = as_datetime(report.window.start).strftime("%Y-%m-%d %H:%M:%S")
     end = as_datetime(report.window.end).strftime("%H:%M:%S UTC")
-    fig.suptitle(
-        f"RL run {report.run_id}   ({start} to {end})", fontsize=17, weight="bold", y=1 - 0.3 / height, **draw.LITERAL
-    )
-    return fig
+    return page.figure(_sections(report), f"RL run {report.run_id}   ({start} to {end})")
 
 
 def render_png(report: Report, path: Path | None = None) -> bytes:
     """Draw the report (:func:`figure`); return the PNG bytes, and write them to ``path`` when given."""
-    import matplotlib.pyplot as plt
-
-    fig = figure(report)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    png = buffer.getvalue()
-    if path is not None:
-        path.write_bytes(png)
-    return png
+    return page.png(figure(report), path)
 
 
 def _trace_link(report: Report, trace_id: str) -> str:
@@ -330,7 +261,7 @@ def render_html(report: Report, path: Path, *, png: bytes | None = None) -> None
         for data in report.steps
         for step in data.steps
     )
-    page = f"""<!doctype html>
+    document = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>RL run {html.escape(report.run_id)}</title>
 <style>
 body {{ font-family: sans-serif; margin: 1.5em; }}
@@ -362,7 +293,7 @@ step {report.window.step_s:g} s, rate interval {report.window.rate_interval_s:g}
 <h2>Queries</h2><ul>{queries}</ul>
 </body></html>
 """
-    path.write_text(page, encoding="utf-8")
+    path.write_text(document, encoding="utf-8")
 
 
 def write_report(report: Report, out: Path) -> None:
@@ -371,11 +302,7 @@ def write_report(report: Report, out: Path) -> None:
     Raises:
         ValueError: when ``out`` has another suffix.
     """
-    suffix = out.suffix.lower()
-    if suffix not in (".png", ".html", ".htm"):
-        raise ValueError(f'"out" must end in .png, .html or .htm, got {str(out)!r}')
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".png":
+    if page.output(out) == "png":
         render_png(report, out)
     else:
         render_html(report, out)
