@@ -133,6 +133,18 @@ class Distribution:
         parts = (self.histogram, self.positive, self.negative, self.squares, self.maximum, self.minimum)
         return tuple(metric for metric in parts if metric is not None)
 
+    @property
+    def sums(self) -> tuple[MetricName, MetricName, MetricName]:
+        """The exact counters of a signed distribution: the sums of its positive parts, of its negative parts (both
+        monotone, so a mean over a window is exact for negative values too) and of its squares.
+
+        Raises:
+            ValueError: for a distribution of counts, which has none (its histogram's sum is monotone already).
+        """
+        if self.positive is None or self.negative is None or self.squares is None:
+            raise ValueError(f"{self.histogram.name!r} has no signed sums: it counts values >= 0")
+        return self.positive, self.negative, self.squares
+
 
 def _signed(name: str, what: str, role: LayoutRole, unit: str = "") -> Distribution:
     """The metrics of a signed distribution ``name``: rewards and ``record_metric`` values."""
@@ -194,6 +206,10 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     DROPPED_STALENESS,
 )
 """Every distribution otel-rl records."""
+EXEMPLAR_CARRIERS: tuple[Distribution, ...] = (REWARDS, STALENESS)
+"""The distributions whose exemplars (the kept samples) the collector also writes in a series of their own, each
+flush's merged histogram (``filter/exemplar_carriers``; :func:`otel_rl_contract.prometheus.exemplar_series`):
+``delta_to_cumulative`` keeps only a stream's first exemplars on the cumulative series."""
 GROUPS = MetricName("rl.groups", "counter", "{group}", "Prompt groups by rl.group.outcome (none / some / all solved).")
 GROUPS_ZERO_VARIANCE = MetricName(
     "rl.groups.zero_variance", "counter", "{group}", "Prompt groups whose rewards are all equal: no GRPO signal."

@@ -18,10 +18,11 @@ and ``_sum`` series, exponential ones as one native histogram under the name its
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from otel_rl_contract.names import Kind, MetricName
+from otel_rl_contract.names import Distribution, Kind, MetricName
 
 HistogramForm = Literal["exponential", "explicit"]
 """How a histogram reaches Prometheus: one native histogram, or classic ``_bucket``/``_count``/``_sum`` series."""
@@ -66,8 +67,11 @@ class Series:
     """The Prometheus series of one metric."""
 
     name: str
-    """The series name: a gauge's, a counter's (with ``_total``), an exponential histogram's native one."""
+    """The series name: a gauge's, a counter's (with ``_total``), an exponential histogram's native one, a classic
+    histogram's base name (its series are :attr:`bucket`, :attr:`count` and :attr:`sum`)."""
     kind: Kind
+    description: str
+    """What it holds."""
 
     @property
     def bucket(self) -> str:
@@ -93,13 +97,31 @@ class Series:
 
 def series(metric: MetricName) -> Series:
     """The Prometheus series of ``metric``, as the collector's exporter names them."""
-    return Series(_name(metric.name, metric.unit, kind=metric.kind), metric.kind)
+    return Series(_name(metric.name, metric.unit, kind=metric.kind), metric.kind, metric.description)
 
 
 def exemplar_series(histogram: MetricName) -> Series:
     """The series of ``histogram``'s exemplar carrier: the collector's ``transform/exemplar_series`` renames a copy
-    of it to ``<name>.exemplars`` (``rl.reward`` and ``rl.staleness`` only, ``filter/exemplar_carriers``)."""
-    return Series(_name(f"{histogram.name}.exemplars", histogram.unit, kind="histogram"), "histogram")
+    of it to ``<name>.exemplars`` (the histograms of :data:`~otel_rl_contract.names.EXEMPLAR_CARRIERS`)."""
+    return Series(
+        _name(f"{histogram.name}.exemplars", histogram.unit, kind="histogram"),
+        "histogram",
+        f"{histogram.name} as merged in each collector flush, for its exemplars only (docs/contract.md, Exemplars).",
+    )
+
+
+def prometheus_names(
+    metrics: Iterable[MetricName], form: HistogramForm, *, exemplars: Iterable[Distribution] = ()
+) -> frozenset[str]:
+    """Every series name ``metrics`` write, their histograms in ``form``, with the exemplar carriers of
+    ``exemplars``: what a run recording those metrics holds in Prometheus.
+
+    >>> from otel_rl_contract import names
+    >>> sorted(prometheus_names((names.STEP, names.PHASE_DURATION), "explicit"))
+    ['rl_phase_duration_seconds_bucket', 'rl_phase_duration_seconds_count', 'rl_phase_duration_seconds_sum', 'rl_step']
+    """
+    carriers = [exemplar_series(distribution.histogram) for distribution in exemplars]
+    return frozenset(name for item in [*map(series, metrics), *carriers] for name in item.names(form))
 
 
 def label(attribute: str) -> str:

@@ -331,20 +331,6 @@ def test_collector_stamps_a_flush_once_per_run() -> None:
     }
 
 
-def test_collector_configs_name_only_contract_metrics() -> None:
-    """Every metric name a collector configuration spells out is a metric of the contract (renames show up), except
-    in transform/lens, which spells NeMo Lens's names to map them (tests/pipeline/test_lens.py)."""
-    known = {m.name for m in contract.ALL_METRICS}
-    spelled = set()
-    for path in sorted((ROOT / "collector_config").glob("*.yaml")):
-        config = yaml.safe_load(path.read_text())
-        if isinstance(config.get("processors"), dict):
-            config["processors"].pop("transform/lens", None)
-        text = yaml.safe_dump(config, width=10**6)
-        spelled |= {(path.name, name) for name in re.findall(r'metric\.name == "([^"]+)"', text)}
-    assert spelled and {(path, name) for path, name in spelled if name not in known} == set()
-
-
 def test_contract_document_lists_every_name() -> None:
     """Every metric, attribute and event name appears in docs/contract.md."""
     names = [m.name for m in contract.ALL_METRICS if not m.name.startswith("rl.metric.")]
