@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from otel_rl_contract.foreign import COLLECTOR_METRICS, FOREIGN_SERIES, text_name
+from otel_rl_contract.foreign import COLLECTOR_METRICS, FOREIGN_SERIES, spellings
 from otel_rl_contract.names import ALL_METRICS, EXEMPLAR_CARRIERS
 from otel_rl_contract.prometheus import Series, exemplar_series, series
 from otel_rl_contract.rules import RECORDING_RULES
@@ -43,8 +43,8 @@ def _by_name(declared: tuple[Series, ...]) -> dict[str, Series]:
 KNOWN_SERIES: Mapping[str, Series] = MappingProxyType(
     {
         **_by_name((*DERIVED_SERIES, *RECORDING_RULES, *FOREIGN_SERIES)),
-        **{text_name(metric): metric for metric in COLLECTOR_METRICS},
+        **{name: metric for metric in COLLECTOR_METRICS for name in spellings(metric)},
     }
 )
 """Every series name otel-rl writes or reads → its declaration (``rl_reward_bucket`` → the series of ``rl.reward``;
-the collector's own metrics under both their spellings, :func:`~otel_rl_contract.foreign.text_name`)."""
+the collector's own metrics under every spelling, :func:`~otel_rl_contract.foreign.spellings`)."""

@@ -5,8 +5,10 @@ otel-rl cannot rename these; declaring them here gives the rules, dashboards, to
 and lets ``tests/unit/test_contract_check.py`` tell a name read on purpose from a typo.
 
 The collector's own metrics (``otelcol_*``, scraped by the stack's Prometheus as job ``otelcol``) are named as the
-collector emits them and as Prometheus 3 stores them: dots kept, no ``_total``. The collector's ``/metrics`` text
-for a scraper that asks for no UTF-8 names spells them otherwise (:func:`text_name`); the rules match both.
+collector emits them and as Prometheus 3 stores them: dots kept, no ``_total`` (measured on the collector this project
+builds, v0.161.0). Its ``/metrics`` text for a scraper that asks for no UTF-8 names escapes the dots
+(:func:`text_name`), and a collector whose Prometheus exporter adds type suffixes ends its counters with ``_total``:
+the rules match every spelling (:func:`spellings`).
 
     >>> COLLECTOR_POINTS_REJECTED.name, VLLM_TIME_TO_FIRST_TOKEN.bucket
     ('otelcol_otel_rl_points_rejected', 'vllm:time_to_first_token_seconds_bucket')
@@ -75,14 +77,24 @@ COLLECTOR_METRICS: tuple[Series, ...] = (
 
 def text_name(metric: Series) -> str:
     """The name of one of the collector's own metrics in its ``/metrics`` text for a scraper without UTF-8 names
-    (the tests' ``requests.get``, Prometheus 2): every character outside ``[a-zA-Z0-9_:]`` as ``_``, a counter
-    ending in ``_total``.
+    (the tests' ``requests.get``, Prometheus 2): every character outside ``[a-zA-Z0-9_:]`` as ``_``.
 
     >>> text_name(COLLECTOR_FILTERED_POINTS)
-    'otelcol_processor_filter_datapoints_filtered_total'
+    'otelcol_processor_filter_datapoints_filtered'
     """
-    escaped = re.sub(r"[^a-zA-Z0-9_:]", "_", metric.name)
-    return f"{escaped}_total" if metric.kind == "counter" else escaped
+    return re.sub(r"[^a-zA-Z0-9_:]", "_", metric.name)
+
+
+def spellings(metric: Series) -> frozenset[str]:
+    """Every name one of the collector's own metrics may reach a reader under: as stored (dots kept) and escaped
+    (:func:`text_name`), a counter each also with ``_total`` (a collector whose exporter adds type suffixes).
+
+    >>> sorted(spellings(COLLECTOR_FILTERED_RECORDS))  # doctest: +NORMALIZE_WHITESPACE
+    ['otelcol_processor_filter_logs.filtered', 'otelcol_processor_filter_logs.filtered_total',
+     'otelcol_processor_filter_logs_filtered', 'otelcol_processor_filter_logs_filtered_total']
+    """
+    names = {metric.name, text_name(metric)}
+    return frozenset(names | {f"{name}_total" for name in names} if metric.kind == "counter" else names)
 
 
 # Prometheus's own series -------------------------------------------------------------------------------------------

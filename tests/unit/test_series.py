@@ -156,13 +156,14 @@ def test_the_histogram_forms_write_their_series() -> None:
 
 
 def test_every_known_name_is_declared_once() -> None:
-    """The catalog holds the derived, recorded and foreign names, the collector's own under both spellings; two
+    """The catalog holds the derived, recorded and foreign names, the collector's own under every spelling; two
     declarations of one name are refused, naming it."""
     from otel_rl_contract import catalog
 
     known = contract.KNOWN_SERIES
     assert {"rl_reward_bucket", "rl:reward_mean:rate1m", "ALERTS", "vllm:num_requests_waiting"} <= set(known)
-    assert known["otelcol_processor_filter_datapoints_filtered_total"] is contract.foreign.COLLECTOR_FILTERED_POINTS
+    for name in ("otelcol_processor_filter_datapoints.filtered", "otelcol_processor_filter_datapoints_filtered_total"):
+        assert known[name] is contract.foreign.COLLECTOR_FILTERED_POINTS
     clash = contract.Series("rl_reward_count", "counter", "a counter named like a histogram's count")
     with pytest.raises(ValueError, match="'rl_reward_count' is declared twice"):
         catalog._by_name((contract.series(contract.REWARDS.histogram), clash))
