@@ -16,6 +16,7 @@ from typing import Any
 import otel_rl_contract as contract
 import yaml
 
+from tests.dashboards.conftest import dashboard_targets
 from tests.promql_names import names
 
 _QUERY_TEMPLATE = re.compile(r'printf "((?:[^"\\]|\\.)*)"[^|}]*\|\s*query')
@@ -49,30 +50,16 @@ def promql(root: Path) -> Iterator[tuple[str, str]]:
             for case in test.get("promql_expr_test") or []:
                 yield where, case["expr"]
                 yield from ((where, sample["labels"]) for sample in case.get("exp_samples") or [] if "labels" in sample)
-    for path in sorted((root / "grafana" / "dashboards").glob("*.json")):
+    dashboards = sorted((root / "grafana" / "dashboards").glob("*.json"))
+    for path in dashboards:
         dashboard = json.loads(path.read_text(encoding="utf-8"))
         for variable in dashboard.get("templating", {}).get("list", []):
             query = _LABEL_VALUES.fullmatch(variable.get("query", ""))
             if variable.get("datasource", {}).get("type") == "prometheus" and query and query.group(1):
                 yield f"{path.relative_to(root)}: variable {variable['name']}", query.group(1)
-        for title, expr in _targets(dashboard):
-            yield f"{path.relative_to(root)}: {title}", expr
-
-
-def _targets(node: Any, title: str = "") -> Iterator[tuple[str, str]]:
-    """The PromQL of every Prometheus target of a dashboard's panels (rows' nested panels too), with its panel."""
-    if isinstance(node, list):
-        for item in node:
-            yield from _targets(item, title)
-    elif isinstance(node, dict):
-        title = node.get("title", title)
-        for target in node.get("targets", []):
-            source = target.get("datasource") or node.get("datasource") or {}
-            if source.get("type") == "prometheus" and "expr" in target:
-                yield f"{title} {target.get('refId', '')}", target["expr"]
-        for key, value in node.items():
-            if key != "targets":
-                yield from _targets(value, title)
+    for name, panel, target in dashboard_targets(dashboards):
+        if target.get("datasource", {}).get("type") == "prometheus" and "expr" in target:
+            yield f"grafana/dashboards/{name}: {panel['title']} {target['refId']}", target["expr"]
 
 
 def collector_names(root: Path) -> Iterator[tuple[str, str, bool]]:

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import otel_rl_contract as contract
+
 from otel_rl_ops import promql
 from otel_rl_ops.alerts.client import Alertmanager, run_alerts
 from otel_rl_ops.query import Prometheus, QueryError
@@ -34,7 +36,9 @@ def latest_run(prometheus: Prometheus) -> str:
     Raises:
         ValueError: when Prometheus holds no run.
     """
-    runs = prometheus.by_label('max by (rl_run_id) (timestamp(rl_step{rl_rank=""}))', "rl_run_id")
+    run_label, rank = contract.label(contract.RUN_ID), contract.label(contract.RANK)
+    step = promql.selector(contract.series(contract.STEP), **{rank: ""})
+    runs = prometheus.by_label(f"max by ({run_label}) (timestamp({step}))", run_label)
     if not runs:
         raise ValueError(f"no run in Prometheus at {prometheus.url}: give --run-id, or start one")
     return max(runs, key=lambda run: runs[run])
@@ -67,11 +71,11 @@ def _alerts(sources: Sources, alertmanager: Alertmanager) -> list[dict[str, Any]
 
 def _sample(record: dict[str, Any]) -> dict[str, Any]:
     return {
-        "step": record.get("rl.step"),
-        "reward": record.get("rl.reward"),
+        "step": record.get(contract.SAMPLE_STEP),
+        "reward": record.get(contract.SAMPLE_REWARD),
         "prompt": record.get("prompt"),
         "response": record.get("_msg"),
-        "episode_id": record.get("rl.episode.id"),
+        "episode_id": record.get(contract.SAMPLE_EPISODE_ID),
     }
 
 
@@ -80,12 +84,23 @@ def status(sources: Sources, alertmanager: Alertmanager, *, now: float | None = 
     ``alertmanager`` hold them now."""
     at = time.time() if now is None else now
     prometheus = sources.prometheus
-    run = sources.selector(rl_rank="")
+    rank, reward_fn = contract.label(contract.RANK), contract.label(contract.REWARD_FN)
+    run = sources.selector(**{rank: ""})
 
     def value(query: str) -> float | None:
         return prometheus.value(query, at)
 
-    truth = prometheus.by_label(f"max by (rl_reward_fn) (rl_reward_ground_truth{{{run}}}) == 1", "rl_reward_fn")
+    def gauge(aggregation: str, metric: contract.MetricName) -> float | None:
+        return value(f"{aggregation}({contract.series(metric).name}{{{run}}})")
+
+    def reward(fn: str) -> dict[str, float | None]:
+        return _trend(
+            prometheus, promql.mean(contract.REWARDS, sources.selector(**{rank: "", reward_fn: fn}), window=WINDOW), at
+        )
+
+    truth = prometheus.by_label(
+        f"max by ({reward_fn}) ({contract.series(contract.GROUND_TRUTH).name}{{{run}}}) == 1", reward_fn
+    )
     ground_truth = next(iter(truth), None)
     phases = prometheus.query(promql.phase_mean(run, window=WINDOW), at)
     slowest = max(phases, key=lambda item: float(item["value"][1]), default=None)
@@ -93,31 +108,20 @@ def status(sources: Sources, alertmanager: Alertmanager, *, now: float | None = 
         "run_id": sources.run_id,
         "at": at,
         "step": {
-            "value": value(f"max(rl_step{{{run}}})"),
+            "value": gauge("max", contract.STEP),
             "unchanged_s": value(promql.seconds_since_step_changed(run)),
         },
         "ranks": {
-            "up": value(f"sum(rl_ranks_up{{{run}}})"),
-            "expected": value(f"max(rl_ranks_expected{{{run}}})"),
-            "finished": value(f"min(rl_run_finished{{{run}}})"),
+            "up": gauge("sum", contract.RANKS_UP),
+            "expected": gauge("max", contract.RANKS_EXPECTED),
+            "finished": gauge("min", contract.RUN_FINISHED),
         },
-        "reward": _trend(
-            prometheus, promql.mean("rl_reward", sources.selector(rl_rank="", rl_reward_fn="total"), window=WINDOW), at
-        ),
-        "ground_truth": None
-        if ground_truth is None
-        else {
-            "fn": ground_truth,
-            **_trend(
-                prometheus,
-                promql.mean("rl_reward", sources.selector(rl_rank="", rl_reward_fn=ground_truth), window=WINDOW),
-                at,
-            ),
-        },
-        "staleness_p99": value(promql.quantile(0.99, "rl_staleness", run, window=WINDOW, integers=True)),
+        "reward": reward(contract.REWARD_FN_TOTAL),
+        "ground_truth": None if ground_truth is None else {"fn": ground_truth, **reward(ground_truth)},
+        "staleness_p99": value(promql.quantile(0.99, contract.STALENESS, run, window=WINDOW, integers=True)),
         "slowest_phase": None
         if slowest is None
-        else {"name": slowest["metric"].get("rl_phase_name"), "mean_s": float(slowest["value"][1])},
+        else {"name": slowest["metric"].get(contract.label(contract.PHASE)), "mean_s": float(slowest["value"][1])},
         "alerts": _alerts(sources, alertmanager),
         "cost": {
             "gpu_hours": value(promql.gpu_hours(run)),

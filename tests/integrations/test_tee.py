@@ -48,6 +48,11 @@ from otel_rl._tee import STEP_KEYS
 from otel_rl.tracking import canonical_key
 from tests.conftest import EXPORT_WAIT_S, EncodingMetricExporter
 
+METRIC = contract.series(contract.METRICS.histogram)
+METRIC_MAX = contract.series(contract.METRICS.maximum)
+POLICY_VERSION = contract.series(contract.POLICY_VERSION)
+STEP = contract.series(contract.STEP)
+
 wandb = pytest.importorskip("wandb")
 SummaryWriter = pytest.importorskip("torch.utils.tensorboard").SummaryWriter
 
@@ -673,7 +678,7 @@ def test_teed_wandb_and_tensorboard_reach_prometheus(shared_stack: Any, wandb_di
     run = f'rl_run_id="{run_id}",rl_rank=""'
 
     def count(key: str) -> float | None:
-        return prometheus.value(f'histogram_count(sum(rl_metric{{{run},rl_metric_key="{key}"}}))')
+        return prometheus.value(f'histogram_count(sum({METRIC.name}{{{run},rl_metric_key="{key}"}}))')
 
     eventually(lambda: count("staleness/max") == len(expected["staleness/max"]), what="the staleness maxima")
     for key in ("staleness/mean", "staleness_in_queue/mean", "staleness_in_flight/max", "staleness/dropped"):
@@ -681,7 +686,7 @@ def test_teed_wandb_and_tensorboard_reach_prometheus(shared_stack: Any, wandb_di
     assert len(expected["staleness/mean"]) == 2 * STEPS  # prime-rl's off_policy/mean and AReaL's per-token theta
     for key in ("reward/mean", "entropy/mean", "mismatch_kl/mean", "ppo_kl/mean"):
         assert count(key) == len(expected[key]), key
-    maximum = prometheus.value(f'max(rl_metric_max{{{run},rl_metric_key="staleness_in_queue/max"}})')
+    maximum = prometheus.value(f'max({METRIC_MAX.name}{{{run},rl_metric_key="staleness_in_queue/max"}})')
     assert maximum == max(expected["staleness_in_queue/max"])
-    assert prometheus.value(f"max(rl_step{{{run}}})") == STEPS
-    assert prometheus.value(f"max(rl_policy_version{{{run}}})") == 10 + STEPS
+    assert prometheus.value(f"max({STEP.name}{{{run}}})") == STEPS
+    assert prometheus.value(f"max({POLICY_VERSION.name}{{{run}}})") == 10 + STEPS

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
+import otel_rl_contract as contract
 import pytest
 import torch
 from datasets import Dataset
@@ -30,6 +31,11 @@ from otel_rl import Telemetry, TelemetryConfig
 from otel_rl.trl import OtelRLCallback
 from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
 from tests.pipeline.harness import eventually
+
+METRIC = contract.series(contract.METRICS.histogram)
+REWARD = contract.series(contract.REWARDS.histogram)
+REWARD_POSITIVE, REWARD_NEGATIVE, REWARD_SQUARES = map(contract.series, contract.REWARDS.sums)
+STEP = contract.series(contract.STEP)
 
 STEPS = 2
 GENERATIONS_PER_STEP = 2  # gradient_accumulation_steps=2, steps_per_generation=1: TRL's own table shows only one
@@ -169,7 +175,7 @@ def reward_values(rollouts: list[Rollout], fn: str) -> list[float]:
 
 def reward_count(prometheus: Prometheus, run_id: str, fn: str) -> float | None:
     """The count of the native histogram ``rl_reward`` of ``fn`` in run ``run_id`` (None before any arrived)."""
-    return prometheus.value(f'histogram_count(sum(rl_reward{{rl_run_id="{run_id}",rl_reward_fn="{fn}"}}))')
+    return prometheus.value(f'histogram_count(sum({REWARD.name}{{rl_run_id="{run_id}",rl_reward_fn="{fn}"}}))')
 
 
 @pytest.fixture(scope="module")
@@ -195,11 +201,13 @@ def test_rewards_are_exact_per_function_and_in_total(shared_stack: Any, trl_run:
     prometheus = Prometheus(shared_stack.prometheus_url)
     eventually(lambda: reward_count(prometheus, trl_run.run_id, fn) == len(values), what=f"the {fn} reward count")
     selector = f'{{rl_run_id="{trl_run.run_id}",rl_reward_fn="{fn}"}}'
-    positive = prometheus.value(f"sum(rl_reward_positive_total{selector})")
-    negative = prometheus.value(f"sum(rl_reward_negative_total{selector})")
+    positive = prometheus.value(f"sum({REWARD_POSITIVE.name}{selector})")
+    negative = prometheus.value(f"sum({REWARD_NEGATIVE.name}{selector})")
     assert positive is not None and negative is not None
     assert positive - negative == pytest.approx(math.fsum(values), abs=1e-9)
-    assert prometheus.value(f"histogram_sum(sum(rl_reward{selector}))") == pytest.approx(math.fsum(values), abs=1e-9)
+    assert prometheus.value(f"histogram_sum(sum({REWARD.name}{selector}))") == pytest.approx(
+        math.fsum(values), abs=1e-9
+    )
 
 
 def test_every_rollout_is_a_sample_with_its_texts_rewards_and_advantage(shared_stack: Any, trl_run: TrlRun) -> None:
@@ -249,14 +257,16 @@ def test_logged_scalars_are_metrics_and_reward_means_are_not(shared_stack: Any, 
     prometheus = Prometheus(shared_stack.prometheus_url)
     selector = f'{{rl_run_id="{trl_run.run_id}"}}'
     counts = eventually(
-        lambda: prometheus.by_label(f"sum by (rl_metric_key) (histogram_count(rl_metric{selector}))", "rl_metric_key"),
+        lambda: prometheus.by_label(
+            f"sum by (rl_metric_key) (histogram_count({METRIC.name}{selector}))", "rl_metric_key"
+        ),
         what="the logged scalars",
     )
     for key in ("loss", "entropy", "grad_norm", "completions/mean_length", "frac_reward_zero_std"):
         assert counts[key] == STEPS, key
     assert not {k for k in counts if k in {"reward", "reward_std", "epoch", "train_runtime", "train_loss"}}
     assert not {k for k in counts if k.startswith("rewards/")}
-    assert prometheus.value(f"rl_step{selector}") == STEPS
+    assert prometheus.value(f"{STEP.name}{selector}") == STEPS
 
 
 def test_a_reused_generation_is_counted_once(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> None:

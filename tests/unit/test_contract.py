@@ -16,6 +16,8 @@ from opentelemetry.sdk.metrics.export import ExponentialHistogramDataPoint, Hist
 from otel_rl import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS, Telemetry, TelemetryConfig
 from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
 
+REWARD = contract.series(contract.REWARDS.histogram)
+
 ROOT = Path(__file__).parents[2]
 CONTRACT = (ROOT / "docs" / "contract.md").read_text()
 COLLECTOR = yaml.safe_load((ROOT / "collector_config" / "collector.yaml").read_text())
@@ -285,7 +287,7 @@ def test_collector_admits_only_contract_metric_names() -> None:
     (condition,) = COLLECTOR["processors"]["filter/contract"]["metric_conditions"]
     drops = _ottl_condition(condition)
     assert [m.name for m in contract.ALL_METRICS if drops({"name": m.name})] == []
-    invented = ["rl.invented", "rl.reward.fn", "rl.reward2", "xrl.reward", "rl.step.max", "otel_rl.x", "rl_reward", ""]
+    invented = ["rl.invented", "rl.reward.fn", "rl.reward2", "xrl.reward", "rl.step.max", "otel_rl.x", REWARD.name, ""]
     assert [name for name in invented if not drops({"name": name})] == []
 
 
