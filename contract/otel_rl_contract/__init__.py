@@ -117,12 +117,13 @@ from otel_rl_contract.names import (
     VALUES_REJECTED,
     WORLD_SIZE,
     Distribution,
+    HistogramForm,
     Kind,
     LayoutRole,
     Merge,
     MetricName,
 )
-from otel_rl_contract.prometheus import HistogramForm, Series, exemplar_series, label, prometheus_names, series
+from otel_rl_contract.prometheus import Series, exemplar_series, label, prometheus_names, series
 
 __all__ = [
     "ADVANTAGES",

@@ -92,6 +92,8 @@ magnitudes: entropy in nats, KL estimates). Exponential histograms need no bound
 layout."""
 Merge = Literal["sum", "max", "min", "mean"]
 """How the collector merges the ranks' points of one metric into the run's point."""
+HistogramForm = Literal["exponential", "explicit"]
+"""How a histogram reaches Prometheus: one native histogram, or classic ``_bucket``/``_count``/``_sum`` series."""
 
 
 @dataclass(frozen=True)
@@ -108,10 +110,14 @@ class MetricName:
     unit: str
     description: str
     merge: Merge = "sum"
+    form: HistogramForm | None = None
+    """A histogram's form whatever the run's ``TelemetryConfig.histogram`` (None: that setting decides)."""
 
     def __post_init__(self) -> None:
         if self.kind != "gauge" and self.merge != "sum":
             raise ValueError(f'"merge" of {self.name!r} must be "sum" for histograms and counters, got {self.merge!r}')
+        if self.kind != "histogram" and self.form is not None:
+            raise ValueError(f'"form" of {self.name!r} must be None for a {self.kind}, got {self.form!r}')
 
 
 @dataclass(frozen=True)
@@ -313,6 +319,7 @@ PHASE_DURATION = MetricName(
     "histogram",
     "s",
     "Seconds of each phase span the rank ended (one per phase and step), by rl.phase.name and span.name.",
+    form="explicit",
 )
 PHASE_CALLS = MetricName("rl.phase.calls", "counter", "", "Phase spans the rank ended, by rl.phase.name and span.name.")
 PHASE_BOUNDS: tuple[float, ...] = (
@@ -367,6 +374,7 @@ MERGE_CANARY = MetricName(
     "",
     "Fixed values every rank records at each step (otel_rl._state.canary): counts outside MERGE_CANARY_BUCKETS "
     "after the collector merged the ranks mean it did not merge exponential histograms exactly.",
+    form="exponential",
 )
 MERGE_CANARY_SCALE = 5
 """The scale of the merge canary's exponential histogram, whatever ``histogram_scale`` the run uses."""

@@ -20,12 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
 
-from otel_rl_contract.names import Distribution, Kind, MetricName
-
-HistogramForm = Literal["exponential", "explicit"]
-"""How a histogram reaches Prometheus: one native histogram, or classic ``_bucket``/``_count``/``_sum`` series."""
+from otel_rl_contract.names import Distribution, HistogramForm, Kind, MetricName
 
 _UNITS = {
     "d": "days",
@@ -113,15 +109,16 @@ def exemplar_series(histogram: MetricName) -> Series:
 def prometheus_names(
     metrics: Iterable[MetricName], form: HistogramForm, *, exemplars: Iterable[Distribution] = ()
 ) -> frozenset[str]:
-    """Every series name ``metrics`` write, their histograms in ``form``, with the exemplar carriers of
-    ``exemplars``: what a run recording those metrics holds in Prometheus.
+    """Every series name ``metrics`` write, their histograms in ``form`` (a histogram of a fixed form in its own),
+    with the exemplar carriers of ``exemplars``: what a run recording those metrics holds in Prometheus.
 
     >>> from otel_rl_contract import names
     >>> sorted(prometheus_names((names.STEP, names.PHASE_DURATION), "explicit"))
     ['rl_phase_duration_seconds_bucket', 'rl_phase_duration_seconds_count', 'rl_phase_duration_seconds_sum', 'rl_step']
     """
-    carriers = [exemplar_series(distribution.histogram) for distribution in exemplars]
-    return frozenset(name for item in [*map(series, metrics), *carriers] for name in item.names(form))
+    derived = frozenset(name for metric in metrics for name in series(metric).names(metric.form or form))
+    carriers = (exemplar_series(distribution.histogram) for distribution in exemplars)
+    return derived | frozenset(name for carrier in carriers for name in carrier.names(form))
 
 
 def label(attribute: str) -> str:

@@ -169,6 +169,20 @@ def test_every_known_name_is_declared_once() -> None:
         catalog._by_name((contract.series(contract.REWARDS.histogram), clash))
 
 
+def test_fixed_histogram_forms() -> None:
+    """Phase durations are classic histograms and the merge canary a native one whatever the run's form; only a
+    histogram can fix its form, and saying otherwise names the metric."""
+    assert contract.prometheus_names((contract.PHASE_DURATION, contract.MERGE_CANARY), "exponential") == {
+        "rl_phase_duration_seconds_bucket",
+        "rl_phase_duration_seconds_count",
+        "rl_phase_duration_seconds_sum",
+        "otel_rl_merge_canary",
+    }
+    assert contract.prometheus_names((contract.MERGE_CANARY,), "explicit") == {"otel_rl_merge_canary"}
+    with pytest.raises(ValueError, match=r'"form" of \'x\.y\' must be None for a gauge, got \'explicit\''):
+        contract.MetricName("x.y", "gauge", "", "a gauge", form="explicit")
+
+
 def test_only_signed_distributions_have_sums() -> None:
     """A signed distribution's exact sums are its positive, negative and squares counters; a distribution of counts
     has none, and asking for them names it."""
