@@ -17,7 +17,7 @@ OpenTelemetry semantic conventions are one package that the API, the SDK and eve
 
 from otel_rl_contract import foreign, rules
 from otel_rl_contract._version import __version__
-from otel_rl_contract.catalog import DERIVED_SERIES, KNOWN_SERIES
+from otel_rl_contract.catalog import DERIVED_SERIES, KNOWN_LABELS, KNOWN_SERIES
 from otel_rl_contract.names import (
     ADVANTAGE_SIGNS,
     ADVANTAGES,
@@ -50,6 +50,7 @@ from otel_rl_contract.names import (
     MERGE_CANARY,
     MERGE_CANARY_BUCKETS,
     MERGE_CANARY_SCALE,
+    METRIC_ATTRIBUTES,
     METRIC_KEY,
     METRICS,
     MISMATCH_KL,
@@ -154,12 +155,14 @@ __all__ = [
     "JOINT_MOMENT",
     "JOINT_X",
     "KL_ESTIMATOR",
+    "KNOWN_LABELS",
     "KNOWN_SERIES",
     "LOCAL_RANK",
     "MERGE_CANARY",
     "MERGE_CANARY_BUCKETS",
     "MERGE_CANARY_SCALE",
     "METRICS",
+    "METRIC_ATTRIBUTES",
     "METRIC_KEY",
     "MISMATCH_KL",
     "OVERFLOW",

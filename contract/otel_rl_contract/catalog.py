@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from otel_rl_contract.foreign import COLLECTOR_METRICS, FOREIGN_SERIES, spellings
-from otel_rl_contract.names import ALL_METRICS, EXEMPLAR_CARRIERS
-from otel_rl_contract.prometheus import Series, exemplar_series, series
+from otel_rl_contract.names import ALL_METRICS, EXEMPLAR_CARRIERS, METRIC_ATTRIBUTES
+from otel_rl_contract.prometheus import Series, exemplar_series, label, series
 from otel_rl_contract.rules import RECORDING_RULES
 
 DERIVED_SERIES: tuple[Series, ...] = (
@@ -48,3 +48,6 @@ KNOWN_SERIES: Mapping[str, Series] = MappingProxyType(
 )
 """Every series name otel-rl writes or reads → its declaration (``rl_reward_bucket`` → the series of ``rl.reward``;
 the collector's own metrics under every spelling, :func:`~otel_rl_contract.foreign.spellings`)."""
+
+KNOWN_LABELS: frozenset[str] = frozenset(map(label, METRIC_ATTRIBUTES))
+"""The labels the contract's attributes become (``rl_run_id``, ``rl_reward_fn``, ...)."""

@@ -51,6 +51,29 @@ and ``.negative`` parts (x the paired value, y the total reward)."""
 SELF_METRIC = "otel_rl.metric"
 SELF_REASON = "otel_rl.reason"
 SELF_SIGNAL = "otel_rl.signal"
+METRIC_ATTRIBUTES: tuple[str, ...] = (
+    RUN_ID,
+    RANK,
+    WORLD_SIZE,
+    LOCAL_RANK,
+    ROLE,
+    REWARD_FN,
+    METRIC_KEY,
+    DATASET,
+    STALENESS_PHASE,
+    KL_ESTIMATOR,
+    GROUP_OUTCOME,
+    SIGN,
+    PHASE,
+    SPAN_NAME,
+    JOINT_X,
+    JOINT_MOMENT,
+    SELF_METRIC,
+    SELF_REASON,
+    SELF_SIGNAL,
+)
+"""Every attribute a metric point or its resource carries into Prometheus, where each is a label
+(:func:`otel_rl_contract.prometheus.label`): the resource's (rank ones only on the per-rank view) and the points'."""
 
 # Sample records (log records and span events) and exemplars
 SAMPLE_EVENT = "rl.sample"

@@ -11,26 +11,30 @@ import otel_rl_contract as contract
 import pytest
 import yaml
 
-from tests.contract_check import check, collector_names, promql, unknown_names
+from tests.contract_check import check, collector_names, promql, prose, unknown_names
 
 ROOT = Path(__file__).parents[2]
 
 
 def test_every_name_the_configurations_spell_is_declared() -> None:
-    """Every series of every rule, promtool test and dashboard query, every OpenTelemetry name of the collector
-    configurations, and every recording rule is declared in the contract."""
+    """Every series of every rule, promtool test and dashboard query, every series or label the panels' descriptions
+    and the alerts' annotations name, every OpenTelemetry name of the collector configurations, and every recording
+    rule is declared in the contract."""
     check(ROOT)
 
 
 def test_the_check_reads_every_source() -> None:
     """The check reads the rules (their annotations' queries too), the promtool tests, both dashboard variables'
-    and every panel's PromQL, and the collector's OTTL and spanmetrics names: none is skipped unseen."""
+    and every panel's PromQL, the panels' descriptions and the alerts' annotations, and the collector's OTTL and
+    spanmetrics names: none is skipped unseen."""
     where = {place.split(":")[0] for place, _ in promql(ROOT)}
     assert {"prometheus/rules/otel_rl.yml", "prometheus/rules/tests/health.yml"} <= where
     assert "grafana/dashboards/rl-run.json" in where
     read = [expr for place, expr in promql(ROOT)]
     assert 'rl:phase_stuck_threshold_seconds{rl_run_id="",rl_phase_name=""}' in read  # an annotation's query
     assert 'rl_step{rl_run_id="$run",rl_rank=""}' in read  # the dashboard's service variable
+    described = {place.rsplit(" ", 1)[-1] for place, _ in prose(ROOT)}
+    assert described == {"description", "summary", "runbook_url", "dashboard_url"}
     spelled = {name for _, name, pattern in collector_names(ROOT) if not pattern}
     assert {"rl.phase.duration", "rl.reported", "rl.reward.mean", "rl.staleness.max"} <= spelled
 
@@ -110,8 +114,33 @@ def _plant(path: Path, old: str, new: str) -> None:
             "recorded but not declared in otel_rl_contract/rules.py",
             "rl:joint_count:increase10m",
         ),
+        (
+            "grafana/dashboards/rl-run.json",
+            "(rl_groups_total), and of groups",
+            "(rl_group_total), and of groups",
+            "grafana/dashboards/rl-run.json: Prompt groups: outcome and zero variance description",
+            "rl_group_total",
+        ),
+        (
+            "prometheus/rules/otel_rl_collector.yml",
+            '(rl_alert_threshold{threshold="merge_canary_misplaced"}, default',
+            '(rl_alert_thresholds{threshold="merge_canary_misplaced"}, default',
+            "prometheus/rules/otel_rl_collector.yml: OtelRLInexactMerge description",
+            "rl_alert_thresholds",
+        ),
     ],
-    ids=["rule", "name-pattern", "annotation", "promtool-input", "dashboard", "ottl", "spanmetrics", "record"],
+    ids=[
+        "rule",
+        "name-pattern",
+        "annotation",
+        "promtool-input",
+        "dashboard",
+        "ottl",
+        "spanmetrics",
+        "record",
+        "panel-description",
+        "alert-description",
+    ],
 )
 def test_a_planted_name_fails_the_check_naming_it(
     tmp_path: Path, file: str, old: str, new: str, where: str, name: str
