@@ -276,7 +276,7 @@ def test_lens_run_has_the_lifecycle_gauges_its_alerts_read(shared_stack: Any, le
         rule["expr"]
         for group in rules["groups"]
         for rule in group["rules"]
-        if rule.get("record") == rules.STEP_UNCHANGED.name
+        if rule.get("record") == contract.rules.STEP_UNCHANGED.name
     ]
 
     def stalled() -> list[float]:
@@ -284,7 +284,7 @@ def test_lens_run_has_the_lifecycle_gauges_its_alerts_read(shared_stack: Any, le
             float(r["value"][1]) for r in prometheus.query(unchanged) if r["metric"]["rl_run_id"] == lens_run.run_id
         ]
 
-    (seconds,) = eventually(stalled, what=f"{rules.STEP_UNCHANGED.name} of the Lens run (15 s subquery steps)")
+    (seconds,) = eventually(stalled, what=f"{contract.rules.STEP_UNCHANGED.name} of the Lens run (15 s subquery steps)")
     assert 0 <= seconds <= time.time() - lens_run.steps_done_at + 30
     assert prometheus.value(f"max_over_time({RANKS_UP.name}{{{run}}}[10m])") == 2
     assert prometheus.value(f"max_over_time({RANKS_EXPECTED.name}{{{run}}}[10m])") == 1
