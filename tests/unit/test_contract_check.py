@@ -183,3 +183,14 @@ def test_unknown_names_are_empty_when_nothing_is_read(tmp_path: Path) -> None:
     (tmp_path / "grafana" / "dashboards").mkdir(parents=True)
     (tmp_path / "collector_config").mkdir()
     assert list(unknown_names(tmp_path)) == ["declared in otel_rl_contract/rules.py but recorded by no rule"]
+
+
+def test_the_inference_scrape_keeps_every_engine_series_the_contract_reads() -> None:
+    """collector_config/inference.yaml keeps only the engines' families: each vLLM and SGLang series the contract
+    declares (a histogram's classic series too) passes its keep rule, so no dashboard query reads a dropped one."""
+    config = yaml.safe_load((ROOT / "collector_config" / "inference.yaml").read_text(encoding="utf-8"))
+    (scrape,) = config["receivers"]["prometheus/inference"]["config"]["scrape_configs"]
+    (keep,) = [rule["regex"] for rule in scrape["metric_relabel_configs"] if rule["action"] == "keep"]
+    engines = [s for s in contract.foreign.FOREIGN_SERIES if s.name.startswith(("vllm:", "sglang:"))]
+    read = {name for engine in engines for name in engine.names("explicit")}
+    assert len(engines) == 14 and [name for name in sorted(read) if not re.fullmatch(keep, name)] == []
