@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import torch
 
 from otel_rl._record.buckets import DEFAULT_REWARD_BOUNDS
@@ -75,7 +76,8 @@ def prometheus_loop(values: torch.Tensor, sample_size: int) -> Baseline:
     """prometheus_client ``Histogram.observe`` per value, same buckets, in a private registry."""
     from prometheus_client import CollectorRegistry, Histogram
 
-    histogram = Histogram("rl_reward", "reward", registry=CollectorRegistry(), buckets=DEFAULT_REWARD_BOUNDS)
+    name = contract.series(contract.REWARDS.histogram).name
+    histogram = Histogram(name, "reward", registry=CollectorRegistry(), buckets=DEFAULT_REWARD_BOUNDS)
     sample = values[:sample_size]
 
     def loop() -> None:

@@ -16,7 +16,8 @@ import time
 import uuid
 from typing import Any
 
-from otel_rl_contract import REWARD_FN, REWARD_FN_TOTAL, REWARDS, SCOPE_VERSION, STALENESS, STEP
+from otel_rl_contract import REWARD_FN, REWARD_FN_TOTAL, REWARDS, RUN_ID, SCOPE_VERSION, STALENESS, STEP, label, series
+from otel_rl_ops import promql
 from otel_rl_ops.query import Prometheus
 
 from otel_rl import TelemetryConfig
@@ -76,8 +77,10 @@ def _proc(pid: int) -> tuple[float, int]:
 
 
 def _total(prometheus_url: str, run_id: str) -> float:
-    query = f'sum(histogram_count(rl_reward{{rl_run_id="{run_id}",rl_reward_fn="total"}}))'
-    value = Prometheus(prometheus_url, timeout_s=10).value(query)
+    selector = promql.matchers(**{label(RUN_ID): run_id, label(REWARD_FN): REWARD_FN_TOTAL})
+    value = Prometheus(prometheus_url, timeout_s=10).value(
+        promql.count(series(REWARDS.histogram), selector, window=None)
+    )
     return 0.0 if value is None else value
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import otel_rl_contract as contract
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,8 +136,47 @@ def _grouped(values: dict[str, str], *, always: bool = False) -> str:
     return "; ".join(f"{', '.join(files)}: {value}" for value, files in groups.items())
 
 
+def _names(names: frozenset[str]) -> str:
+    return ", ".join(f"`{name}`" for name in sorted(names))
+
+
+def _written(series: contract.Series, form: contract.HistogramForm | None) -> str:
+    """What ``series`` writes: a histogram's native series and, with ``histogram="explicit"``, its classic ones;
+    a histogram of a fixed ``form`` that form's alone."""
+    if series.kind != "histogram":
+        return f"`{series.name}`"
+    if form is not None:
+        return f"{_names(series.names(form))} (always {'native' if form == 'exponential' else 'classic'})"
+    return f"`{series.name}`; explicit: {_names(series.names('explicit'))}"
+
+
+def series() -> str:
+    """Every Prometheus series name of the contract (``otel_rl_contract.KNOWN_SERIES``): each metric's series as
+    derived from its name, kind and unit, the exemplar carriers, the recording rules' and the foreign ones."""
+    lines = ["| OpenTelemetry metric | kind | unit | Prometheus series |", "|---|---|---|---|"]
+    for metric in contract.ALL_METRICS:
+        unit = f"`{metric.unit}`" if metric.unit else ""
+        lines.append(f"| `{metric.name}` | {metric.kind} | {unit} | {_written(contract.series(metric), metric.form)} |")
+    for distribution in contract.EXEMPLAR_CARRIERS:
+        carrier = contract.exemplar_series(distribution.histogram)
+        name = f"`{distribution.histogram.name}.exemplars`"
+        lines.append(f"| (collector) {name} | histogram | | {_written(carrier, None)}: for exemplars only |")
+    lines += ["", "Recorded by `prometheus/rules/` (`otel_rl_contract.rules`):", "", "| series | what |", "|---|---|"]
+    lines += [f"| `{rule.name}` | {rule.description} |" for rule in contract.rules.RECORDING_RULES]
+    lines += [
+        "",
+        "Read from other programs (`otel_rl_contract.foreign`):",
+        "",
+        "| series | kind | what |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{item.name}` | {item.kind} | {item.description} |" for item in contract.foreign.FOREIGN_SERIES]
+    return "\n".join(lines) + "\n"
+
+
 SECTIONS: dict[str, Callable[[], str]] = {
     "pipelines": pipelines,
+    "series": series,
     "collector-components": components,
     "collector-environment": environment,
     "agent-dns-environment": lambda: environment(files=("agent-dns.yaml",)),

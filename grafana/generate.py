@@ -18,14 +18,16 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import otel_rl_contract as contract
 from compare import rl_compare
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
 from rows import audit, data, inference, performance, reward, rollouts, run, samples, staleness, telemetry
-from rows.panels import PROMETHEUS, Row
+from rows.panels import PROMETHEUS, RUN, Row
 
 DASHBOARDS_DIR = Path(__file__).resolve().parent / "dashboards"
+RUN_LABEL = contract.label(contract.RUN_ID)
 
 RL_RUN_ROWS: tuple[Callable[[], Row], ...] = (
     run.row,
@@ -48,9 +50,9 @@ def rl_run() -> model.Dashboard:
     run_variable = (
         dash.QueryVariable("run")
         .label("Run")
-        .description("rl.run.id of the run (label rl_run_id)")
+        .description(f"{contract.RUN_ID} of the run (label {RUN_LABEL})")
         .datasource(PROMETHEUS)
-        .query("label_values(rl_reward_positive_total, rl_run_id)")
+        .query(f"label_values({contract.series(contract.REWARDS.sums[0]).name}, {RUN_LABEL})")
         .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(model.VariableSort.ALPHABETICAL_ASC)
     )
@@ -59,7 +61,7 @@ def rl_run() -> model.Dashboard:
         .label("Service")
         .description("service.name of the run (label job), which Jaeger searches its traces by")
         .datasource(PROMETHEUS)
-        .query('label_values(rl_step{rl_run_id="$run",rl_rank=""}, job)')
+        .query(f"label_values({contract.series(contract.STEP).name}{{{RUN}}}, job)")
         .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
         .hide(model.VariableHide.HIDE_VARIABLE)
     )

@@ -9,9 +9,15 @@ OpenTelemetry semantic conventions are one package that the API, the SDK and eve
   collector merges each metric across ranks.
 * :mod:`otel_rl_contract.prometheus`: the Prometheus series and labels those names become (:func:`series`,
   :func:`label`), derived once.
+* :mod:`otel_rl_contract.rules`: the series the recording rules write (``contract.rules.REWARD_MEAN_1M``).
+* :mod:`otel_rl_contract.foreign`: the series of other programs otel-rl reads (the collector's own, ``ALERTS``,
+  vLLM's and SGLang's), and NeMo Lens's metric names.
+* :mod:`otel_rl_contract.catalog`: every Prometheus series name of the three, in one mapping (:data:`KNOWN_SERIES`).
 """
 
+from otel_rl_contract import foreign, rules
 from otel_rl_contract._version import __version__
+from otel_rl_contract.catalog import DERIVED_SERIES, KNOWN_LABELS, KNOWN_SERIES
 from otel_rl_contract.names import (
     ADVANTAGE_SIGNS,
     ADVANTAGES,
@@ -23,6 +29,7 @@ from otel_rl_contract.names import (
     DROPPED_LENGTHS,
     DROPPED_STALENESS,
     ENTROPY,
+    EXEMPLAR_CARRIERS,
     EXPORT_FAILURES,
     EXPORT_UNENCODABLE,
     FLOPS_PEAK,
@@ -43,6 +50,7 @@ from otel_rl_contract.names import (
     MERGE_CANARY,
     MERGE_CANARY_BUCKETS,
     MERGE_CANARY_SCALE,
+    METRIC_ATTRIBUTES,
     METRIC_KEY,
     METRICS,
     MISMATCH_KL,
@@ -113,12 +121,13 @@ from otel_rl_contract.names import (
     VALUES_REJECTED,
     WORLD_SIZE,
     Distribution,
+    HistogramForm,
     Kind,
     LayoutRole,
     Merge,
     MetricName,
 )
-from otel_rl_contract.prometheus import HistogramForm, Series, exemplar_series, label, series
+from otel_rl_contract.prometheus import Series, exemplar_series, label, prometheus_names, series
 
 __all__ = [
     "ADVANTAGES",
@@ -127,10 +136,12 @@ __all__ = [
     "BUFFER_CAPACITY",
     "BUFFER_USED",
     "DATASET",
+    "DERIVED_SERIES",
     "DISTRIBUTIONS",
     "DROPPED_LENGTHS",
     "DROPPED_STALENESS",
     "ENTROPY",
+    "EXEMPLAR_CARRIERS",
     "EXPORT_FAILURES",
     "EXPORT_UNENCODABLE",
     "FLOPS_PEAK",
@@ -147,11 +158,14 @@ __all__ = [
     "JOINT_MOMENT",
     "JOINT_X",
     "KL_ESTIMATOR",
+    "KNOWN_LABELS",
+    "KNOWN_SERIES",
     "LOCAL_RANK",
     "MERGE_CANARY",
     "MERGE_CANARY_BUCKETS",
     "MERGE_CANARY_SCALE",
     "METRICS",
+    "METRIC_ATTRIBUTES",
     "METRIC_KEY",
     "MISMATCH_KL",
     "OVERFLOW",
@@ -229,6 +243,9 @@ __all__ = [
     "Series",
     "__version__",
     "exemplar_series",
+    "foreign",
     "label",
+    "prometheus_names",
+    "rules",
     "series",
 ]

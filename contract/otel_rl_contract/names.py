@@ -57,6 +57,29 @@ and ``.negative`` parts (x the paired value, y the total reward)."""
 SELF_METRIC = "otel_rl.metric"
 SELF_REASON = "otel_rl.reason"
 SELF_SIGNAL = "otel_rl.signal"
+METRIC_ATTRIBUTES: tuple[str, ...] = (
+    RUN_ID,
+    RANK,
+    WORLD_SIZE,
+    LOCAL_RANK,
+    ROLE,
+    REWARD_FN,
+    METRIC_KEY,
+    DATASET,
+    STALENESS_PHASE,
+    KL_ESTIMATOR,
+    GROUP_OUTCOME,
+    SIGN,
+    PHASE,
+    SPAN_NAME,
+    JOINT_X,
+    JOINT_MOMENT,
+    SELF_METRIC,
+    SELF_REASON,
+    SELF_SIGNAL,
+)
+"""Every attribute a metric point or its resource carries into Prometheus, where each is a label
+(:func:`otel_rl_contract.prometheus.label`): the resource's (rank ones only on the per-rank view) and the points'."""
 
 # Sample records (log records and span events) and exemplars
 SAMPLE_EVENT = "rl.sample"
@@ -100,6 +123,8 @@ magnitudes: entropy in nats, KL estimates). Exponential histograms need no bound
 layout."""
 Merge = Literal["sum", "max", "min", "mean"]
 """How the collector merges the ranks' points of one metric into the run's point."""
+HistogramForm = Literal["exponential", "explicit"]
+"""How a histogram reaches Prometheus: one native histogram, or classic ``_bucket``/``_count``/``_sum`` series."""
 
 
 @dataclass(frozen=True)
@@ -116,10 +141,14 @@ class MetricName:
     unit: str
     description: str
     merge: Merge = "sum"
+    form: HistogramForm | None = None
+    """A histogram's form whatever the run's ``TelemetryConfig.histogram`` (None: that setting decides)."""
 
     def __post_init__(self) -> None:
         if self.kind != "gauge" and self.merge != "sum":
             raise ValueError(f'"merge" of {self.name!r} must be "sum" for histograms and counters, got {self.merge!r}')
+        if self.kind != "histogram" and self.form is not None:
+            raise ValueError(f'"form" of {self.name!r} must be None for a {self.kind}, got {self.form!r}')
 
 
 @dataclass(frozen=True)
@@ -140,6 +169,18 @@ class Distribution:
         """Every metric of the distribution."""
         parts = (self.histogram, self.positive, self.negative, self.squares, self.maximum, self.minimum)
         return tuple(metric for metric in parts if metric is not None)
+
+    @property
+    def sums(self) -> tuple[MetricName, MetricName, MetricName]:
+        """The exact counters of a signed distribution: the sums of its positive parts, of its negative parts (both
+        monotone, so a mean over a window is exact for negative values too) and of its squares.
+
+        Raises:
+            ValueError: for a distribution of counts, which has none (its histogram's sum is monotone already).
+        """
+        if self.positive is None or self.negative is None or self.squares is None:
+            raise ValueError(f"{self.histogram.name!r} has no signed sums: it counts values >= 0")
+        return self.positive, self.negative, self.squares
 
 
 def _signed(name: str, what: str, role: LayoutRole, unit: str = "") -> Distribution:
@@ -202,6 +243,10 @@ DISTRIBUTIONS: tuple[Distribution, ...] = (
     DROPPED_STALENESS,
 )
 """Every distribution otel-rl records."""
+EXEMPLAR_CARRIERS: tuple[Distribution, ...] = (REWARDS, STALENESS)
+"""The distributions whose exemplars (the kept samples) the collector also writes in a series of their own, each
+flush's merged histogram (``filter/exemplar_carriers``; :func:`otel_rl_contract.prometheus.exemplar_series`):
+``delta_to_cumulative`` keeps only a stream's first exemplars on the cumulative series."""
 GROUPS = MetricName("rl.groups", "counter", "{group}", "Prompt groups by rl.group.outcome (none / some / all solved).")
 GROUPS_ZERO_VARIANCE = MetricName(
     "rl.groups.zero_variance", "counter", "{group}", "Prompt groups whose rewards are all equal: no GRPO signal."
@@ -305,6 +350,7 @@ PHASE_DURATION = MetricName(
     "histogram",
     "s",
     "Seconds of each phase span the rank ended (one per phase and step), by rl.phase.name and span.name.",
+    form="explicit",
 )
 PHASE_CALLS = MetricName("rl.phase.calls", "counter", "", "Phase spans the rank ended, by rl.phase.name and span.name.")
 PHASE_BOUNDS: tuple[float, ...] = (
@@ -359,6 +405,7 @@ MERGE_CANARY = MetricName(
     "",
     "Fixed values every rank records at each step (otel_rl._state.canary): counts outside MERGE_CANARY_BUCKETS "
     "after the collector merged the ranks mean it did not merge exponential histograms exactly.",
+    form="exponential",
 )
 MERGE_CANARY_SCALE = 5
 """The scale of the merge canary's exponential histogram, whatever ``histogram_scale`` the run uses."""

@@ -18,13 +18,10 @@ and ``_sum`` series, exponential ones as one native histogram under the name its
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
 
-from otel_rl_contract.names import Kind, MetricName
-
-HistogramForm = Literal["exponential", "explicit"]
-"""How a histogram reaches Prometheus: one native histogram, or classic ``_bucket``/``_count``/``_sum`` series."""
+from otel_rl_contract.names import Distribution, HistogramForm, Kind, MetricName
 
 _UNITS = {
     "d": "days",
@@ -66,8 +63,11 @@ class Series:
     """The Prometheus series of one metric."""
 
     name: str
-    """The series name: a gauge's, a counter's (with ``_total``), an exponential histogram's native one."""
+    """The series name: a gauge's, a counter's (with ``_total``), an exponential histogram's native one, a classic
+    histogram's base name (its series are :attr:`bucket`, :attr:`count` and :attr:`sum`)."""
     kind: Kind
+    description: str
+    """What it holds."""
 
     @property
     def bucket(self) -> str:
@@ -93,13 +93,32 @@ class Series:
 
 def series(metric: MetricName) -> Series:
     """The Prometheus series of ``metric``, as the collector's exporter names them."""
-    return Series(_name(metric.name, metric.unit, kind=metric.kind), metric.kind)
+    return Series(_name(metric.name, metric.unit, kind=metric.kind), metric.kind, metric.description)
 
 
 def exemplar_series(histogram: MetricName) -> Series:
     """The series of ``histogram``'s exemplar carrier: the collector's ``transform/exemplar_series`` renames a copy
-    of it to ``<name>.exemplars`` (``rl.reward`` and ``rl.staleness`` only, ``filter/exemplar_carriers``)."""
-    return Series(_name(f"{histogram.name}.exemplars", histogram.unit, kind="histogram"), "histogram")
+    of it to ``<name>.exemplars`` (the histograms of :data:`~otel_rl_contract.names.EXEMPLAR_CARRIERS`)."""
+    return Series(
+        _name(f"{histogram.name}.exemplars", histogram.unit, kind="histogram"),
+        "histogram",
+        f"{histogram.name} as merged in each collector flush, for its exemplars only (docs/contract.md, Exemplars).",
+    )
+
+
+def prometheus_names(
+    metrics: Iterable[MetricName], form: HistogramForm, *, exemplars: Iterable[Distribution] = ()
+) -> frozenset[str]:
+    """Every series name ``metrics`` write, their histograms in ``form`` (a histogram of a fixed form in its own),
+    with the exemplar carriers of ``exemplars``: what a run recording those metrics holds in Prometheus.
+
+    >>> from otel_rl_contract import names
+    >>> sorted(prometheus_names((names.STEP, names.PHASE_DURATION), "explicit"))
+    ['rl_phase_duration_seconds_bucket', 'rl_phase_duration_seconds_count', 'rl_phase_duration_seconds_sum', 'rl_step']
+    """
+    derived = frozenset(name for metric in metrics for name in series(metric).names(metric.form or form))
+    carriers = (exemplar_series(distribution.histogram) for distribution in exemplars)
+    return derived | frozenset(name for carrier in carriers for name in carrier.names(form))
 
 
 def label(attribute: str) -> str:

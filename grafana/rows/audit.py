@@ -4,11 +4,12 @@ and what the run costs."""
 
 from __future__ import annotations
 
+import otel_rl_contract as contract
 from otel_rl_ops import promql
 
-from rows.panels import RUN, TOTAL, WINDOW, Row, prom, series
+from rows.panels import JOINT_X, REWARD_FN, RUN, TOTAL, WINDOW, Row, legend, prom, series
 
-GROUND_TRUTH = f"max by (rl_reward_fn) (rl_reward_ground_truth{{{RUN}}}) == 1"
+GROUND_TRUTH = f"max by ({REWARD_FN}) ({contract.series(contract.GROUND_TRUTH).name}{{{RUN}}}) == 1"
 """The run's ground-truth reward function (``TelemetryConfig.ground_truth_reward``), as a series of value 1."""
 
 
@@ -22,12 +23,12 @@ def row() -> Row:
         "while the ground truth stalls or falls is reward gaming (RLRewardGaming).",
         "none",
         "mean reward",
-        prom("A", promql.mean("rl_reward", TOTAL, window=WINDOW), "total"),
+        prom("A", promql.mean(contract.REWARDS, TOTAL, window=WINDOW), "total"),
         prom(
             "B",
-            f"{promql.mean('rl_reward', RUN, by='rl_reward_fn', window=WINDOW)} * on (rl_reward_fn) group_left () "
+            f"{promql.mean(contract.REWARDS, RUN, by=REWARD_FN, window=WINDOW)} * on ({REWARD_FN}) group_left () "
             f"({GROUND_TRUTH})",
-            "{{rl_reward_fn}} (ground truth)",
+            f"{legend(REWARD_FN)} (ground truth)",
         ),
     )
     correlation = (
@@ -39,7 +40,7 @@ def row() -> Row:
             "paid (RLLengthRewardCorrelationRising).",
             "none",
             "correlation",
-            prom("A", promql.correlation(RUN, window=WINDOW), "{{rl_joint_x}}"),
+            prom("A", promql.correlation(RUN, window=WINDOW), legend(JOINT_X)),
         )
         .min(-1)
         .max(1)
@@ -52,7 +53,7 @@ def row() -> Row:
         "above 0.8 fires RLRewardFunctionDominates.",
         "percentunit",
         "share of variance",
-        prom("A", promql.variance_share(RUN, window=WINDOW), "{{rl_joint_x}}"),
+        prom("A", promql.variance_share(RUN, window=WINDOW), legend(JOINT_X)),
     )
     drops = series(
         64,
@@ -62,8 +63,12 @@ def row() -> Row:
         "(RLStaleDropsBiasedByLength).",
         "none",
         "tokens",
-        prom("A", promql.histogram_mean("rl_dropped_response_length", RUN, window=WINDOW), "dropped"),
-        prom("B", promql.mean("rl_response_length", RUN, window=WINDOW), "trained"),
+        prom(
+            "A",
+            promql.histogram_mean(contract.series(contract.DROPPED_LENGTHS.histogram), RUN, window=WINDOW),
+            "dropped",
+        ),
+        prom("B", promql.mean(contract.RESPONSE_LENGTHS, RUN, window=WINDOW), "trained"),
     )
     cost = series(
         65,

@@ -3,14 +3,15 @@ without a version, samples dropped as too stale."""
 
 from __future__ import annotations
 
+import otel_rl_contract as contract
 from grafana_foundation_sdk.builders import timeseries
 from otel_rl_ops import promql
 
-from rows.panels import RUN, TOTAL, WINDOW, Row, prom, series
+from rows.panels import DATASET, RUN, STALENESS_PHASE, TOTAL, WINDOW, Row, legend, prom, series
 
-HAS_DATASET = promql.match("rl_dataset", "", "!=")
+HAS_DATASET = promql.match(DATASET, "", "!=")
 WITH_DATASET = f"{RUN},{HAS_DATASET}"
-WITH_PHASE = f"{RUN},{promql.match('rl_staleness_phase', '', '!=')}"
+WITH_PHASE = f"{RUN},{promql.match(STALENESS_PHASE, '', '!=')}"
 
 
 def _staleness_by(panel_id: int, title: str, description: str, selector: str, label: str) -> timeseries.Panel:
@@ -24,8 +25,8 @@ def _staleness_by(panel_id: int, title: str, description: str, selector: str, la
         *(
             prom(
                 ref,
-                promql.quantile(q, "rl_staleness", selector, by=label, window=WINDOW, integers=True),
-                f"{{{{{label}}}}} p{q * 100:g}",
+                promql.quantile(q, contract.STALENESS, selector, by=label, window=WINDOW, integers=True),
+                f"{legend(label)} p{q * 100:g}",
             )
             for ref, q in (("A", 0.5), ("B", 0.99))
         ),
@@ -43,8 +44,8 @@ def row() -> Row:
         "mean reward",
         prom(
             "A",
-            promql.mean("rl_reward", f"{TOTAL},{HAS_DATASET}", by="rl_dataset", window=WINDOW),
-            "{{rl_dataset}}",
+            promql.mean(contract.REWARDS, f"{TOTAL},{HAS_DATASET}", by=DATASET, window=WINDOW),
+            legend(DATASET),
         ),
     )
     by_dataset = _staleness_by(
@@ -53,7 +54,7 @@ def row() -> Row:
         "Per rl_dataset (record_staleness(..., dataset=)): percentiles of per-token staleness, clamped to the "
         "dataset's exact min and max.",
         WITH_DATASET,
-        "rl_dataset",
+        DATASET,
     )
     by_phase = _staleness_by(
         37,
@@ -61,7 +62,7 @@ def row() -> Row:
         "Per rl_staleness_phase (record_staleness(..., phase=)): in_flight (generated while the trainer moved on) "
         "and in_queue (waited in the buffer), clamped to each phase's exact min and max.",
         WITH_PHASE,
-        "rl_staleness_phase",
+        STALENESS_PHASE,
     )
     unversioned = series(
         38,
@@ -72,8 +73,8 @@ def row() -> Row:
         "tokens / s",
         prom(
             "A",
-            promql.rate("rl_staleness_unversioned_total", RUN, by="rl_dataset", window=WINDOW),
-            "unversioned {{rl_dataset}}",
+            promql.rate(contract.series(contract.UNVERSIONED), RUN, by=DATASET, window=WINDOW),
+            f"unversioned {legend(DATASET)}",
         ),
     ).min(0)
     drops = series(
@@ -84,8 +85,8 @@ def row() -> Row:
         "samples per interval",
         prom(
             "A",
-            promql.increase("rl_staleness_dropped_total", RUN, by="rl_dataset", window=WINDOW),
-            "dropped {{rl_dataset}}",
+            promql.increase(contract.series(contract.STALENESS_DROPPED), RUN, by=DATASET, window=WINDOW),
+            f"dropped {legend(DATASET)}",
         ),
     ).min(0)
     return Row(

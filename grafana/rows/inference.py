@@ -5,22 +5,19 @@ names, older vLLM's and SGLang's in one expression (:func:`otel_rl_ops.promql.ei
 
 from __future__ import annotations
 
+from otel_rl_contract import foreign
 from otel_rl_ops import promql
 
 from rows.panels import RUN, WINDOW, Row, prom, series
 
-WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
-RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
-KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+WAITING = (foreign.VLLM_REQUESTS_WAITING, foreign.SGLANG_QUEUE_REQUESTS)
+RUNNING = (foreign.VLLM_REQUESTS_RUNNING, foreign.SGLANG_RUNNING_REQUESTS)
+KV_CACHE = (foreign.VLLM_KV_CACHE_USAGE, foreign.VLLM_GPU_CACHE_USAGE, foreign.SGLANG_TOKEN_USAGE)
 """vLLM 0.10 renamed gpu_cache_usage_perc to kv_cache_usage_perc; SGLang's token usage is its KV pool's share."""
-TTFT = ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds")
-TPOT = (
-    "vllm:inter_token_latency_seconds",
-    "vllm:time_per_output_token_seconds",
-    "sglang:time_per_output_token_seconds",
-)
+TTFT = (foreign.VLLM_TIME_TO_FIRST_TOKEN, foreign.SGLANG_TIME_TO_FIRST_TOKEN)
+TPOT = (foreign.VLLM_INTER_TOKEN_LATENCY, foreign.VLLM_TIME_PER_OUTPUT_TOKEN, foreign.SGLANG_TIME_PER_OUTPUT_TOKEN)
 """vLLM's inter-token latency replaced its time per output token (deprecated in 0.10); SGLang's own name."""
-GENERATED = ("vllm:generation_tokens_total", "sglang:generation_tokens_total")
+GENERATED = (foreign.VLLM_GENERATION_TOKENS, foreign.SGLANG_GENERATION_TOKENS)
 
 
 def row() -> Row:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import otel_rl_contract as contract
 from grafana_foundation_sdk.builders import common as common_builders
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import heatmap, prometheus, stat, timeseries
@@ -20,7 +21,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import heatmap as heatmap_model
 from grafana_foundation_sdk.models import prometheus as prometheus_model
-from otel_rl_ops.promql import matchers
+from otel_rl_ops.promql import match
 
 PROMETHEUS_UID = "otel-rl-prometheus"
 """Fixed uid of the Prometheus datasource (``grafana/provisioning/datasources/otel-rl.yml``)."""
@@ -39,14 +40,38 @@ RUN_VARIABLE = "$run"
 """The dashboard variable holding the run's ``rl.run.id``."""
 SERVICE_VARIABLE = "$service"
 """The dashboard variable holding the run's ``service.name`` (its series' ``job``): Jaeger searches by service."""
-RUN = matchers(rl_run_id=RUN_VARIABLE, rl_rank="")
+RUN = f"{match(contract.label(contract.RUN_ID), RUN_VARIABLE)},{match(contract.label(contract.RANK), '')}"
 """Label matchers of one run's aggregated series."""
-TOTAL = f"{RUN},{matchers(rl_reward_fn='total')}"
+TOTAL = f"{RUN},{match(contract.label(contract.REWARD_FN), contract.REWARD_FN_TOTAL)}"
 """The run's total reward (the one the policy is trained on)."""
 WINDOW = "$__rate_interval"
 """The range of every windowed query: Grafana's ``$__rate_interval`` (at least 4 collector flushes)."""
 
+ROLE = contract.label(contract.ROLE)
+REWARD_FN = contract.label(contract.REWARD_FN)
+METRIC_KEY = contract.label(contract.METRIC_KEY)
+DATASET = contract.label(contract.DATASET)
+STALENESS_PHASE = contract.label(contract.STALENESS_PHASE)
+KL_ESTIMATOR = contract.label(contract.KL_ESTIMATOR)
+GROUP_OUTCOME = contract.label(contract.GROUP_OUTCOME)
+SIGN = contract.label(contract.SIGN)
+JOINT_X = contract.label(contract.JOINT_X)
+PHASE = contract.label(contract.PHASE)
+SELF_METRIC = contract.label(contract.SELF_METRIC)
+SELF_REASON = contract.label(contract.SELF_REASON)
+SELF_SIGNAL = contract.label(contract.SELF_SIGNAL)
+"""The labels the rows group by and show (``rl_reward_fn``, ...): the contract's attributes as Prometheus labels."""
+
 Panel = cogbuilder.Builder[model.Panel]
+
+
+def legend(label: str) -> str:
+    """Grafana's legend format of ``label``'s value, ``{{label}}``.
+
+    >>> legend(REWARD_FN)
+    '{{rl_reward_fn}}'
+    """
+    return f"{{{{{label}}}}}"
 
 
 @dataclass(frozen=True)

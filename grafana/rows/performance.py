@@ -8,15 +8,18 @@ spans, such as NeMo Lens); the rest from the contract's counters and gauges (doc
 
 from __future__ import annotations
 
+import otel_rl_contract as contract
 from grafana_foundation_sdk.builders import common as common_builders
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import statetimeline, table
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as model
+from otel_rl_contract import rules
 from otel_rl_ops import promql
 
 from rows.panels import (
     JAEGER,
+    PHASE,
     PROMETHEUS,
     RUN,
     RUN_VARIABLE,
@@ -24,12 +27,13 @@ from rows.panels import (
     WINDOW,
     JaegerSearch,
     Row,
+    legend,
     prom,
     series,
     stacked,
 )
 
-SYNC = f"{RUN},{promql.match('rl_phase_name', 'sync')}"
+SYNC = f"{RUN},{promql.match(PHASE, 'sync')}"
 """The run's weight-sync phase."""
 SLOWEST_STEPS = 50
 """How many of the run's latest steps the "Slowest steps" table searches, slowest first."""
@@ -46,7 +50,7 @@ def row() -> Row:
             "run's ranks. A nested phase's time is also its parent's (sync inside train counts in both).",
             "percentunit",
             "share of the ranks' time",
-            prom("A", promql.phase_share(RUN, window=WINDOW), "{{rl_phase_name}}"),
+            prom("A", promql.phase_share(RUN, window=WINDOW), legend(PHASE)),
         ).min(0)
     )
     durations = series(
@@ -56,8 +60,8 @@ def row() -> Row:
         "1 h), merged over ranks. RLPhaseStuck compares the time in an open phase with a multiple of its p99.",
         "s",
         "seconds",
-        prom("A", promql.phase_quantile(0.5, RUN, window=WINDOW), "p50 {{rl_phase_name}}"),
-        prom("B", promql.phase_quantile(0.99, RUN, window=WINDOW), "p99 {{rl_phase_name}}"),
+        prom("A", promql.phase_quantile(0.5, RUN, window=WINDOW), f"p50 {legend(PHASE)}"),
+        prom("B", promql.phase_quantile(0.99, RUN, window=WINDOW), f"p99 {legend(PHASE)}"),
     ).min(0)
     tokens = series(
         44,
@@ -66,8 +70,8 @@ def row() -> Row:
         "rl_tokens_trained_total from record_tokens; exact sums over ranks).",
         "short",
         "tokens / s",
-        prom("A", promql.rate("rl_tokens_generated_total", RUN, window=WINDOW), "generated"),
-        prom("B", promql.rate("rl_tokens_trained_total", RUN, window=WINDOW), "trained"),
+        prom("A", promql.rate(contract.series(contract.TOKENS_GENERATED), RUN, window=WINDOW), "generated"),
+        prom("B", promql.rate(contract.series(contract.TOKENS_TRAINED), RUN, window=WINDOW), "trained"),
     ).min(0)
     samples = series(
         45,
@@ -75,7 +79,7 @@ def row() -> Row:
         "Samples (rollouts) trained on per second (rl_samples_trained_total).",
         "short",
         "samples / s",
-        prom("A", promql.rate("rl_samples_trained_total", RUN, window=WINDOW), "samples"),
+        prom("A", promql.rate(contract.series(contract.SAMPLES_TRAINED), RUN, window=WINDOW), "samples"),
     ).min(0)
     mfu = series(
         46,
@@ -95,7 +99,7 @@ def row() -> Row:
             "on), wait_weights (the refit bubble: generation waits for new weights).",
             "percentunit",
             "share of the ranks' time",
-            prom("A", promql.idle_fraction(RUN, window=WINDOW), "{{rl_phase_name}}"),
+            prom("A", promql.idle_fraction(RUN, window=WINDOW), legend(PHASE)),
         ).min(0)
     )
     sync = series(
@@ -116,10 +120,15 @@ def row() -> Row:
         "(set_async_state), summed over ranks.",
         "short",
         "count",
-        prom("A", f"sum(rl_queue_depth{{{RUN}}})", "queue depth"),
-        prom("B", f"sum(rl_rollouts_in_flight{{{RUN}}})", "in flight"),
-        prom("C", f"sum(rl_buffer_used{{{RUN}}})", "buffer used"),
-        prom("D", f"sum(rl_buffer_capacity{{{RUN}}})", "buffer capacity"),
+        *(
+            prom(ref, f"sum({contract.series(gauge).name}{{{RUN}}})", text)
+            for ref, gauge, text in (
+                ("A", contract.QUEUE_DEPTH, "queue depth"),
+                ("B", contract.IN_FLIGHT, "in flight"),
+                ("C", contract.BUFFER_USED, "buffer used"),
+                ("D", contract.BUFFER_CAPACITY, "buffer capacity"),
+            )
+        ),
     ).min(0)
     versions = series(
         50,
@@ -129,9 +138,9 @@ def row() -> Row:
         "min and max, and the max.",
         "none",
         "versions",
-        prom("A", promql.quantile(0.5, "rl_trajectory_versions", RUN, window=WINDOW, integers=True), "p50"),
-        prom("B", promql.quantile(0.99, "rl_trajectory_versions", RUN, window=WINDOW, integers=True), "p99"),
-        prom("C", f"max(max_over_time(rl_trajectory_versions_max{{{RUN}}}[{WINDOW}]))", "max"),
+        prom("A", promql.quantile(0.5, contract.TRAJECTORY_VERSIONS, RUN, window=WINDOW, integers=True), "p50"),
+        prom("B", promql.quantile(0.99, contract.TRAJECTORY_VERSIONS, RUN, window=WINDOW, integers=True), "p99"),
+        prom("C", promql.extremes(contract.TRAJECTORY_VERSIONS, RUN, window=WINDOW)[1], "max"),
     ).min(0)
     timeline = (
         statetimeline.Panel()
@@ -143,7 +152,7 @@ def row() -> Row:
             "one from Slowest steps."
         )
         .datasource(PROMETHEUS)
-        .with_target(prom("A", f"sum by (rl_phase_name) (rl_phase{{{RUN}}})", "{{rl_phase_name}}"))
+        .with_target(prom("A", f"sum by ({PHASE}) ({contract.series(contract.PHASES).name}{{{RUN}}})", legend(PHASE)))
         .unit("short")
         .show_value(common.VisibilityMode.AUTO)
         .merge_values(True)
@@ -157,8 +166,8 @@ def row() -> Row:
         "p99 over the last hour, at least a floor).",
         "s",
         "seconds",
-        prom("A", f"max by (rl_phase_name) (rl:phase_open_seconds{{{RUN}}})", "in {{rl_phase_name}}"),
-        prom("B", f"max by (rl_phase_name) (rl:phase_stuck_threshold_seconds{{{RUN}}})", "threshold {{rl_phase_name}}"),
+        prom("A", f"max by ({PHASE}) ({rules.PHASE_OPEN.name}{{{RUN}}})", f"in {legend(PHASE)}"),
+        prom("B", f"max by ({PHASE}) ({rules.PHASE_STUCK_THRESHOLD.name}{{{RUN}}})", f"threshold {legend(PHASE)}"),
     ).min(0)
     slowest = (
         table.Panel()

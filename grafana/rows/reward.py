@@ -3,9 +3,10 @@ and every other recorded metric."""
 
 from __future__ import annotations
 
+import otel_rl_contract as contract
 from otel_rl_ops import promql
 
-from rows.panels import RUN, TOTAL, WINDOW, Row, heatmap_panel, prom, series
+from rows.panels import METRIC_KEY, REWARD_FN, RUN, TOTAL, WINDOW, Row, heatmap_panel, legend, prom, series
 from rows.rollouts import ZERO_VARIANCE_FRACTION
 
 
@@ -19,10 +20,10 @@ def row() -> Row:
         "sends only its batch's mean (NeMo Lens) shows that mean alone: 'mean (reported)'.",
         "none",
         "reward",
-        prom("A", promql.mean("rl_reward", TOTAL, window=WINDOW), "mean"),
-        prom("B", promql.quantile(0.5, "rl_reward", TOTAL, window=WINDOW), "p50"),
-        prom("C", promql.quantile(0.9, "rl_reward", TOTAL, window=WINDOW), "p90"),
-        prom("D", promql.quantile(0.99, "rl_reward", TOTAL, window=WINDOW), "p99"),
+        prom("A", promql.mean(contract.REWARDS, TOTAL, window=WINDOW), "mean"),
+        prom("B", promql.quantile(0.5, contract.REWARDS, TOTAL, window=WINDOW), "p50"),
+        prom("C", promql.quantile(0.9, contract.REWARDS, TOTAL, window=WINDOW), "p90"),
+        prom("D", promql.quantile(0.99, contract.REWARDS, TOTAL, window=WINDOW), "p99"),
         prom("E", promql.reported(RUN, "reward/mean"), "mean (reported)"),
     )
     distribution = heatmap_panel(
@@ -31,7 +32,7 @@ def row() -> Row:
         "Rewards recorded per bucket and interval (native histogram buckets; classic buckets for "
         'histogram="explicit"). Exemplars link to the kept samples.',
         "reward",
-        promql.distribution("rl_reward", TOTAL, window=WINDOW),
+        promql.distribution(contract.REWARDS, TOTAL, window=WINDOW),
     )
     by_fn = series(
         4,
@@ -39,7 +40,7 @@ def row() -> Row:
         "Per rl.reward.fn, from the exact counters; 'total' is the reward the policy is trained on.",
         "none",
         "mean reward",
-        prom("A", promql.mean("rl_reward", RUN, by="rl_reward_fn", window=WINDOW), "{{rl_reward_fn}}"),
+        prom("A", promql.mean(contract.REWARDS, RUN, by=REWARD_FN, window=WINDOW), legend(REWARD_FN)),
     )
     zero_variance = (
         series(
@@ -62,8 +63,8 @@ def row() -> Row:
         "they are, the values a trainer reduced itself and sends as gauges (NeMo Lens: KL, losses, ...).",
         "none",
         "mean value",
-        prom("A", promql.mean("rl_metric", RUN, by="rl_metric_key", window=WINDOW), "{{rl_metric_key}}"),
-        prom("B", promql.reported(RUN), "{{rl_metric_key}} (reported)"),
+        prom("A", promql.mean(contract.METRICS, RUN, by=METRIC_KEY, window=WINDOW), legend(METRIC_KEY)),
+        prom("B", promql.reported(RUN), f"{legend(METRIC_KEY)} (reported)"),
     )
     return Row(
         "Reward",

@@ -3,22 +3,26 @@ importance ratio and mismatch KL, prompt-group outcomes, advantage signs)."""
 
 from __future__ import annotations
 
+import otel_rl_contract as contract
 from grafana_foundation_sdk.builders import prometheus
+from otel_rl_contract import Distribution
 from otel_rl_ops import promql
 
-from rows.panels import RUN, WINDOW, Row, prom, series, stacked
+from rows.panels import GROUP_OUTCOME, KL_ESTIMATOR, RUN, SIGN, WINDOW, Row, legend, prom, series, stacked
 
-ZERO_VARIANCE_FRACTION = promql.fraction("rl_groups_zero_variance_total", "rl_groups_total", RUN, window=WINDOW)
+ZERO_VARIANCE_FRACTION = promql.fraction(
+    contract.series(contract.GROUPS_ZERO_VARIANCE), contract.series(contract.GROUPS), RUN, window=WINDOW
+)
 """The share of the interval's prompt groups whose rewards are all equal, from record_rollouts' exact counters (the
 source of RLRewardCollapse's zero-variance signal and of RLZeroVarianceGroupsHigh)."""
 
 
 def _percentiles(
-    metric: str, quantiles: tuple[float, ...], *, first: str = "B", integers: bool = False
+    values: Distribution, quantiles: tuple[float, ...], *, first: str = "B", integers: bool = False
 ) -> list[prometheus.Dataquery]:
-    """Queries ``first``, ... of the ``quantiles`` of ``metric`` over the interval, clamped, legends ``p10``, ...."""
+    """Queries ``first``, ... of the ``quantiles`` of ``values`` over the interval, clamped, legends ``p10``, ...."""
     return [
-        prom(chr(ord(first) + i), promql.quantile(q, metric, RUN, window=WINDOW, integers=integers), f"p{q * 100:g}")
+        prom(chr(ord(first) + i), promql.quantile(q, values, RUN, window=WINDOW, integers=integers), f"p{q * 100:g}")
         for i, q in enumerate(quantiles)
     ]
 
@@ -33,8 +37,8 @@ def row() -> Row:
         "advantage normalization.",
         "none",
         "advantage",
-        prom("A", promql.mean("rl_advantage", RUN, window=WINDOW), "mean"),
-        *_percentiles("rl_advantage", (0.1, 0.5, 0.9)),
+        prom("A", promql.mean(contract.ADVANTAGES, RUN, window=WINDOW), "mean"),
+        *_percentiles(contract.ADVANTAGES, (0.1, 0.5, 0.9)),
     )
     length = series(
         27,
@@ -44,8 +48,8 @@ def row() -> Row:
         "trainer sends alone (NeMo Lens).",
         "none",
         "tokens",
-        prom("A", promql.mean("rl_response_length", RUN, window=WINDOW), "mean"),
-        *_percentiles("rl_response_length", (0.5, 0.9, 0.99), integers=True),
+        prom("A", promql.mean(contract.RESPONSE_LENGTHS, RUN, window=WINDOW), "mean"),
+        *_percentiles(contract.RESPONSE_LENGTHS, (0.5, 0.9, 0.99), integers=True),
         prom("E", promql.reported(RUN, "response_length/mean"), "mean (reported)"),
     ).min(0)
     entropy = series(
@@ -56,8 +60,8 @@ def row() -> Row:
         "(RLEntropyCollapse). 'mean (reported)': the mean a trainer sends alone (NeMo Lens).",
         "none",
         "nats",
-        prom("A", promql.mean("rl_entropy", RUN, window=WINDOW), "mean"),
-        *_percentiles("rl_entropy", (0.1, 0.5, 0.9)),
+        prom("A", promql.mean(contract.ENTROPY, RUN, window=WINDOW), "mean"),
+        *_percentiles(contract.ENTROPY, (0.1, 0.5, 0.9)),
         prom("E", promql.reported(RUN, "entropy/mean"), "mean (reported)"),
     ).min(0)
     ratio = series(
@@ -68,7 +72,7 @@ def row() -> Row:
         "trainer/inference mismatch (RLImportanceRatioHigh).",
         "none",
         "ratio",
-        *_percentiles("rl_importance_ratio", (0.01, 0.5, 0.99), first="A"),
+        *_percentiles(contract.IMPORTANCE_RATIO, (0.01, 0.5, 0.99), first="A"),
     )
     mismatch = series(
         30,
@@ -77,7 +81,7 @@ def row() -> Row:
         "k3 = (r − 1) − log r, never negative), from the exact counters (RLMismatchKLHigh watches k3).",
         "none",
         "nats per token",
-        prom("A", promql.mean("rl_mismatch_kl", RUN, by="rl_kl_estimator", window=WINDOW), "{{rl_kl_estimator}}"),
+        prom("A", promql.mean(contract.MISMATCH_KL, RUN, by=KL_ESTIMATOR, window=WINDOW), legend(KL_ESTIMATOR)),
     )
     ess = (
         series(
@@ -87,7 +91,7 @@ def row() -> Row:
             "the same, towards 0 when a few tokens carry the importance weights (RLEffectiveSampleSizeLow).",
             "percentunit",
             "fraction of tokens",
-            prom("A", promql.effective_sample_size("rl_importance_ratio", RUN, window=WINDOW), "ESS / n"),
+            prom("A", promql.effective_sample_size(contract.IMPORTANCE_RATIO, RUN, window=WINDOW), "ESS / n"),
         )
         .min(0)
         .max(1)
@@ -103,8 +107,8 @@ def row() -> Row:
             "fraction of groups",
             prom(
                 "A",
-                promql.share("rl_groups_total", "rl_group_outcome", RUN, window=WINDOW),
-                "{{rl_group_outcome}} solved",
+                promql.share(contract.series(contract.GROUPS), GROUP_OUTCOME, RUN, window=WINDOW),
+                f"{legend(GROUP_OUTCOME)} solved",
             ),
             prom("B", ZERO_VARIANCE_FRACTION, "zero variance"),
         )
@@ -119,7 +123,7 @@ def row() -> Row:
             "Mostly zero: groups without signal; lopsided: a biased baseline.",
             "percentunit",
             "fraction of rollouts",
-            prom("A", promql.share("rl_advantage_sign_total", "rl_sign", RUN, window=WINDOW), "{{rl_sign}}"),
+            prom("A", promql.share(contract.series(contract.ADVANTAGE_SIGNS), SIGN, RUN, window=WINDOW), legend(SIGN)),
         )
         .min(0)
         .max(1)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import otel_rl_contract as contract
 from grafana_foundation_sdk.models import dashboard as model
 from otel_rl_ops import promql
 
-from rows.panels import RUN, Row, prom, series, stacked, stat_panel, traffic_light
+from rows.panels import PHASE, ROLE, RUN, Row, legend, prom, series, stacked, stat_panel, traffic_light
+
+RANKS_UP = contract.series(contract.RANKS_UP).name
+RANKS_EXPECTED = contract.series(contract.RANKS_EXPECTED).name
+STEP = contract.series(contract.STEP).name
 
 
 def row() -> Row:
@@ -18,8 +23,8 @@ def row() -> Row:
         "(RLRanksMissing).",
         "short",
         "ranks",
-        prom("A", f"sum by (rl_role) (rl_ranks_up{{{RUN}}})", "{{rl_role}} reporting"),
-        prom("B", f"max by (rl_role) (rl_ranks_expected{{{RUN}}})", "{{rl_role}} expected"),
+        prom("A", f"sum by ({ROLE}) ({RANKS_UP}{{{RUN}}})", f"{legend(ROLE)} reporting"),
+        prom("B", f"max by ({ROLE}) ({RANKS_EXPECTED}{{{RUN}}})", f"{legend(ROLE)} expected"),
     ).min(0)
     phases = stacked(
         series(
@@ -29,7 +34,7 @@ def row() -> Row:
             "where the run spends its time (generate, score, train, sync, ...).",
             "short",
             "ranks",
-            prom("A", f"sum by (rl_phase_name) (rl_phase{{{RUN}}})", "{{rl_phase_name}}"),
+            prom("A", f"sum by ({PHASE}) ({contract.series(contract.PHASES).name}{{{RUN}}})", legend(PHASE)),
         ).min(0)
     )
     step_rate = series(
@@ -39,7 +44,7 @@ def row() -> Row:
         "stalled (RLTrainerStalled).",
         "none",
         "steps / min",
-        prom("A", f"60 * max(deriv(rl_step{{{RUN}}}[5m]))", "steps per minute"),
+        prom("A", f"60 * max(deriv({STEP}{{{RUN}}}[5m]))", "steps per minute"),
     ).min(0)
     state = stat_panel(
         22,
@@ -68,7 +73,7 @@ def row() -> Row:
         "s",
         prom(
             "A",
-            f"max(timestamp(rl_step{{{RUN}}})) - min(rl_run_start_time_seconds{{{RUN}}})",
+            f"max(timestamp({STEP}{{{RUN}}})) - min({contract.series(contract.RUN_START).name}{{{RUN}}})",
             "since the first process started",
         ),
     )

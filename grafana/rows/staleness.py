@@ -3,6 +3,7 @@ the step."""
 
 from __future__ import annotations
 
+import otel_rl_contract as contract
 from otel_rl_ops import promql
 
 from rows.panels import RUN, WINDOW, Row, heatmap_panel, prom, series
@@ -10,7 +11,7 @@ from rows.panels import RUN, WINDOW, Row, heatmap_panel, prom, series
 
 def row() -> Row:
     """The staleness row."""
-    _, maximum = promql.extremes("rl_staleness", RUN, window=WINDOW)
+    _, maximum = promql.extremes(contract.STALENESS, RUN, window=WINDOW)
     staleness = series(
         8,
         "Staleness (policy versions behind, per token)",
@@ -18,8 +19,8 @@ def row() -> Row:
         "(max of the ranks' per-export maxima).",
         "none",
         "versions behind",
-        prom("A", promql.quantile(0.5, "rl_staleness", RUN, window=WINDOW, integers=True), "p50"),
-        prom("B", promql.quantile(0.99, "rl_staleness", RUN, window=WINDOW, integers=True), "p99"),
+        prom("A", promql.quantile(0.5, contract.STALENESS, RUN, window=WINDOW, integers=True), "p50"),
+        prom("B", promql.quantile(0.99, contract.STALENESS, RUN, window=WINDOW, integers=True), "p99"),
         prom("C", maximum, "max"),
     )
     distribution = heatmap_panel(
@@ -27,7 +28,7 @@ def row() -> Row:
         "Staleness distribution",
         "Tokens per staleness bucket and interval (policy versions behind; zero bucket at 0).",
         "versions behind",
-        promql.distribution("rl_staleness", RUN, window=WINDOW),
+        promql.distribution(contract.STALENESS, RUN, window=WINDOW),
     )
     progress = series(
         10,
@@ -35,8 +36,8 @@ def row() -> Row:
         "The trainer's current policy version and last declared step (max over ranks).",
         "none",
         "version / step",
-        prom("A", f"max(rl_policy_version{{{RUN}}})", "policy version"),
-        prom("B", f"max(rl_step{{{RUN}}})", "step"),
+        prom("A", f"max({contract.series(contract.POLICY_VERSION).name}{{{RUN}}})", "policy version"),
+        prom("B", f"max({contract.series(contract.STEP).name}{{{RUN}}})", "step"),
     )
     return Row(
         "Staleness and progress",

@@ -3,9 +3,23 @@ how fresh the run's data is, and whether the collector merged it exactly (the me
 
 from __future__ import annotations
 
+import otel_rl_contract as contract
+from otel_rl_contract import foreign
 from otel_rl_ops import promql
 
-from rows.panels import RUN, WINDOW, Row, prom, series, stat_panel, traffic_light
+from rows.panels import (
+    RUN,
+    SELF_METRIC,
+    SELF_REASON,
+    SELF_SIGNAL,
+    WINDOW,
+    Row,
+    legend,
+    prom,
+    series,
+    stat_panel,
+    traffic_light,
+)
 
 
 def row() -> Row:
@@ -20,13 +34,15 @@ def row() -> Row:
         "values per interval",
         prom(
             "A",
-            promql.increase("otel_rl_values_rejected_total", RUN, by="otel_rl_metric, otel_rl_reason", window=WINDOW),
-            "{{otel_rl_metric}} {{otel_rl_reason}}",
+            promql.increase(
+                contract.series(contract.VALUES_REJECTED), RUN, by=f"{SELF_METRIC}, {SELF_REASON}", window=WINDOW
+            ),
+            f"{legend(SELF_METRIC)} {legend(SELF_REASON)}",
         ),
         prom(
             "B",
             # Exact: a burst that ended before the counter's first scrape leaves it born at its final value.
-            promql.exact_increase("otelcol_otel_rl_points_rejected", RUN, by="metric, reason", window=WINDOW),
+            promql.exact_increase(foreign.COLLECTOR_POINTS_REJECTED, RUN, by="metric, reason", window=WINDOW),
             "at the collector: {{metric}} {{reason}}",
         ),
     )
@@ -37,17 +53,17 @@ def row() -> Row:
         "shutdown, ...; spans: queue_full when an outage outlasts the rank's span queue, refused, shutdown).",
         "short",
         "items / s",
-        prom("A", promql.rate("otel_rl_samples_exported_total", RUN, window=WINDOW), "samples exported"),
+        prom("A", promql.rate(contract.series(contract.SAMPLES_EXPORTED), RUN, window=WINDOW), "samples exported"),
         prom(
             "B",
-            promql.rate("otel_rl_samples_dropped_total", RUN, by="otel_rl_reason", window=WINDOW),
-            "samples dropped {{otel_rl_reason}}",
+            promql.rate(contract.series(contract.SAMPLES_DROPPED), RUN, by=SELF_REASON, window=WINDOW),
+            f"samples dropped {legend(SELF_REASON)}",
         ),
-        prom("C", promql.rate("otel_rl_spans_exported_total", RUN, window=WINDOW), "spans exported"),
+        prom("C", promql.rate(contract.series(contract.SPANS_EXPORTED), RUN, window=WINDOW), "spans exported"),
         prom(
             "D",
-            promql.rate("otel_rl_spans_dropped_total", RUN, by="otel_rl_reason", window=WINDOW),
-            "spans dropped {{otel_rl_reason}}",
+            promql.rate(contract.series(contract.SPANS_DROPPED), RUN, by=SELF_REASON, window=WINDOW),
+            f"spans dropped {legend(SELF_REASON)}",
         ),
     )
     failures = series(
@@ -60,13 +76,13 @@ def row() -> Row:
         "failures per interval",
         prom(
             "A",
-            promql.increase("otel_rl_export_failures_total", RUN, by="otel_rl_signal", window=WINDOW),
-            "{{otel_rl_signal}}",
+            promql.increase(contract.series(contract.EXPORT_FAILURES), RUN, by=SELF_SIGNAL, window=WINDOW),
+            legend(SELF_SIGNAL),
         ),
         prom(
             "B",
-            promql.increase("otel_rl_export_unencodable_total", RUN, by="otel_rl_signal", window=WINDOW),
-            "unencodable {{otel_rl_signal}}",
+            promql.increase(contract.series(contract.EXPORT_UNENCODABLE), RUN, by=SELF_SIGNAL, window=WINDOW),
+            f"unencodable {legend(SELF_SIGNAL)}",
         ),
     )
     freshness = stat_panel(
@@ -74,7 +90,9 @@ def row() -> Row:
         "Time since last data",
         "Seconds since the run's last aggregated point reached Prometheus (rl_step).",
         "s",
-        prom("A", f"time() - max(timestamp(rl_step{{{RUN}}}))", "seconds since last data"),
+        prom(
+            "A", f"time() - max(timestamp({contract.series(contract.STEP).name}{{{RUN}}}))", "seconds since last data"
+        ),
     ).thresholds(traffic_light(orange=60, red=300))
     merge_check = stat_panel(
         40,

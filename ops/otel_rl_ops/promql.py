@@ -17,7 +17,9 @@ divide exact increases (:func:`exact_increase`: each series' value now minus its
 differently and the ratio leaves its bounds (an ESS fraction above 1, shares not adding up to 1).
 
 A ``selector`` is the label matchers without braces, e.g. ``rl_run_id="r1",rl_rank=""`` (see :func:`matchers`);
-``by`` names the labels an aggregation keeps (``""``: none).
+``by`` names the labels an aggregation keeps (``""``: none). Series and labels are the contract's
+(:mod:`otel_rl_contract`): a builder takes a metric's :class:`~otel_rl_contract.Series` (``contract.series(metric)``,
+a recording rule's or a foreign one) or a whole :class:`~otel_rl_contract.Distribution`, never a typed name.
 """
 
 from __future__ import annotations
@@ -25,8 +27,13 @@ from __future__ import annotations
 from typing import Literal
 
 import otel_rl_contract as contract
+from otel_rl_contract import Distribution, Series
 
 MatchOp = Literal["=", "!=", "=~", "!~"]
+
+_METRIC_KEY = contract.label(contract.METRIC_KEY)
+_JOINT_X = contract.label(contract.JOINT_X)
+_PHASE = contract.label(contract.PHASE)
 
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -83,13 +90,13 @@ def matchers(**labels: str) -> str:
     return ",".join(match(label, value) for label, value in labels.items())
 
 
-def selector(metric: str = "", /, **labels: str) -> str:
-    """A series selector, ``metric{...}`` (``{...}`` without a metric).
+def selector(series: Series | None = None, /, **labels: str) -> str:
+    """A series selector, ``name{...}`` (``{...}`` without a series).
 
-    >>> selector("rl_step", rl_run_id="r1")
+    >>> selector(contract.series(contract.STEP), rl_run_id="r1")
     'rl_step{rl_run_id="r1"}'
     """
-    return f"{metric}{{{matchers(**labels)}}}"
+    return f"{'' if series is None else series.name}{{{matchers(**labels)}}}"
 
 
 def _group(by: str, *extra: str) -> str:
@@ -108,22 +115,22 @@ def _over(function: str, series: str, window: str | None) -> str:
     return series if window is None else f"{function}({series}[{window}])"
 
 
-def rate(counter: str, selector: str, *, by: str = "", window: str) -> str:
+def rate(counter: Series, selector: str, *, by: str = "", window: str) -> str:
     """Per-second rate of ``counter`` over ``window``, summed by ``by``.
 
-    >>> rate("otel_rl_samples_exported_total", 'rl_run_id="r1"', window="1m")
+    >>> rate(contract.series(contract.SAMPLES_EXPORTED), 'rl_run_id="r1"', window="1m")
     'sum(rate(otel_rl_samples_exported_total{rl_run_id="r1"}[1m]))'
     """
-    return _sum(by, _over("rate", f"{counter}{{{selector}}}", window))
+    return _sum(by, _over("rate", f"{counter.name}{{{selector}}}", window))
 
 
-def increase(counter: str, selector: str, *, by: str = "", window: str | None) -> str:
+def increase(counter: Series, selector: str, *, by: str = "", window: str | None) -> str:
     """Increase of ``counter`` over ``window`` (its cumulative value when None), summed by ``by``.
 
-    >>> increase("rl_groups_total", 'rl_run_id="r1"', by="rl_group_outcome", window=None)
+    >>> increase(contract.series(contract.GROUPS), 'rl_run_id="r1"', by="rl_group_outcome", window=None)
     'sum by (rl_group_outcome) (rl_groups_total{rl_run_id="r1"})'
     """
-    return _sum(by, _over("increase", f"{counter}{{{selector}}}", window))
+    return _sum(by, _over("increase", f"{counter.name}{{{selector}}}", window))
 
 
 def _since(series: str, window: str | None, function: str = "") -> str:
@@ -149,52 +156,53 @@ def _nonzero(denominator: str, window: str | None) -> str:
     return denominator if window is None else f"({denominator} > 0)"
 
 
-def exact_increase(counter: str, selector: str, *, by: str = "", window: str | None) -> str:
+def exact_increase(counter: Series, selector: str, *, by: str = "", window: str | None) -> str:
     """Exact increase of ``counter`` over ``window`` (its cumulative value when None), summed by ``by``: the sum of
     its series' :func:`_since`. The parts of a ratio of counters.
 
-    >>> print(exact_increase("rl_groups_total", "S", by="rl_group_outcome", window="1m"))
+    >>> print(exact_increase(contract.series(contract.GROUPS), "S", by="rl_group_outcome", window="1m"))
     sum by (rl_group_outcome) ((rl_groups_total{S} - rl_groups_total{S} offset 1m >= 0 or rl_groups_total{S}))
     """
-    return _sum(by, _since(f"{counter}{{{selector}}}", window))
+    return _sum(by, _since(f"{counter.name}{{{selector}}}", window))
 
 
-def count(metric: str, selector: str, *, by: str = "", window: str | None) -> str:
-    """Values recorded into histogram ``metric`` over ``window`` (an exact increase; cumulative when None), from the
+def count(histogram: Series, selector: str, *, by: str = "", window: str | None) -> str:
+    """Values recorded into ``histogram`` over ``window`` (an exact increase; cumulative when None), from the
     native histogram's count, else the classic ``_count``."""
     group = _group(by)
-    native = _since(f"{metric}{{{selector}}}", window, "histogram_count")
-    classic = _since(f"{metric}_count{{{selector}}}", window)
+    native = _since(f"{histogram.name}{{{selector}}}", window, "histogram_count")
+    classic = _since(f"{histogram.count}{{{selector}}}", window)
     return f"(sum{group} ({native}) or sum{group} ({classic}))"
 
 
-def signed_sum(metric: str, selector: str, *, by: str = "", window: str | None) -> str:
-    """Sum of the values of ``metric`` over ``window`` (an exact increase; cumulative when None) from its exact
-    ``_positive_total`` and ``_negative_total`` counters: a histogram's own sum decreases with negative values,
-    which ``rate()`` reads as a counter reset."""
+def signed_sum(distribution: Distribution, selector: str, *, by: str = "", window: str | None) -> str:
+    """Sum of the values of ``distribution`` over ``window`` (an exact increase; cumulative when None) from its exact
+    positive and negative counters: a histogram's own sum decreases with negative values, which ``rate()`` reads as
+    a counter reset."""
     group = _group(by)
-    positive = _since(f"{metric}_positive_total{{{selector}}}", window)
-    negative = _since(f"{metric}_negative_total{{{selector}}}", window)
+    positive, negative = (
+        _since(f"{contract.series(part).name}{{{selector}}}", window) for part in distribution.sums[:2]
+    )
     return f"(sum{group} ({positive}) - sum{group} ({negative}))"
 
 
-def mean(metric: str, selector: str, *, by: str = "", window: str | None) -> str:
-    """Mean of the values recorded into ``metric`` over ``window`` (since the beginning when None): the exact signed
-    sum over the count of the same window, so exact for negative values too, and within the extremes of the values
-    recorded. No value for a window without values.
+def mean(distribution: Distribution, selector: str, *, by: str = "", window: str | None) -> str:
+    """Mean of the values recorded into ``distribution`` over ``window`` (since the beginning when None): the exact
+    signed sum over the count of the same window, so exact for negative values too, and within the extremes of the
+    values recorded. No value for a window without values.
 
-    >>> print(mean("rl_reward", "S", window=None))
+    >>> print(mean(contract.REWARDS, "S", window=None))
     (sum (rl_reward_positive_total{S}) - sum (rl_reward_negative_total{S})) / (sum (histogram_count(rl_reward{S})) or sum (rl_reward_count{S}))
     """
-    values = _nonzero(count(metric, selector, by=by, window=window), window)
-    return f"{signed_sum(metric, selector, by=by, window=window)} / {values}"
+    values = _nonzero(count(contract.series(distribution.histogram), selector, by=by, window=window), window)
+    return f"{signed_sum(distribution, selector, by=by, window=window)} / {values}"
 
 
-def buckets(metric: str, selector: str, *, by: str = "", window: str | None) -> tuple[str, str]:
-    """The native histogram and the classic buckets (by ``le``) of ``metric``, summed by ``by``: rates over
+def buckets(histogram: Series, selector: str, *, by: str = "", window: str | None) -> tuple[str, str]:
+    """The native histogram and the classic buckets (by ``le``) of ``histogram``, summed by ``by``: rates over
     ``window``, or the cumulative histograms when None. The inputs of :func:`quantile_estimate`."""
-    native = f"sum{_group(by)} ({_over('rate', f'{metric}{{{selector}}}', window)})"
-    classic = f"sum{_group(by, 'le')} ({_over('rate', f'{metric}_bucket{{{selector}}}', window)})"
+    native = f"sum{_group(by)} ({_over('rate', f'{histogram.name}{{{selector}}}', window)})"
+    classic = f"sum{_group(by, 'le')} ({_over('rate', f'{histogram.bucket}{{{selector}}}', window)})"
     return native, classic
 
 
@@ -208,10 +216,11 @@ def quantile_estimate(q: float, native: str, classic: str, *, integers: bool = F
     return f"round{estimate}" if integers else estimate
 
 
-def extremes(metric: str, selector: str, *, by: str = "", window: str) -> tuple[str, str]:
-    """The exact merged minimum and maximum of ``metric`` over ``window``, from its ``_min``/``_max`` gauges."""
-    low = f"min{_group(by)} (min_over_time({metric}_min{{{selector}}}[{window}]))"
-    high = f"max{_group(by)} (max_over_time({metric}_max{{{selector}}}[{window}]))"
+def extremes(distribution: Distribution, selector: str, *, by: str = "", window: str) -> tuple[str, str]:
+    """The exact merged minimum and maximum of ``distribution`` over ``window``, from its min and max gauges."""
+    minimum, maximum = contract.series(distribution.minimum), contract.series(distribution.maximum)
+    low = f"min{_group(by)} (min_over_time({minimum.name}{{{selector}}}[{window}]))"
+    high = f"max{_group(by)} (max_over_time({maximum.name}{{{selector}}}[{window}]))"
     return low, high
 
 
@@ -236,35 +245,14 @@ def clamp_to_extremes(estimate: str, low: str, high: str, *, on: str = "") -> st
     )
 
 
-def quantile(q: float, metric: str, selector: str, *, by: str = "", window: str, integers: bool = False) -> str:
-    """The ``q`` quantile of ``metric`` over ``window`` (:func:`quantile_estimate` of the window's rates), clamped
-    to the exact merged min and max of the same window."""
-    estimate = quantile_estimate(q, *buckets(metric, selector, by=by, window=window), integers=integers)
-    return clamp_to_extremes(estimate, *extremes(metric, selector, by=by, window=window), on=by)
-
-
-def histogram_increase(metric: str, selector: str, *, window: str) -> tuple[str, str]:
-    """The native histogram and the classic buckets (by ``le``) of the values recorded into ``metric`` over
-    ``window``: each series' exact increase, its histogram now minus its histogram a window ago (whole where it has
-    none a window ago, having begun inside the window, or where its count went down, a reset), summed. Unlike
-    :func:`buckets`' rates, which need two points in the window and leave out what the first one counted, one point
-    suffices: a run shorter than the window reads whole, and nothing is extrapolated. The inputs of
-    :func:`quantile_estimate`.
-
-    >>> print(histogram_increase("h", "S", window="10m")[0])
-    sum(((h{S} - h{S} offset 10m) and histogram_count(h{S}) >= histogram_count(h{S} offset 10m)) or h{S})
-    """
-    series = f"{metric}{{{selector}}}"
-    before = f"{series} offset {window}"
-    native = f"sum((({series} - {before}) and histogram_count({series}) >= histogram_count({before})) or {series})"
-    return native, exact_increase(f"{metric}_bucket", selector, by="le", window=window)
-
-
-def recorded_quantile(q: float, metric: str, selector: str, *, window: str, integers: bool = False) -> str:
-    """The ``q`` quantile of the values recorded into ``metric`` over ``window`` (:func:`histogram_increase`, so a
-    run or a window with a single point has one), clamped to the exact merged min and max of the same window."""
-    estimate = quantile_estimate(q, *histogram_increase(metric, selector, window=window), integers=integers)
-    return clamp_to_extremes(estimate, *extremes(metric, selector, window=window))
+def quantile(
+    q: float, distribution: Distribution, selector: str, *, by: str = "", window: str, integers: bool = False
+) -> str:
+    """The ``q`` quantile of ``distribution`` over ``window`` (:func:`quantile_estimate` of the window's rates),
+    clamped to the exact merged min and max of the same window."""
+    histogram = contract.series(distribution.histogram)
+    estimate = quantile_estimate(q, *buckets(histogram, selector, by=by, window=window), integers=integers)
+    return clamp_to_extremes(estimate, *extremes(distribution, selector, by=by, window=window), on=by)
 
 
 def last_report(selector: str, *, lookback: str, by: str = "") -> str:
@@ -290,11 +278,11 @@ def reported(selector: str, key: str = "") -> str:
     >>> print(reported('rl_run_id="r"', "reward/mean"))
     max by (rl_metric_key) (rl_reported{rl_run_id="r",rl_metric_key="reward/mean"})
     """
-    matched = f"{selector},{matchers(rl_metric_key=key)}" if key else selector
-    return f"max by (rl_metric_key) (rl_reported{{{matched}}})"
+    matched = f"{selector},{match(_METRIC_KEY, key)}" if key else selector
+    return f"max by ({_METRIC_KEY}) ({contract.series(contract.REPORTED).name}{{{matched}}})"
 
 
-def share(counter: str, label: str, selector: str, *, window: str | None) -> str:
+def share(counter: Series, label: str, selector: str, *, window: str | None) -> str:
     """Each ``label`` value's share of ``counter`` over ``window``: its exact increase over the total's
     (``on () group_left ()``: one total for every value), so the shares are in [0, 1] and add up to 1. No value, a
     gap, where nothing was counted."""
@@ -302,38 +290,45 @@ def share(counter: str, label: str, selector: str, *, window: str | None) -> str
     return f"{exact_increase(counter, selector, by=label, window=window)} / on () group_left () {total}"
 
 
-def fraction(part: str, whole: str, selector: str, *, window: str | None) -> str:
+def fraction(part: Series, whole: Series, selector: str, *, window: str | None) -> str:
     """Counter ``part``'s exact increase over counter ``whole``'s over ``window`` (``part`` counts a subset of
     ``whole``, so the fraction is in [0, 1]). No value where ``whole`` counted nothing.
 
-    >>> print(fraction("rl_groups_zero_variance_total", "rl_groups_total", "S", window=None))
+    >>> zero_variance, groups = contract.series(contract.GROUPS_ZERO_VARIANCE), contract.series(contract.GROUPS)
+    >>> print(fraction(zero_variance, groups, "S", window=None))
     sum(rl_groups_zero_variance_total{S}) / sum(rl_groups_total{S})
     """
     whole_increase = _nonzero(exact_increase(whole, selector, window=window), window)
     return f"{exact_increase(part, selector, window=window)} / {whole_increase}"
 
 
-def effective_sample_size(metric: str, selector: str, *, window: str | None) -> str:
+def effective_sample_size(ratios: Distribution, selector: str, *, window: str | None) -> str:
     """Effective sample size fraction of the importance ratios ``r`` recorded over ``window``,
     ``(Σr)^2 / (n Σr^2)``: 1 when every ratio is equal, ``1/n`` when one token carries all the weight. Kish's
-    formula from the exact counters (Σr from ``_positive_total``, the ratios being positive; Σr² from
-    ``_squares_total``) and the histogram's count, all three exact increases over the same flushes, so it is in
-    (0, 1] (Cauchy-Schwarz). No value for a window without ratios."""
-    sums = f"sum({_since(f'{metric}_positive_total{{{selector}}}', window)})"
-    squares = f"sum({_since(f'{metric}_squares_total{{{selector}}}', window)})"
-    values = _nonzero(count(metric, selector, window=window), window)
+    formula from the exact counters (Σr from the positive sum, the ratios being positive; Σr² from the squares) and
+    the histogram's count, all three exact increases over the same flushes, so it is in (0, 1] (Cauchy-Schwarz). No
+    value for a window without ratios."""
+    positive, _, squared = (contract.series(part).name for part in ratios.sums)
+    sums = f"sum({_since(f'{positive}{{{selector}}}', window)})"
+    squares = f"sum({_since(f'{squared}{{{selector}}}', window)})"
+    values = _nonzero(count(contract.series(ratios.histogram), selector, window=window), window)
     return f"{sums} ^ 2 / ({values} * {squares})"
 
 
-def histogram_mean(metric: str, selector: str, *, by: str = "", window: str | None) -> str:
-    """Mean of a histogram of values >= 0 (lengths, versions: its sum is monotone) over ``window``: the exact
-    increase of the native histogram's sum, else the classic ``_sum``, over the count's. No value for a window without
-    values."""
+def histogram_sum(histogram: Series, selector: str, *, by: str = "", window: str | None) -> str:
+    """Sum of the values of a histogram of values >= 0 (lengths, versions: its sum is monotone) over ``window`` (an
+    exact increase; cumulative when None): the native histogram's sum, else the classic ``_sum``."""
     group = _group(by)
-    native = _since(f"{metric}{{{selector}}}", window, "histogram_sum")
-    classic = _since(f"{metric}_sum{{{selector}}}", window)
-    values = _nonzero(count(metric, selector, by=by, window=window), window)
-    return f"(sum{group} ({native}) or sum{group} ({classic})) / {values}"
+    native = _since(f"{histogram.name}{{{selector}}}", window, "histogram_sum")
+    classic = _since(f"{histogram.sum}{{{selector}}}", window)
+    return f"(sum{group} ({native}) or sum{group} ({classic}))"
+
+
+def histogram_mean(histogram: Series, selector: str, *, by: str = "", window: str | None) -> str:
+    """Mean of a histogram of values >= 0 over ``window``: :func:`histogram_sum` over the count of the same window.
+    No value for a window without values."""
+    values = _nonzero(count(histogram, selector, by=by, window=window), window)
+    return f"{histogram_sum(histogram, selector, by=by, window=window)} / {values}"
 
 
 def _joint(selector: str, moment: str, window: str | None) -> str:
@@ -341,9 +336,8 @@ def _joint(selector: str, moment: str, window: str | None) -> str:
     positive part minus its negative part."""
     if moment in ("x", "y", "xy"):
         return f"({_joint(selector, f'{moment}.positive', window)} - {_joint(selector, f'{moment}.negative', window)})"
-    return exact_increase(
-        "rl_joint_total", f"{selector},{match('rl_joint_moment', moment)}", by="rl_joint_x", window=window
-    )
+    moments = f"{selector},{match(contract.label(contract.JOINT_MOMENT), moment)}"
+    return exact_increase(contract.series(contract.JOINT), moments, by=_JOINT_X, window=window)
 
 
 def _comoments(selector: str, window: str | None) -> tuple[str, str, str]:
@@ -368,19 +362,19 @@ def variance_share(selector: str, *, window: str | None) -> str:
     """Each reward function's share of the total reward's variance over ``window``, ``Cov(f, total) / Var(total)``
     per ``rl_joint_x`` ``reward.<fn>``: the shares of functions that add up to the total sum to 1. No value where the
     total is constant."""
-    covariance, _, variance_y = _comoments(f"{selector},{match('rl_joint_x', 'reward[.].+', '=~')}", window)
+    covariance, _, variance_y = _comoments(f"{selector},{match(_JOINT_X, 'reward[.].+', '=~')}", window)
     return f"{covariance} / ({variance_y} > 0)"
 
 
 def gpu_hours(selector: str, *, by: str = "") -> str:
     """GPU-hours the run's ranks have held so far (``rl_gpu_seconds_total``: each rank's GPUs times its lifetime)."""
-    return f"{_sum(by, f'{GPU_SECONDS}{{{selector}}}')} / 3600"
+    return f"{_sum(by, f'{contract.series(contract.GPU_SECONDS).name}{{{selector}}}')} / 3600"
 
 
 def cost(selector: str, *, by: str = "") -> str:
     """The run's cost so far: its GPU-hours times the price per GPU-hour it states (``gpu_hour_price``), per ``by``
     (e.g. each run of a comparison). No value for a run that states no price."""
-    price = f"rl_gpu_hour_price{{{selector}}}"
+    price = f"{contract.series(contract.GPU_HOUR_PRICE).name}{{{selector}}}"
     return f"{gpu_hours(selector, by=by)} * " + (f"max by ({by}) ({price})" if by else f"max({price})")
 
 
@@ -388,35 +382,40 @@ def cost_per(selector: str, unit: Literal["step", "million_tokens", "solved_grou
     """The run's cost so far per step completed (declaring step k with ``step()`` completes steps 0 to k - 1), per
     million trained tokens, or per prompt group solved by some or all of its rollouts (``record_rollouts``). No value
     before the first of them."""
+    solved = match(contract.label(contract.GROUP_OUTCOME), "some|all", "=~")
     amount = {
-        "step": f"max(rl_step{{{selector}}})",
-        "million_tokens": f"(sum(rl_tokens_trained_total{{{selector}}}) / 1e6)",
-        "solved_group": f"sum(rl_groups_total{{{selector},{match('rl_group_outcome', 'some|all', '=~')}}})",
+        "step": f"max({contract.series(contract.STEP).name}{{{selector}}})",
+        "million_tokens": f"(sum({contract.series(contract.TOKENS_TRAINED).name}{{{selector}}}) / 1e6)",
+        "solved_group": f"sum({contract.series(contract.GROUPS).name}{{{selector},{solved}}})",
     }[unit]
     return f"{cost(selector)} / ({amount} > 0)"
 
 
-def distribution(metric: str, selector: str, *, window: str) -> str:
+def distribution(values: Distribution, selector: str, *, window: str) -> str:
     """A heatmap query: values recorded per bucket over ``window``.
 
     The native histogram (Grafana's Prometheus datasource turns it into a ``heatmap-cells`` frame, bucket bounds
     included), else the classic ``_bucket`` series (``format: heatmap`` de-accumulates them). ``unless on ()``
-    keeps the two from mixing in one answer. ``0 * ...exemplars_bucket`` adds no series (its label sets are the
-    classic ones, which ``or`` already holds), but it names the collector's exemplar carrier in the query, so
-    Grafana's exemplar request returns its exemplars: the latest kept samples of every flush (see
-    docs/pipeline.md). An exemplar links to its sample in VictoriaLogs by ``rl.episode.id`` and ``trace_id``.
+    keeps the two from mixing in one answer. For an exemplar carrier (``contract.EXEMPLAR_CARRIERS``),
+    ``0 * ...exemplars_bucket`` adds no series (its label sets are the classic ones, which ``or`` already holds),
+    but it names the collector's exemplar carrier in the query, so Grafana's exemplar request returns its exemplars:
+    the latest kept samples of every flush (see docs/pipeline.md). An exemplar links to its sample in VictoriaLogs by
+    ``rl.episode.id`` and ``trace_id``.
     """
-    native = increase(metric, selector, window=window)
-    classic = increase(f"{metric}_bucket", selector, by="le", window=window)
-    exemplars = f"0 * {increase(f'{metric}_exemplars_bucket', selector, by='le', window=window)}"
-    return f"{native} or (({classic} or {exemplars}) unless on () {native})"
+    histogram = contract.series(values.histogram)
+    native = _sum("", _over("increase", f"{histogram.name}{{{selector}}}", window))
+    classic = _sum("le", _over("increase", f"{histogram.bucket}{{{selector}}}", window))
+    if values in contract.EXEMPLAR_CARRIERS:
+        carrier = contract.exemplar_series(values.histogram).bucket
+        classic = f"({classic} or 0 * {_sum('le', _over('increase', f'{carrier}{{{selector}}}', window))})"
+    return f"{native} or ({classic} unless on () {native})"
 
 
 def seconds_since_step_changed(selector: str) -> str:
     """Seconds since ``rl_step`` last changed, to 15 s: now minus the last 15-second mark at which it differed from
     15 s before (within 6 hours), else minus its first point in those 6 hours (a run still on its first step). The
     same measure as the rule ``rl:step_unchanged_seconds`` (RLTrainerStalled)."""
-    step = f"rl_step{{{selector}}}"
+    step = f"{contract.series(contract.STEP).name}{{{selector}}}"
     changed = f"max_over_time(timestamp({step} != {step} offset 15s)[6h:15s])"
     first = f"min_over_time(timestamp({step})[6h:15s])"
     return f"time() - max({changed} or {first})"
@@ -425,25 +424,22 @@ def seconds_since_step_changed(selector: str) -> str:
 def run_state(selector: str) -> str:
     """0 running, 1 finished cleanly (the last ``rl_run_finished`` within an hour is 1), 2 stopped without a clean
     finish (that last value is 0 and no ``rl_step`` arrived for 5 minutes)."""
-    finished = f"max(last_over_time(rl_run_finished{{{selector}}}[1h]))"
-    present = f"max(present_over_time(rl_step{{{selector}}}[5m]))"
+    finished = f"max(last_over_time({contract.series(contract.RUN_FINISHED).name}{{{selector}}}[1h]))"
+    present = f"max(present_over_time({contract.series(contract.STEP).name}{{{selector}}}[5m]))"
     return f"({finished} == 1) or ({finished} + 2 unless {present}) or {finished}"
 
 
-# Where the time goes: phase durations (the collector's spanmetrics), throughput, MFU -------------------------------
+# Where the time goes: phase durations (the ranks' own, merged), throughput, MFU ------------------------------------
 
-PHASE_DURATION = "rl_phase_duration_seconds"
-"""The run's phase durations: the collector's ``spanmetrics`` connector turns every phase span into this histogram
-(classic buckets from 1 ms to 1 h; labels ``rl_phase_name`` and ``span_name``), the ranks merged (docs/contract.md)."""
-
-PHASE_CALLS = "rl_phase_calls_total"
-"""The run's phase spans counted by the same connector (one per phase span)."""
+_PHASE_DURATION = contract.series(contract.PHASE_DURATION)
+"""The run's phase durations (classic buckets from 1 ms to 1 h; labels ``rl_phase_name`` and ``span_name``): each
+rank's own, merged (docs/contract.md); other senders' phase spans through the collector's ``spanmetrics``."""
 
 IDLE_PHASES = "wait_.*"
 """The phases that are idle time: ``wait_data`` (waiting for rollouts), ``wait_weights`` (for new weights), ...."""
 
 
-def phase_share(selector: str, *, by: str = "rl_phase_name", phases: str = "", window: str) -> str:
+def phase_share(selector: str, *, by: str = _PHASE, phases: str = "", window: str) -> str:
     """The share of the ranks' time spent in each phase over ``window``: rank-seconds of phase spans per second (the
     rate of the durations' sum) over the run's number of ranks. A nested phase's time is also its parent's, so the
     shares of nested phases add up to more than the time; those of the top-level phases to at most 1. ``phases``: a
@@ -452,9 +448,9 @@ def phase_share(selector: str, *, by: str = "rl_phase_name", phases: str = "", w
     >>> print(phase_share('rl_run_id="r"', window="1m"))
     sum by (rl_phase_name) (rate(rl_phase_duration_seconds_sum{rl_run_id="r"}[1m])) / on () group_left () max(rl_ranks_expected{rl_run_id="r"})
     """
-    spans = f"{selector},{match('rl_phase_name', phases, '=~')}" if phases else selector
-    seconds = _sum(by, f"rate({PHASE_DURATION}_sum{{{spans}}}[{window}])")
-    return f"{seconds} / on () group_left () max(rl_ranks_expected{{{selector}}})"
+    spans = f"{selector},{match(_PHASE, phases, '=~')}" if phases else selector
+    seconds = _sum(by, f"rate({_PHASE_DURATION.sum}{{{spans}}}[{window}])")
+    return f"{seconds} / on () group_left () max({contract.series(contract.RANKS_EXPECTED).name}{{{selector}}})"
 
 
 def idle_fraction(selector: str, *, window: str) -> str:
@@ -463,22 +459,19 @@ def idle_fraction(selector: str, *, window: str) -> str:
     return phase_share(selector, phases=IDLE_PHASES, window=window)
 
 
-def phase_quantile(q: float, selector: str, *, by: str = "rl_phase_name", window: str) -> str:
+def phase_quantile(q: float, selector: str, *, by: str = _PHASE, window: str) -> str:
     """The ``q`` quantile of the phase durations over ``window``, per ``by`` (interpolated in the classic buckets of
-    :data:`PHASE_DURATION`)."""
-    return f"histogram_quantile({q}, {_sum(f'{by}, le' if by else 'le', f'rate({PHASE_DURATION}_bucket{{{selector}}}[{window}])')})"
+    ``rl.phase.duration``)."""
+    rates = f"rate({_PHASE_DURATION.bucket}{{{selector}}}[{window}])"
+    return f"histogram_quantile({q}, {_sum(f'{by}, le' if by else 'le', rates)})"
 
 
-def phase_mean(selector: str, *, by: str = "rl_phase_name", window: str) -> str:
+def phase_mean(selector: str, *, by: str = _PHASE, window: str) -> str:
     """The mean phase duration over ``window``, per ``by``: exact (the exact increases of the durations' sum and of
     their count, over the same flushes). No value for a window without spans."""
-    sums = _sum(by, _since(f"{PHASE_DURATION}_sum{{{selector}}}", window))
-    counts = _sum(by, _since(f"{PHASE_DURATION}_count{{{selector}}}", window))
+    sums = _sum(by, _since(f"{_PHASE_DURATION.sum}{{{selector}}}", window))
+    counts = _sum(by, _since(f"{_PHASE_DURATION.count}{{{selector}}}", window))
     return f"{sums} / {_nonzero(counts, window)}"
-
-
-GPU_SECONDS = "rl_gpu_seconds_total"
-"""GPU-seconds the run's ranks held (each rank's ``gpus_per_rank`` times its lifetime, summed at the collector)."""
 
 
 def mfu(selector: str, *, window: str) -> str:
@@ -489,32 +482,36 @@ def mfu(selector: str, *, window: str) -> str:
     >>> print(mfu('rl_run_id="r"', window="1m"))
     sum(rate(rl_tokens_trained_total{rl_run_id="r"}[1m])) * max(rl_flops_per_token{rl_run_id="r"}) / sum(rl_flops_peak_per_second{rl_run_id="r"})
     """
+    peak = contract.series(contract.FLOPS_PEAK).name
     return (
-        f"{rate('rl_tokens_trained_total', selector, window=window)} * max(rl_flops_per_token{{{selector}}})"
-        f" / sum(rl_flops_peak_per_second{{{selector}}})"
+        f"{rate(contract.series(contract.TOKENS_TRAINED), selector, window=window)}"
+        f" * max({contract.series(contract.FLOPS_PER_TOKEN).name}{{{selector}}}) / sum({peak}{{{selector}}})"
     )
 
 
-def either(metrics: tuple[str, ...], selector: str, *, by: str = "instance") -> str:
+def either(metrics: tuple[Series, ...], selector: str, *, by: str = "instance") -> str:
     """The first of ``metrics`` each server has (``or``), summed by ``by``: one query over engines that name the same
     signal differently (vLLM, SGLang) or renamed it across versions.
 
-    >>> print(either(("vllm:num_requests_waiting", "sglang:num_queue_reqs"), 'rl_run_id="r"'))
+    >>> waiting = (contract.foreign.VLLM_REQUESTS_WAITING, contract.foreign.SGLANG_QUEUE_REQUESTS)
+    >>> print(either(waiting, 'rl_run_id="r"'))
     sum by (instance) (vllm:num_requests_waiting{rl_run_id="r"}) or sum by (instance) (sglang:num_queue_reqs{rl_run_id="r"})
     """
-    return " or ".join(_sum(by, f"{metric}{{{selector}}}") for metric in metrics)
+    return " or ".join(_sum(by, f"{metric.name}{{{selector}}}") for metric in metrics)
 
 
-def either_rate(counters: tuple[str, ...], selector: str, *, by: str = "instance", window: str) -> str:
+def either_rate(counters: tuple[Series, ...], selector: str, *, by: str = "instance", window: str) -> str:
     """Per-second rate over ``window`` of the first of ``counters`` each server has, summed by ``by``."""
     return " or ".join(rate(counter, selector, by=by, window=window) for counter in counters)
 
 
-def either_quantile(q: float, histograms: tuple[str, ...], selector: str, *, by: str = "instance", window: str) -> str:
+def either_quantile(
+    q: float, histograms: tuple[Series, ...], selector: str, *, by: str = "instance", window: str
+) -> str:
     """The ``q`` quantile over ``window`` of the first of the classic ``histograms`` each server has, per ``by``."""
     group = f"{by}, le" if by else "le"
     return " or ".join(
-        f"histogram_quantile({q}, {_sum(group, f'rate({histogram}_bucket{{{selector}}}[{window}])')})"
+        f"histogram_quantile({q}, {_sum(group, f'rate({histogram.bucket}{{{selector}}}[{window}])')})"
         for histogram in histograms
     )
 
@@ -528,7 +525,7 @@ def merge_canary_misplaced(selector: str) -> str:
     (``OtelRLInexactMerge``) is this expression.
     """
     width = 1 << contract.MERGE_CANARY_SCALE
-    series = f"otel_rl_merge_canary{{{selector}}}"
+    series = f"{contract.series(contract.MERGE_CANARY).name}{{{selector}}}"
     indices = sorted(index for pair in contract.MERGE_CANARY_BUCKETS for index in pair)
     parts = [
         f"histogram_fraction({2 ** ((i - 0.05) / width)!r}, {2 ** ((i + 1.05) / width)!r}, {series})" for i in indices
@@ -565,22 +562,29 @@ def _since_histogram(series: str, window: str | None) -> str:
     return f"({series} - {before} and histogram_count({series}) - histogram_count({before}) >= 0 or {series})"
 
 
-def increase_buckets(metric: str, selector: str, *, by: str = "", window: str | None) -> tuple[str, str]:
-    """The native histogram and the classic buckets (by ``le``) of the values recorded into ``metric`` over
-    ``window``, summed by ``by``: exact increases (:func:`buckets` reads rates instead, which extrapolate and skip
-    the window's first point)."""
-    native = f"sum{_group(by)} ({_since_histogram(f'{metric}{{{selector}}}', window)})"
-    classic = f"sum{_group(by, 'le')} ({_since(f'{metric}_bucket{{{selector}}}', window)})"
+def increase_buckets(histogram: Series, selector: str, *, by: str = "", window: str | None) -> tuple[str, str]:
+    """The native histogram and the classic buckets (by ``le``) of the values recorded into ``histogram`` over
+    ``window``, summed by ``by``: exact increases, so one point in the window suffices (a run shorter than the window
+    reads whole) and nothing is extrapolated (:func:`buckets` reads rates instead, which need two points and skip
+    what the first one counted). The inputs of :func:`quantile_estimate`.
+
+    >>> print(increase_buckets(contract.series(contract.REWARDS.histogram), "S", window="10m")[0])
+    sum ((rl_reward{S} - rl_reward{S} offset 10m and histogram_count(rl_reward{S}) - histogram_count(rl_reward{S} offset 10m) >= 0 or rl_reward{S}))
+    """
+    native = f"sum{_group(by)} ({_since_histogram(f'{histogram.name}{{{selector}}}', window)})"
+    classic = f"sum{_group(by, 'le')} ({_since(f'{histogram.bucket}{{{selector}}}', window)})"
     return native, classic
 
 
 def increase_quantile(
-    q: float, metric: str, selector: str, *, by: str = "", window: str, integers: bool = False
+    q: float, distribution: Distribution, selector: str, *, by: str = "", window: str, integers: bool = False
 ) -> str:
-    """The ``q`` quantile of the values recorded into ``metric`` over ``window`` (:func:`increase_buckets`), clamped to
-    the exact merged min and max of the same window: :func:`quantile` over a window that begins at a point."""
-    estimate = quantile_estimate(q, *increase_buckets(metric, selector, by=by, window=window), integers=integers)
-    return clamp_to_extremes(estimate, *extremes(metric, selector, by=by, window=window), on=by)
+    """The ``q`` quantile of the values recorded into ``distribution`` over ``window`` (:func:`increase_buckets`),
+    clamped to the exact merged min and max of the same window: :func:`quantile` over a window that begins at a
+    point, or holds one."""
+    histogram = contract.series(distribution.histogram)
+    estimate = quantile_estimate(q, *increase_buckets(histogram, selector, by=by, window=window), integers=integers)
+    return clamp_to_extremes(estimate, *extremes(distribution, selector, by=by, window=window), on=by)
 
 
 def elapsed(selector: str, *, window: str) -> str:
@@ -598,7 +602,7 @@ def elapsed(selector: str, *, window: str) -> str:
     return f"({now} - ({before} or min by ({RUN_LABEL}) ({start})))"
 
 
-def increase_rate(counter: str, selector: str, *, by: str = RUN_LABEL, window: str) -> str:
+def increase_rate(counter: Series, selector: str, *, by: str = RUN_LABEL, window: str) -> str:
     """Per-second rate of ``counter`` over ``window``, by ``by`` (which holds ``rl_run_id``): its exact increase over
     the seconds between the window's two points (:func:`elapsed`)."""
     seconds = f"({elapsed(selector, window=window)} > 0)"
@@ -609,7 +613,10 @@ def increase_phase_share(selector: str, *, window: str) -> str:
     """The share of each run's ranks' time spent in each phase over ``window`` (:func:`phase_share` over a window
     that begins at a point): the exact increase of the phase durations' sum over the window's seconds times the
     run's ranks. By run and ``rl_phase_name``."""
-    seconds = exact_increase(f"{PHASE_DURATION}_sum", selector, by=f"{RUN_LABEL}, rl_phase_name", window=window)
+    sums = Series(
+        _PHASE_DURATION.sum, "counter", "the phase durations' sum"
+    )  # a classic histogram's _sum: never decreases (durations >= 0)
+    seconds = exact_increase(sums, selector, by=f"{RUN_LABEL}, {_PHASE}", window=window)
     ranks = f"max by ({RUN_LABEL}) ({contract.series(contract.RANKS_EXPECTED).name}{{{selector}}})"
     return f"{seconds} / on ({RUN_LABEL}) group_left () ({elapsed(selector, window=window)} * {ranks} > 0)"
 

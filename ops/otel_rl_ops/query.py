@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import requests
+from otel_rl_contract import Series
 
 DEFAULT_TIMEOUT_S = 30.0
 """How long one query may take, in seconds, unless the client is given ``timeout_s``."""
@@ -100,10 +101,10 @@ class Prometheus:
         """The current value of each series ``promql`` returns, keyed by its ``label``."""
         return {item["metric"][label]: float(item["value"][1]) for item in self.query(promql)}
 
-    def buckets(self, metric: str, selector: str) -> dict[str, float]:
-        """The merged ``<metric>_bucket`` series of ``selector`` (e.g. ``{rl_run_id="x"}``): ``le`` -> cumulative
-        count."""
-        return self.by_label(f"sum by (le) ({metric}_bucket{selector})", "le")
+    def buckets(self, histogram: Series, selector: str) -> dict[str, float]:
+        """The merged classic buckets of ``histogram`` of ``selector`` (e.g. ``{rl_run_id="x"}``): ``le`` ->
+        cumulative count."""
+        return self.by_label(f"sum by (le) ({histogram.bucket}{selector})", "le")
 
     def series(self, match: str) -> list[dict[str, str]]:
         """The label sets (``__name__`` included) of the series that the selector ``match`` selects."""

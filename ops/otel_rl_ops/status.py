@@ -94,7 +94,7 @@ def _sample(record: dict[str, Any]) -> dict[str, Any]:
 
 def _quantiles(
     prometheus: Prometheus,
-    metric: contract.MetricName,
+    distribution: contract.Distribution,
     selector: str,
     qs: tuple[float, ...],
     *,
@@ -102,17 +102,16 @@ def _quantiles(
     window: str,
     integers: bool = False,
 ) -> dict[str, float | None]:
-    """The ``qs`` quantiles (keys ``p10``, ``p99``, ...) of the values recorded into histogram ``metric`` in the
-    ``window`` up to ``at`` (:func:`otel_rl_ops.promql.recorded_quantile`; rounded for a metric of ``integers``),
-    and their maximum (``max``)."""
-    name = contract.series(metric).name
+    """The ``qs`` quantiles (keys ``p10``, ``p99``, ...) of the values recorded into ``distribution`` in the
+    ``window`` up to ``at`` (:func:`otel_rl_ops.promql.increase_quantile`: exact increases, so one point in the window
+    suffices; rounded for ``integers``), and their maximum (``max``)."""
     found: dict[str, float | None] = {
         f"p{round(q * 100)}": prometheus.value(
-            promql.recorded_quantile(q, name, selector, window=window, integers=integers), at
+            promql.increase_quantile(q, distribution, selector, window=window, integers=integers), at
         )
         for q in qs
     }
-    found["max"] = prometheus.value(promql.extremes(name, selector, window=window)[1], at)
+    found["max"] = prometheus.value(promql.extremes(distribution, selector, window=window)[1], at)
     return found
 
 
@@ -124,7 +123,8 @@ def status(
     ``alertmanager`` hold them now."""
     at = time.time() if now is None else now
     prometheus = sources.prometheus
-    run = sources.selector(**{contract.label(contract.RANK): ""})
+    rank, reward_fn = contract.label(contract.RANK), contract.label(contract.REWARD_FN)
+    run = sources.selector(**{rank: ""})
     window = f"{window_s}s"
     last_report = prometheus.value(promql.last_report(run, lookback=LOOKBACK), at)
     read = at if last_report is None else min(at, last_report)
@@ -132,16 +132,19 @@ def status(
     def value(query: str) -> float | None:
         return prometheus.value(query, read)
 
-    truth = prometheus.query(f"max by (rl_reward_fn) (rl_reward_ground_truth{{{run}}}) == 1", read)
-    ground_truth = truth[0]["metric"]["rl_reward_fn"] if truth else None
+    def gauge(aggregation: str, metric: contract.MetricName) -> float | None:
+        return value(f"{aggregation}({contract.series(metric).name}{{{run}}})")
+
+    truth = prometheus.query(
+        f"max by ({reward_fn}) ({contract.series(contract.GROUND_TRUTH).name}{{{run}}}) == 1", read
+    )
+    ground_truth = truth[0]["metric"][reward_fn] if truth else None
     phases = prometheus.query(promql.phase_mean(run, window=window), read)
     slowest = max(phases, key=lambda item: float(item["value"][1]), default=None)
-    total = sources.selector(
-        **{contract.label(contract.RANK): "", contract.label(contract.REWARD_FN): contract.REWARD_FN_TOTAL}
-    )
-    reward = _quantiles(prometheus, contract.REWARDS.histogram, total, _REWARD_QUANTILES, at=read, window=window)
+    total = sources.selector(**{rank: "", reward_fn: contract.REWARD_FN_TOTAL})
+    reward = _quantiles(prometheus, contract.REWARDS, total, _REWARD_QUANTILES, at=read, window=window)
     staleness = _quantiles(
-        prometheus, contract.STALENESS.histogram, run, _STALENESS_QUANTILES, at=read, window=window, integers=True
+        prometheus, contract.STALENESS, run, _STALENESS_QUANTILES, at=read, window=window, integers=True
     )
     return {
         "run_id": sources.run_id,
@@ -149,18 +152,20 @@ def status(
         "last_report": last_report,
         "window_s": window_s,
         "step": {
-            "value": value(f"max(rl_step{{{run}}})"),
+            "value": gauge("max", contract.STEP),
             "unchanged_s": prometheus.value(promql.seconds_since_step_changed(run), at),
         },
         "ranks": {
-            "up": value(f"sum(rl_ranks_up{{{run}}})"),
-            "expected": value(f"max(rl_ranks_expected{{{run}}})"),
-            "finished": value(f"min(rl_run_finished{{{run}}})"),
+            "up": gauge("sum", contract.RANKS_UP),
+            "expected": gauge("max", contract.RANKS_EXPECTED),
+            "finished": gauge("min", contract.RUN_FINISHED),
         },
         "reward": {
             **_trend(
                 prometheus,
-                promql.mean("rl_reward", sources.selector(rl_rank="", rl_reward_fn="total"), window=window),
+                promql.mean(
+                    contract.REWARDS, sources.selector(**{rank: "", reward_fn: contract.REWARD_FN_TOTAL}), window=window
+                ),
                 read,
                 window_s,
             ),
@@ -172,7 +177,7 @@ def status(
             "fn": ground_truth,
             **_trend(
                 prometheus,
-                promql.mean("rl_reward", sources.selector(rl_rank="", rl_reward_fn=ground_truth), window=window),
+                promql.mean(contract.REWARDS, sources.selector(**{rank: "", reward_fn: ground_truth}), window=window),
                 read,
                 window_s,
             ),
@@ -182,7 +187,7 @@ def status(
         "staleness_max": staleness["max"],
         "slowest_phase": None
         if slowest is None
-        else {"name": slowest["metric"].get("rl_phase_name"), "mean_s": float(slowest["value"][1])},
+        else {"name": slowest["metric"].get(contract.label(contract.PHASE)), "mean_s": float(slowest["value"][1])},
         "alerts": _alerts(sources, alertmanager),
         "cost": {
             "gpu_hours": value(promql.gpu_hours(run)),

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import otel_rl_contract as contract
 import yaml
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "prometheus" / "rules"
@@ -64,7 +65,7 @@ def write_overlay(
         if source.name == THRESHOLDS_FILE:
             rules = [
                 {
-                    "record": "rl_alert_threshold_override",
+                    "record": contract.rules.ALERT_THRESHOLD_OVERRIDE.name,
                     "expr": f"vector({value!r})",
                     "labels": {"rl_run_id": run_id, "threshold": name},
                 }

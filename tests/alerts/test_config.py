@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, cast
 
+import otel_rl_contract as contract
 import pytest
 import yaml
 from otel_rl_ops.stack import layout, versions
@@ -149,9 +150,10 @@ def test_every_alert_links_its_runbook_and_the_dashboard_of_its_run() -> None:
         of_a_run = "$labels.rl_run_id" in annotations["summary"]  # the collector's own alerts name no run
         run = f"?var-{variable}={{{{ $labels.rl_run_id | urlquery }}}}" if of_a_run else ""
         assert annotations["dashboard_url"] == board + run, name
-        for threshold in re.findall(r'rl_alert_threshold\{threshold="(\w+)"\}', rule["expr"]):
+        for threshold in re.findall(rf'{contract.rules.ALERT_THRESHOLD.name}\{{threshold="(\w+)"\}}', rule["expr"]):
             assert (
-                f'printf "rl_alert_threshold{{threshold=\\"{threshold}\\",rl_run_id=%q}}"' in annotations["description"]
+                f'printf "{contract.rules.ALERT_THRESHOLD.name}{{threshold=\\"{threshold}\\",rl_run_id=%q}}"'
+                in annotations["description"]
             )
     assert set(sections) == {rule["alert"].lower() for rule in alerts}, "a runbook of no alert, or an alert without"
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from otel_rl_contract import foreign, rules
 from otel_rl_ops import promql
 from otel_rl_ops.alerts.client import Alertmanager, RunAlert, run_alerts
 from otel_rl_ops.alerts.webhook import Notification, WebhookReceiver
@@ -298,7 +299,7 @@ def test_staleness_runaway_pages_then_resolves(world: World) -> None:
     assert run.crossed_at is not None
     recorded = _first_above(
         world.prometheus,
-        promql.selector("rl:staleness_p99:rate1m", rl_run_id=run.run_id),
+        promql.selector(rules.STALENESS_P99_1M, rl_run_id=run.run_id),
         THRESHOLD,
         run.crossed_at - 30,
         notification.received_at,
@@ -325,14 +326,12 @@ def test_higher_per_run_threshold_keeps_its_run_silent(world: World) -> None:
     notification, while the runaway run (threshold 8) paged."""
     run = world.runs["tolerant"]
     _notified(world.webhook, world.runs["runaway"].run_id, "RLStalenessHigh", "firing", timeout_s=300)
-    threshold = promql.selector("rl_alert_threshold", rl_run_id=run.run_id, threshold="staleness_p99")
+    threshold = promql.selector(rules.ALERT_THRESHOLD, rl_run_id=run.run_id, threshold="staleness_p99")
     assert world.prometheus.value(threshold) == TOLERANT_THRESHOLD
-    p99 = world.prometheus.value(
-        f"max_over_time({promql.selector('rl:staleness_p99:rate1m', rl_run_id=run.run_id)}[5m])"
-    )
+    p99 = world.prometheus.value(f"max_over_time({promql.selector(rules.STALENESS_P99_1M, rl_run_id=run.run_id)}[5m])")
     assert p99 is not None and THRESHOLD < p99 < TOLERANT_THRESHOLD
     ever = world.prometheus.query(
-        f"max_over_time({promql.selector('ALERTS', rl_run_id=run.run_id, alertname='RLStalenessHigh')}[30m])"
+        f"max_over_time({promql.selector(foreign.ALERTS, rl_run_id=run.run_id, alertname='RLStalenessHigh')}[30m])"
     )
     assert ever == [] and _staleness_alerts(world, run.run_id) == []
     assert not any(n.body.get("commonLabels", {}).get("rl_run_id") == run.run_id for n in world.webhook.notifications())
@@ -409,7 +408,7 @@ def test_cluster_profile_pages_through_thanos_ruler(world: World) -> None:
     notification = _notified(world.cluster_webhook, run.run_id, "RLStalenessHigh", "firing", timeout_s=300)
     value = _check_staleness_notification(notification, run.run_id, threshold=THRESHOLD)
     querier = Prometheus(world.cluster.prometheus_url)
-    firing = promql.selector("ALERTS", rl_run_id=run.run_id, alertname="RLStalenessHigh", alertstate="firing")
+    firing = promql.selector(foreign.ALERTS, rl_run_id=run.run_id, alertname="RLStalenessHigh", alertstate="firing")
     ever = f"max_over_time({firing}[30m])"
     (series,) = querier.query(ever)
     assert series["metric"]["otel_rl_grafana_url"] == GRAFANA  # the ruler's external label on what it recorded
@@ -431,7 +430,7 @@ def test_killed_run_pages_once(world: World) -> None:
     (alert,) = notification.alerts_named("RLRunEndedUncleanly")
     assert alert["labels"]["rl_run_id"] == run_id and "last at step 2:" in alert["annotations"]["description"]
     assert alert["annotations"]["runbook_url"] == f"{RUNBOOKS}#rlrunendeduncleanly"
-    absent = promql.selector("ALERTS", rl_run_id=run_id, alertname="RLTelemetryAbsent", alertstate="firing")
+    absent = promql.selector(foreign.ALERTS, rl_run_id=run_id, alertname="RLTelemetryAbsent", alertstate="firing")
     assert world.prometheus.query(absent), "RLTelemetryAbsent must fire for the killed run"
     held = eventually(
         lambda: [

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 from otel_rl_ops.query import Prometheus, QueryError, VictoriaLogs
 from otel_rl_ops.stack import versions
@@ -25,6 +26,10 @@ from otel_rl_ops.stack.gotools import ensure_go_binary
 from tests.cluster.workload import record_steps
 from tests.pipeline.harness import RankProcess, eventually, private_stack
 from tests.pipeline.test_scale_out import Collector
+
+REWARD = contract.series(contract.REWARDS.histogram)
+REWARD_MAX = contract.series(contract.REWARDS.maximum)
+REWARD_MIN = contract.series(contract.REWARDS.minimum)
 
 RANKS = 8
 KEPT = 4  # top 2 + bottom 2 of 5 offered samples per step and rank
@@ -137,7 +142,7 @@ def test_two_runs_through_thanos_with_a_receiver_restart_are_exact(
     def counts_exact() -> bool:
         try:
             return all(
-                prometheus.value(f"sum(histogram_count(rl_reward{selector(run_id)}))") == len(values)
+                prometheus.value(f"sum(histogram_count({REWARD.name}{selector(run_id)}))") == len(values)
                 for run_id, values in recorded.items()
             )
         except QueryError:  # the querier reconnects to a restarted receiver
@@ -147,14 +152,14 @@ def test_two_runs_through_thanos_with_a_receiver_restart_are_exact(
     try:
         steps(0, 3)
         eventually(counts_exact, what="phase A exact through thanos-query", timeout_s=60)
-        holders = {s["metric"]["receive_node"] for s in prometheus.query(f"rl_reward{selector(run_ids[0])}")}
+        holders = {s["metric"]["receive_node"] for s in prometheus.query(f"{REWARD.name}{selector(run_ids[0])}")}
         assert len(holders) == 1, holders
         victim = holders.pop()
         per_node = prometheus.by_label(
             f'count by (receive_node) ({{rl_run_id=~"{"|".join(run_ids)}",receive_node!=""}})', "receive_node"
         )
         log_before = _remote_write_log(logs)
-        probe = f"sum(histogram_count(rl_reward{selector(run_ids[0])}))"
+        probe = f"sum(histogram_count({REWARD.name}{selector(run_ids[0])}))"
         stack.kill_component(victim)
         killed = time.monotonic()
         steps(4, 3)
@@ -172,9 +177,9 @@ def test_two_runs_through_thanos_with_a_receiver_restart_are_exact(
         log_down = {key: value - log_before[key] for key, value in _remote_write_log(logs).items()}
         for run_id, values in recorded.items():
             series = selector(run_id)
-            assert prometheus.value(f"sum(histogram_sum(rl_reward{series}))") == sum(values)
-            assert prometheus.value(f"max(max_over_time(rl_reward_max{series}[10m]))") == max(values) == EXTREME
-            assert prometheus.value(f"min(min_over_time(rl_reward_min{series}[10m]))") == min(values) == -EXTREME
+            assert prometheus.value(f"sum(histogram_sum({REWARD.name}{series}))") == sum(values)
+            assert prometheus.value(f"max(max_over_time({REWARD_MAX.name}{series}[10m]))") == max(values) == EXTREME
+            assert prometheus.value(f"min(min_over_time({REWARD_MIN.name}{series}[10m]))") == min(values) == -EXTREME
         expected = 8 * 2 * RANKS * KEPT
         query = " or ".join(f'rl.run.id:="{run_id}"' for run_id in run_ids)
 
@@ -189,7 +194,7 @@ def test_two_runs_through_thanos_with_a_receiver_restart_are_exact(
         assert _remote_write_log(logs)["dropped_requests"] == 0
         print(
             f"\n{2 * RANKS} ranks started in {ranks_started_s:.1f} s; series per receiver {per_node}; killed {victim} "
-            f"(holds {run_ids[0]}'s rl_reward) for {down_s:.1f} s; gateways while down {log_down}; querier answers "
+            f"(holds {run_ids[0]}'s {REWARD.name}) for {down_s:.1f} s; gateways while down {log_down}; querier answers "
             f"{answers_after_s:.1f} s and counts exact {exact_after_s:.1f} s after the restart (2 steps in between); "
             f"test {time.monotonic() - started:.1f} s"
         )

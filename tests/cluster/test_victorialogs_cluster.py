@@ -13,13 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 import requests
+from otel_rl_contract import foreign
 from otel_rl_ops.query import Prometheus, QueryError, VictoriaLogs
 
 from tests.cluster.workload import record_steps
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack
 from tests.pipeline.test_scale_out import Collector
+
+REWARD = contract.series(contract.REWARDS.histogram)
 
 RANKS = 4
 KEPT = 4  # top 2 + bottom 2 of 5 offered samples per step and rank
@@ -67,7 +71,12 @@ def _rows_on_disk(stack: Any, node: str) -> int:
     return sum(
         int(float(line.rsplit(" ", 1)[1]))
         for line in text.splitlines()
-        if line.startswith(('vl_storage_rows{type="storage/small"}', 'vl_storage_rows{type="storage/big"}'))
+        if line.startswith(
+            (
+                f'{foreign.VICTORIALOGS_STORAGE_ROWS.name}{{type="storage/small"}}',
+                f'{foreign.VICTORIALOGS_STORAGE_ROWS.name}{{type="storage/big"}}',
+            )
+        )
     )
 
 
@@ -146,9 +155,9 @@ def test_two_runs_through_agents_gateways_and_a_storage_node_restart_are_exact(
         for run_id, values in recorded.items():
             series = f'{{rl_run_id="{run_id}",rl_reward_fn="total"}}'
             eventually(
-                lambda: prometheus.value(f"sum(rl_reward_count{series})") == len(values), what=f"run {run_id} merged"
+                lambda: prometheus.value(f"sum({REWARD.count}{series})") == len(values), what=f"run {run_id} merged"
             )
-            assert prometheus.buckets("rl_reward", series) == expected_buckets(values, REWARD_BOUNDS)
+            assert prometheus.buckets(REWARD, series) == expected_buckets(values, REWARD_BOUNDS)
         print(f"\nrows per storage node before the kill {before}, at the end {per_node}; killed {victim}")
     finally:
         for rank in ranks:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import otel_rl_contract as contract
 import yaml
+from otel_rl_contract import foreign
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
@@ -20,22 +23,30 @@ RULE_FILES = sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
 RULE_TESTS = sorted((ROOT / "prometheus" / "rules" / "tests").glob("*.yml"))
 
 
-MALFORMED_ONLY = re.compile(r"\botelcol_otel_rl_points_rejected\b")
+MALFORMED_ONLY = re.compile(rf"\b{re.escape(foreign.COLLECTOR_POINTS_REJECTED.name)}\b")
 """A query of the collector's door-check counter, which only a malformed sender raises: the demo sends none (so the
 live dashboard tests skip it), and tests/reliability/test_isolation.py runs the panel's own query for its malformed
 runs."""
-LENS_ONLY = re.compile(r"\brl_reported\b")
+LENS_ONLY = re.compile(rf"\b{re.escape(contract.series(contract.REPORTED).name)}\b")
 """A query of the values a trainer reduces itself and sends as gauges, which only NeMo Lens sends (the collector maps
 them): the demo sends none, and tests/pipeline/test_lens.py runs the panels' own queries for a Lens-shaped run."""
 
 
-def dashboard_targets(path: Path = RUN_DASHBOARD) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """Every (dashboard file name, panel, target) of the dashboard ``path`` (the "RL run" one), rows flattened."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    panels = [
-        p for item in data["panels"] for p in ([item, *item.get("panels", [])] if item["type"] == "row" else [item])
-    ]
-    return [(path.name, panel, target) for panel in panels for target in panel.get("targets", ())]
+def dashboard_targets(
+    dashboards: Sequence[Path] = (RUN_DASHBOARD,),
+) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Every (dashboard file name, panel, target) of ``dashboards`` (default: the RL run one, whose queries the live
+    tests run for one run; the comparison's run in tests/dashboards/test_compare*.py), rows flattened."""
+    found = []
+    for path in dashboards:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        panels = [
+            p for item in data["panels"] for p in ([item, *item.get("panels", [])] if item["type"] == "row" else [item])
+        ]
+        for panel in panels:
+            for target in panel.get("targets", ()):
+                found.append((path.name, panel, target))
+    return found
 
 
 def rules() -> list[dict[str, Any]]:
@@ -46,10 +57,3 @@ def rules() -> list[dict[str, Any]]:
         for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]
         for rule in group["rules"]
     ]
-
-
-def metric_names(expr: str) -> set[str]:
-    """Metric names selected in a PromQL expression: identifiers right before a ``{`` label matcher, and recorded
-    series (their names hold a ``:``) with or without matchers."""
-    selected = set(re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{", expr)) - {"by", "without", "on", "ignoring"}
-    return selected | set(re.findall(r"(?<![\w:])([a-zA-Z_]\w*:[\w:]*)", expr))

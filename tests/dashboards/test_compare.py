@@ -135,11 +135,11 @@ def _merge(found: dict[str, list[float]], values: dict[str, Any]) -> None:
 
 def _count(prometheus: Prometheus, run_id: str) -> float:
     selector = promql.matchers(rl_run_id=run_id, rl_rank="", rl_reward_fn="total")
-    return prometheus.value(promql.count("rl_reward", selector, window=None)) or 0.0
+    return prometheus.value(promql.count(contract.series(contract.REWARDS.histogram), selector, window=None)) or 0.0
 
 
 def _step_seen(prometheus: Prometheus, run_id: str) -> float | None:
-    return prometheus.value(f"max({promql.selector('rl_step', rl_run_id=run_id, rl_rank='')})")
+    return prometheus.value(f"max({promql.selector(contract.series(contract.STEP), rl_run_id=run_id, rl_rank='')})")
 
 
 def _run(stack: Any, plan: RunPlan) -> None:
@@ -247,7 +247,8 @@ def _expected(
     start = window.start
     if start is None:
         start = prometheus.value(
-            f"min({promql.selector('rl_run_start_time_seconds', rl_run_id=plan.run_id, rl_rank='')})", window.end
+            f"min({promql.selector(contract.series(contract.RUN_START), rl_run_id=plan.run_id, rl_rank='')})",
+            window.end,
         )
     seconds = window.end - start
     generate = eventually(
@@ -255,7 +256,7 @@ def _expected(
         what=f"the generate spans of {plan.run_id} step {step} in Jaeger",
     )
     gpu = prometheus.value(
-        f"sum({promql.selector('rl_gpu_seconds_total', rl_run_id=plan.run_id, rl_rank='')})", window.end
+        f"sum({promql.selector(contract.series(contract.GPU_SECONDS), rl_run_id=plan.run_id, rl_rank='')})", window.end
     )
     assert gpu is not None
 

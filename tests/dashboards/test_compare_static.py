@@ -38,7 +38,7 @@ def test_every_selector_names_the_compared_runs_and_the_aggregated_side() -> Non
     """Every Prometheus selector of the compare dashboard selects the chosen runs (``rl_run_id=~"$runs"``) or one
     seed group (``rl_run_group="$group"``), and the aggregated series (``rl_rank=""``); the samples query names the
     runs in Grafana's double-quoted list format."""
-    for _, panel, target in dashboard_targets(COMPARE_DASHBOARD):
+    for _, panel, target in dashboard_targets((COMPARE_DASHBOARD,)):
         if target["datasource"]["type"] != "prometheus":
             assert target["expr"].count("{rl.run.id in (${runs:doublequote})}") == 2, panel["title"]
             continue
@@ -108,10 +108,16 @@ def _recorded(run: dict[str, Any], point: int) -> dict[tuple[str, str], list[flo
     }
 
 
+def _distribution(metric: str) -> contract.Distribution:
+    """The distribution whose histogram's series is ``metric``."""
+    (distribution,) = [d for d in contract.DISTRIBUTIONS if contract.series(d.histogram).name == metric]
+    return distribution
+
+
 def _native_point(metric: str, values: Counter[float]) -> str:
     """promtool's notation of a native histogram holding ``values`` (value -> count), at the scale the library uses
     for ``metric`` (Prometheus's bucket ``i`` is OpenTelemetry's ``i - 1``)."""
-    scale = _layout(metric, "exponential").scale
+    scale = _layout(_distribution(metric), "exponential").scale
     sides: tuple[Counter[int], Counter[int]] = (Counter(), Counter())
     zero = 0
     for value, count in values.items():
@@ -145,12 +151,12 @@ def _series(name: str, run: dict[str, Any]) -> list[dict[str, str]]:
         for key in _recorded(run, _POINTS - 1):
             kept.setdefault(key, Counter()).update(recorded.get(key, []))
         for (metric, extra), values in kept.items():
-            (distribution,) = [d for d in contract.DISTRIBUTIONS if contract.series(d.histogram).name == metric]
+            distribution = _distribution(metric)
             at = f"{labels}{extra}"
             if run["form"] == "native":
                 put(f"{metric}{{{at}}}", point, _native_point(metric, values))
             else:
-                bounds = _layout(metric, "explicit").bounds
+                bounds = _layout(_distribution(metric), "explicit").bounds
                 for le, n in expected_buckets(list(values.elements()), bounds).items():
                     put(f'{metric}_bucket{{{at},le="{le}"}}', point, f"{n:g}")
                 put(f"{metric}_count{{{at}}}", point, str(values.total()))
@@ -198,11 +204,11 @@ def _quantile(run: dict[str, Any], metric: str, values: list[float], q: float, *
     (``otel_rl._export.console``'s reference of ``histogram_quantile``, checked against PromQL in
     tests/dashboards/test_console_quantiles.py), rounded for integers, clamped to the values' min and max."""
     if run["form"] == "native":
-        scale = _layout(metric, "exponential").scale
+        scale = _layout(_distribution(metric), "exponential").scale
         zero, negative, positive = exponential_sides(values, scale)
         estimate = native_quantile(q, scale=scale, zero_count=zero, positive=positive, negative=negative)
     else:
-        bounds = _layout(metric, "explicit").bounds
+        bounds = _layout(_distribution(metric), "explicit").bounds
         estimate = classic_quantile(q, bounds, bucket_counts(values, bounds))
     return shown_quantile(estimate, minimum=min(values), maximum=max(values), integer=integer)
 

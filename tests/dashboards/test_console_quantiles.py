@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 import yaml
+from otel_rl_contract import Distribution
 from otel_rl_ops import promql
 
 from otel_rl._export.console import _number, classic_quantile, native_quantile, shown_quantile
@@ -37,19 +39,21 @@ def histogram_is_explicit(point: Any) -> bool:
     return hasattr(point, "explicit_bounds")
 
 
-def _series(metric: str, case: str, point: Any) -> list[dict[str, str]]:
+def _series(metric: Distribution, case: str, point: Any) -> list[dict[str, str]]:
     """promtool input series of ``point``: the native histogram (Prometheus's bucket ``i`` is OpenTelemetry's
     ``i - 1``) or the classic ``_bucket``/``_count`` series, and the extremes gauges."""
     labels = f'rl_run_id="{case}"'
+    histogram = contract.series(metric.histogram)
+    low, high = contract.series(metric.minimum).name, contract.series(metric.maximum).name
     series = [
-        {"series": f"{metric}_min{{{labels}}}", "values": f"{point.min!r}x10"},
-        {"series": f"{metric}_max{{{labels}}}", "values": f"{point.max!r}x10"},
+        {"series": f"{low}{{{labels}}}", "values": f"{point.min!r}x10"},
+        {"series": f"{high}{{{labels}}}", "values": f"{point.max!r}x10"},
     ]
     if histogram_is_explicit(point):
         cumulative = np.cumsum(point.bucket_counts).tolist()
         for le, n in zip([*map(repr, point.explicit_bounds), "+Inf"], cumulative, strict=True):
-            series.append({"series": f'{metric}_bucket{{{labels},le="{le}"}}', "values": f"{n}x10"})
-        series.append({"series": f"{metric}_count{{{labels}}}", "values": f"{point.count}x10"})
+            series.append({"series": f'{histogram.bucket}{{{labels},le="{le}"}}', "values": f"{n}x10"})
+        series.append({"series": f"{histogram.count}{{{labels}}}", "values": f"{point.count}x10"})
         return series
     parts = [f"schema:{point.scale}", f"count:{point.count}", f"sum:{point.sum!r}", f"z_bucket:{point.zero_count}"]
     if point.positive.bucket_counts:
@@ -62,7 +66,7 @@ def _series(metric: str, case: str, point: Any) -> list[dict[str, str]]:
             f"n_offset:{point.negative.offset + 1}",
             f"n_buckets:[{' '.join(map(str, point.negative.bucket_counts))}]",
         ]
-    series.append({"series": f"{metric}{{{labels}}}", "values": f"{{{{{' '.join(parts)}}}}}x10"})
+    series.append({"series": f"{histogram.name}{{{labels}}}", "values": f"{{{{{' '.join(parts)}}}}}x10"})
     return series
 
 
@@ -82,7 +86,9 @@ def test_console_quantiles_are_the_dashboards_on_the_same_data(
         selector = f'rl_run_id="{case}"'
         for q in (0.5, 0.9, 0.99):
             estimate = promql.quantile_estimate(
-                q, *promql.buckets(metric, selector, window=None), integers=metric in INTEGERS
+                q,
+                *promql.buckets(contract.series(metric.histogram), selector, window=None),
+                integers=metric in INTEGERS,
             )
             expr = promql.clamp_to_extremes(estimate, *promql.extremes(metric, selector, window="1m"))
             expected = _library_quantile(q, point, metric in INTEGERS)
@@ -90,9 +96,7 @@ def test_console_quantiles_are_the_dashboards_on_the_same_data(
             differs = f"abs(({expr}) - {expected!r}) > bool {abs(expected) * 1e-12 + 1e-300!r}"
             cases.append({"expr": differs, "eval_time": "1m", "exp_samples": [{"labels": "{}", "value": 0}]})
         _one_step(metric, values, histogram=histogram)
-        name = {"rl_staleness": "rl.staleness", "rl_response_length": "rl.response.length"}.get(
-            metric, "rl.reward{fn=total}"
-        )
+        name = "rl.reward{fn=total}" if metric == contract.REWARDS else metric.histogram.name
         fields = _fields(capsys.readouterr().out, 0, 0, name)
         assert [fields[f"p{p}"] for p in (50, 90, 99)] == [
             _number(_library_quantile(q, point, metric in INTEGERS)) for q in (0.5, 0.9, 0.99)

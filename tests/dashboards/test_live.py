@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import otel_rl_contract as contract
 import pytest
 import requests
 from otel_rl_ops import promql
@@ -31,7 +32,15 @@ from otel_rl_ops.alerts.client import duration_seconds
 from otel_rl_ops.query import Prometheus, VictoriaLogs
 from otel_rl_ops.report.dashboard import substitute
 
-from tests.dashboards.conftest import LENS_ONLY, MALFORMED_ONLY, ROOT, dashboard_targets, metric_names, rules
+from tests.dashboards.conftest import LENS_ONLY, MALFORMED_ONLY, ROOT, dashboard_targets, rules
+from tests.promql_names import names
+
+METRIC = contract.series(contract.METRICS.histogram)
+PHASE_CALLS = contract.series(contract.PHASE_CALLS)
+PHASE_DURATION_SECONDS = contract.series(contract.PHASE_DURATION)
+REWARD = contract.series(contract.REWARDS.histogram)
+STALENESS = contract.series(contract.STALENESS.histogram)
+STEP = contract.series(contract.STEP)
 
 RUN_ID = "dashboards-live"
 CLASSIC_RUN_ID = "dashboards-live-classic"
@@ -173,7 +182,7 @@ def live_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Liv
         deadline = time.time() + 120
         while time.time() < deadline and not all(
             len(item["values"]) >= 2
-            for name in ("rl:step_unchanged_seconds", "rl_alert_threshold")
+            for name in (contract.rules.STEP_UNCHANGED.name, contract.rules.ALERT_THRESHOLD.name)
             for item in prometheus.query(f'{name}{{rl_run_id="{CRASHED_RUN_ID}"}}[10m]') or [{"values": ()}]
         ):
             time.sleep(2)
@@ -187,7 +196,8 @@ def live_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Liv
     # data for a minute after a run), so that alerts comparing a recorded series with its past can be checked.
     deadline = time.time() + 120
     while time.time() < deadline:
-        match = f'{{__name__=~"rl:.+|otel_rl:.+|rl_alert_threshold",rl_run_id=~"{RUN_ID}|{CLASSIC_RUN_ID}"}}[10m]'
+        recorded = "|".join(re.escape(rule.name) for rule in contract.rules.RECORDING_RULES)
+        match = f'{{__name__=~"{recorded}",rl_run_id=~"{RUN_ID}|{CLASSIC_RUN_ID}"}}[10m]'
         counts: dict[tuple[str, str], int] = {}
         for item in prometheus.query(match):
             key = (item["metric"]["__name__"], item["metric"]["rl_run_id"])
@@ -210,7 +220,7 @@ def live_run(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Liv
 
 def _phases_settled(prometheus: Prometheus) -> float:
     """The first time the demo run's phase span count held still for 3 s."""
-    query = f'sum(rl_phase_calls_total{{rl_run_id="{RUN_ID}",rl_rank=""}})'
+    query = f'sum({PHASE_CALLS.name}{{rl_run_id="{RUN_ID}",rl_rank=""}})'
     deadline, previous, stable = time.time() + 60, None, 0
     while time.time() < deadline and stable < 3:
         value = prometheus.value(query)
@@ -221,7 +231,7 @@ def _phases_settled(prometheus: Prometheus) -> float:
 
 
 def _span(prometheus: Prometheus, run_id: str) -> tuple[float, float]:
-    samples = prometheus.query(f'rl_step{{rl_run_id="{run_id}",rl_rank=""}}[1h]')
+    samples = prometheus.query(f'{STEP.name}{{rl_run_id="{run_id}",rl_rank=""}}[1h]')
     times = [float(t) for series in samples for t, _ in series["values"]]
     return min(times), max(times)
 
@@ -354,7 +364,7 @@ def test_recording_rule_recorded_the_run(live_run: LiveRun, name: str, run_id: s
     result = live_run.prometheus.query(f'last_over_time({name}{{rl_run_id="{run_id}"}}[10m])')
     values = [float(item["value"][1]) for item in result]
     assert any(v == v for v in values), f"{name}: nothing recorded for {run_id}"
-    if name == "rl_alert_threshold":
+    if name == contract.rules.ALERT_THRESHOLD.name:
         assert {item["metric"]["threshold"]: float(item["value"][1]) for item in result} == {
             "staleness_p99": 8,
             "staleness_max": 32,
@@ -390,8 +400,8 @@ def test_histogram_self_check_counts_every_value(live_run: LiveRun, run_id: str)
     them: the self-check reads 0 for rewards, staleness, metrics, the record_rollouts histograms and the stale drops'
     (and the counter saw values)."""
     selector = f'{{rl_run_id="{run_id}"}}[10m]'
-    missing = live_run.prometheus.query(f"last_over_time(otel_rl:histogram_values_missing:increase10m{selector})")
-    recorded = live_run.prometheus.query(f"max_over_time(otel_rl:histogram_values_recorded:increase10m{selector})")
+    missing = live_run.prometheus.query(f"last_over_time({contract.rules.VALUES_MISSING_10M.name}{selector})")
+    recorded = live_run.prometheus.query(f"max_over_time({contract.rules.VALUES_RECORDED_10M.name}{selector})")
     histograms = (
         "rl.reward",
         "rl.staleness",
@@ -416,12 +426,20 @@ def _provoked(expr: str, shift_ms: int) -> str:
     and its look back ("an hour ago", "30 minutes ago") moved into the run: the longest offset to ``shift_ms``, the
     others in proportion."""
     expr = re.sub(
-        r'(<[^=]*?)rl_alert_threshold\{threshold="(\w+)"\}', r'\1(rl_alert_threshold{threshold="\2"} * 0 + 1e9)', expr
+        rf'(<[^=]*?){contract.rules.ALERT_THRESHOLD.name}\{{threshold="(\w+)"\}}',
+        rf'\1({contract.rules.ALERT_THRESHOLD.name}{{threshold="\2"}} * 0 + 1e9)',
+        expr,
     )
     expr = re.sub(
-        r'(>[^=]*?)rl_alert_threshold\{threshold="(\w+)"\}', r'\1(rl_alert_threshold{threshold="\2"} * 0 - 1e9)', expr
+        rf'(>[^=]*?){contract.rules.ALERT_THRESHOLD.name}\{{threshold="(\w+)"\}}',
+        rf'\1({contract.rules.ALERT_THRESHOLD.name}{{threshold="\2"}} * 0 - 1e9)',
+        expr,
     )
-    expr = re.sub(r"(>[^=]*?)rl:phase_stuck_threshold_seconds", r"\1(rl:phase_stuck_threshold_seconds - 1e9)", expr)
+    expr = re.sub(
+        rf"(>[^=]*?){contract.rules.PHASE_STUCK_THRESHOLD.name}",
+        rf"\1({contract.rules.PHASE_STUCK_THRESHOLD.name} - 1e9)",
+        expr,
+    )
     offsets = {match: duration_seconds(match) for match in re.findall(r"offset (\d+[smh])", expr)}
     longest = max(offsets.values(), default=1)
     return re.sub(r"offset (\d+[smh])", lambda m: f"offset {round(shift_ms * offsets[m.group(1)] / longest)}ms", expr)
@@ -432,7 +450,7 @@ def _recorded_span(prometheus: Prometheus, expr: str) -> tuple[float, float]:
     does: series begin at different times (rl:reward_ground_truth with the first export, each reward function's mean
     with its first reward)."""
     firsts, lasts = [], []
-    for name in {n for n in metric_names(expr) if ":" in n}:
+    for name in {n for n in names(expr).exact if ":" in n}:
         for item in prometheus.query(f'{name}{{rl_run_id="{RUN_ID}"}}[10m]'):
             times = [float(t) for t, v in item["values"] if v not in ("NaN", "+Inf", "-Inf")]
             if times:
@@ -470,7 +488,7 @@ def test_alert_expression_matches_the_run(live_run: LiveRun, rule: dict[str, Any
         assert RUN_ID not in {item["metric"].get("rl_run_id") for item in clean}, (rule["alert"], clean)
     elif rule["alert"] in HUNG:
         at, run_id = live_run.crashed_span[1], CRASHED_RUN_ID
-    elif "offset " in rule["expr"] and any(":" in name for name in metric_names(rule["expr"])):
+    elif "offset " in rule["expr"] and any(":" in name for name in names(rule["expr"]).exact):
         earliest, at = _recorded_span(live_run.prometheus, rule["expr"])
         shift_ms = round((at - earliest) * 1000)
         assert shift_ms > 0
@@ -568,16 +586,16 @@ NOT_RATIOS_OF_COUNTERS = {
 }
 RATIO_RULES: dict[str, tuple[str, str]] = {
     # recording rule -> (its bound, as RATIO_PANELS, its window)
-    "rl:importance_ratio_ess:rate5m": ("ess", "5m"),
-    "rl:groups_zero_variance_fraction:rate10m": ("fraction", "10m"),
-    "rl:reward_mean:rate1m": ("mean", "1m"),
-    "rl:reward_mean:rate10m": ("mean", "10m"),
-    "rl:metric_mean:rate10m": ("mean", "10m"),
-    "rl:mismatch_kl_mean:rate5m": ("mean", "5m"),
-    "rl:entropy_mean:rate10m": ("mean", "10m"),
-    "rl:reward_stddev:rate10m": ("stddev", "10m"),
-    "rl:response_length_mean:rate10m": ("mean", "10m"),
-    "rl:stale_drop_fraction:rate10m": ("fraction", "10m"),
+    contract.rules.IMPORTANCE_RATIO_ESS_5M.name: ("ess", "5m"),
+    contract.rules.ZERO_VARIANCE_FRACTION_10M.name: ("fraction", "10m"),
+    contract.rules.REWARD_MEAN_1M.name: ("mean", "1m"),
+    contract.rules.REWARD_MEAN_10M.name: ("mean", "10m"),
+    contract.rules.METRIC_MEAN_10M.name: ("mean", "10m"),
+    contract.rules.MISMATCH_KL_MEAN_5M.name: ("mean", "5m"),
+    contract.rules.ENTROPY_MEAN_10M.name: ("mean", "10m"),
+    contract.rules.REWARD_STDDEV_10M.name: ("stddev", "10m"),
+    contract.rules.RESPONSE_LENGTH_MEAN_10M.name: ("mean", "10m"),
+    contract.rules.STALE_DROP_FRACTION_10M.name: ("fraction", "10m"),
 }
 
 
@@ -603,13 +621,14 @@ def _extremes_of_mean(expr: str, window: str) -> tuple[str, str]:
     )
     assert found, expr
     by, metric, selector = found.groups()
-    return promql.extremes(metric, selector, by=by or "", window=window)
+    (distribution,) = (d for d in contract.DISTRIBUTIONS if contract.series(d.histogram).name == metric)
+    return promql.extremes(distribution, selector, by=by or "", window=window)
 
 
 def _phase_mean_bounds(live_run: LiveRun, expr: str) -> tuple[float, float]:
     """The bounds of the buckets every duration of the phase the mean ``expr`` reads fell in, over the whole run."""
-    (selector,) = set(re.findall(r"rl_phase_duration_seconds_sum\{([^}]*)\}", expr))
-    buckets = live_run.prometheus.by_label(f"sum by (le) (rl_phase_duration_seconds_bucket{{{selector}}})", "le")
+    (selector,) = set(re.findall(rf"{PHASE_DURATION_SECONDS.sum}\{{([^}}]*)\}}", expr))
+    buckets = live_run.prometheus.by_label(f"sum by (le) ({PHASE_DURATION_SECONDS.bucket}{{{selector}}})", "le")
     bounds = sorted((float(le), count) for le, count in buckets.items())
     total = bounds[-1][1]
     assert total > 0, buckets
@@ -704,24 +723,24 @@ def test_every_ratio_rule_keeps_its_bounds_at_every_step_of_the_run(live_run: Li
 def test_every_metric_name_in_dashboards_and_rules_exists_for_the_run(live_run: LiveRun) -> None:
     """Golden names: each raw series a dashboard or rule selects exists in Prometheus for the demo run (native
     histograms) or, for the classic fallbacks (``_bucket``, ``_count``, exemplar carriers), for the classic run."""
-    names = {
+    selected = {
         n
         for _, _, target in dashboard_targets()
         if target["datasource"]["type"] == "prometheus"
-        for n in metric_names(target["expr"])
+        for n in names(target["expr"]).exact
     }
-    names |= {n for rule in rules() for n in metric_names(rule["expr"])}
+    selected |= {n for rule in rules() for n in names(rule["expr"]).exact}
     raw = {
         n
-        for n in names
+        for n in selected
         if ":" not in n
-        and not n.startswith("rl_alert_threshold")
+        and not n.startswith(contract.rules.ALERT_THRESHOLD.name)
         and not MALFORMED_ONLY.match(n)
         and not LENS_ONLY.match(n)
     }
     native = {item["__name__"] for item in live_run.prometheus.series(f'{{rl_run_id="{RUN_ID}"}}')}
     classic = {item["__name__"] for item in live_run.prometheus.series(f'{{rl_run_id="{CLASSIC_RUN_ID}"}}')}
-    assert {"rl_reward", "rl_staleness", "rl_metric"} <= native and not {"rl_reward", "rl_staleness"} & classic
+    assert {REWARD.name, STALENESS.name, METRIC.name} <= native and not {REWARD.name, STALENESS.name} & classic
     assert raw and raw <= native | classic, raw - native - classic
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import otel_rl_contract as contract
 import pytest
 import yaml
+from otel_rl_contract import Distribution, foreign
 
 from tests.dashboards.conftest import DASHBOARDS, ROOT, RULE_FILES, RULE_TESTS, dashboard_targets, rules
 
@@ -71,17 +72,18 @@ def test_dashboard_layout_ids_and_queries_are_well_formed(path: Path) -> None:
     assert {v["name"]: v["query"] for v in data["templating"]["list"]} == VARIABLES[path.name]
 
 
+_STEP, _POSITIVE = contract.series(contract.STEP).name, contract.series(contract.REWARDS.sums[0]).name
 VARIABLES = {
     "rl-run.json": {
         # A counter of every run with rewards, whatever its histogram kind (rl_reward_count is classic only).
-        "run": "label_values(rl_reward_positive_total, rl_run_id)",
+        "run": f"label_values({_POSITIVE}, rl_run_id)",
         # The run's service name (label job) follows the run: Jaeger searches a service's traces.
-        "service": 'label_values(rl_step{rl_run_id="$run",rl_rank=""}, job)',
+        "service": f'label_values({_STEP}{{rl_run_id="$run",rl_rank=""}}, job)',
     },
     "rl-compare.json": {
-        "runs": 'label_values(rl_step{rl_rank=""}, rl_run_id)',
-        "baseline": 'label_values(rl_step{rl_run_id=~"$runs",rl_rank=""}, rl_run_id)',
-        "group": 'label_values(rl_step{rl_rank="",rl_run_group!=""}, rl_run_group)',
+        "runs": f'label_values({_STEP}{{rl_rank=""}}, rl_run_id)',
+        "baseline": f'label_values({_STEP}{{rl_run_id=~"$runs",rl_rank=""}}, rl_run_id)',
+        "group": f'label_values({_STEP}{{rl_rank="",rl_run_group!=""}}, rl_run_group)',
     },
 }
 """Each dashboard's variables and their queries."""
@@ -113,71 +115,78 @@ def test_every_promql_selector_names_the_run_and_the_aggregated_side() -> None:
 # interpolation puts them. The buckets are derived from the library's layouts (otel_rl._telemetry.layouts), never
 # written here: a query that only works with bounds the library does not emit fails.
 _SYNTHETIC_LABELS = 'job="trainer",rl_role="trainer",rl_world_size="2",rl_rank=""'
-_SYNTHETIC = [
-    # metric, attributes, the value recorded, how many times per step
-    ("rl_reward", 'rl_reward_fn="total",rl_dataset="math"', 1.0, 5),
-    ("rl_reward", 'rl_reward_fn="total",rl_dataset="code"', 1.0, 5),
-    ("rl_staleness", 'rl_dataset="math",rl_staleness_phase="in_flight"', 3.0, 5),
-    ("rl_staleness", 'rl_dataset="code",rl_staleness_phase="in_queue"', 3.0, 5),
-    ("rl_metric", 'rl_metric_key="loss.policy"', -0.5, 1),
-    ("rl_advantage", "", -0.5, 4),
-    ("rl_response_length", "", 128.0, 10),
-    ("rl_entropy", "", 0.5, 100),
-    ("rl_importance_ratio", "", 2.0, 100),
-    ("rl_mismatch_kl", 'rl_kl_estimator="k1"', 0.25, 100),
-    ("rl_mismatch_kl", 'rl_kl_estimator="k3"', 0.125, 100),
-    ("rl_trajectory_versions", "", 2.0, 8),
-    ("rl_dropped_response_length", "", 512.0, 2),
+_SYNTHETIC: list[tuple[Distribution, str, float, int]] = [
+    # distribution, attributes, the value recorded, how many times per step
+    (contract.REWARDS, 'rl_reward_fn="total",rl_dataset="math"', 1.0, 5),
+    (contract.REWARDS, 'rl_reward_fn="total",rl_dataset="code"', 1.0, 5),
+    (contract.STALENESS, 'rl_dataset="math",rl_staleness_phase="in_flight"', 3.0, 5),
+    (contract.STALENESS, 'rl_dataset="code",rl_staleness_phase="in_queue"', 3.0, 5),
+    (contract.METRICS, 'rl_metric_key="loss.policy"', -0.5, 1),
+    (contract.ADVANTAGES, "", -0.5, 4),
+    (contract.RESPONSE_LENGTHS, "", 128.0, 10),
+    (contract.ENTROPY, "", 0.5, 100),
+    (contract.IMPORTANCE_RATIO, "", 2.0, 100),
+    (contract.MISMATCH_KL, 'rl_kl_estimator="k1"', 0.25, 100),
+    (contract.MISMATCH_KL, 'rl_kl_estimator="k3"', 0.125, 100),
+    (contract.TRAJECTORY_VERSIONS, "", 2.0, 8),
+    (contract.DROPPED_LENGTHS, "", 512.0, 2),
 ]
 PHASE_BUCKETS = contract.PHASE_BOUNDS
 """The bounds of rl_phase_duration_seconds (the ranks' phase metrics; the collector's spanmetrics the same)."""
 
 
-def _phase_spans(phase: str, seconds: float, spans: int) -> list[tuple[str, str]]:
-    """The spanmetrics series of ``spans`` phase spans of ``seconds`` each per step."""
+def _phase_spans(phase: str, seconds: float, spans: int) -> list[tuple[str, str, str]]:
+    """The phase series of ``spans`` phase spans of ``seconds`` each per step."""
     labels = f'rl_phase_name="{phase}",span_name="{phase}"'
     buckets = [(f"{b:g}", spans if seconds <= b else 0) for b in PHASE_BUCKETS] + [("+Inf", spans)]
+    durations = contract.series(contract.PHASE_DURATION)
     return [
-        (f"rl_phase_duration_seconds_sum{{{labels}}}", f"0+{seconds * spans:g}x40"),
-        (f"rl_phase_duration_seconds_count{{{labels}}}", f"0+{spans}x40"),
-        (f"rl_phase_calls_total{{{labels}}}", f"0+{spans}x40"),
-        *[(f'rl_phase_duration_seconds_bucket{{{labels},le="{le}"}}', f"0+{n}x40") for le, n in buckets],
+        (durations.sum, labels, f"0+{seconds * spans:g}x40"),
+        (durations.count, labels, f"0+{spans}x40"),
+        (contract.series(contract.PHASE_CALLS).name, labels, f"0+{spans}x40"),
+        *[(durations.bucket, f'{labels},le="{le}"', f"0+{n}x40") for le, n in buckets],
     ]
 
 
-_SYNTHETIC_OTHER = [
-    # series (labels besides the run's), values: the same on both runs
-    ('rl_groups_total{rl_group_outcome="none"}', "0+1x40"),
-    ('rl_groups_total{rl_group_outcome="some"}', "0+2x40"),
-    ('rl_groups_total{rl_group_outcome="all"}', "0+1x40"),
-    ("rl_groups_zero_variance_total", "0+2x40"),
-    ('rl_advantage_sign_total{rl_sign="positive"}', "0+3x40"),
-    ('rl_advantage_sign_total{rl_sign="negative"}', "0+4x40"),
-    ('rl_advantage_sign_total{rl_sign="zero"}', "0+1x40"),
-    ('rl_staleness_unversioned_total{rl_dataset="math"}', "0+15x40"),
-    ('rl_staleness_dropped_total{rl_dataset="code"}', "0+2x40"),
-    ("rl_run_start_time_seconds", "-60x40"),
-    ("rl_run_finished", "0x40"),
-    ("rl_ranks_up", "2x40"),
-    ("rl_ranks_expected", "2x40"),
-    ('rl_phase{rl_phase_name="generate"}', "1x40"),
-    ('rl_phase{rl_phase_name="train"}', "1x40"),
-    ("rl_step", "0+15x40"),
-    ("rl_policy_version", "0+1x40"),
-    ('otel_rl_values_rejected_total{otel_rl_metric="rl.reward",otel_rl_reason="nonfinite"}', "0+3x40"),
-    ("otel_rl_samples_exported_total", "0+30x40"),
-    ("otel_rl_spans_exported_total", "0+60x40"),
-    ('otel_rl_spans_dropped_total{otel_rl_reason="queue_full"}', "0+30x40"),
-    ('otel_rl_samples_dropped_total{otel_rl_reason="queue_full"}', "0+15x40"),
-    ('otel_rl_export_failures_total{otel_rl_signal="metrics"}', "0+1x40"),
-    ('otel_rl_export_unencodable_total{otel_rl_signal="logs"}', "0+2x40"),
-    ('otelcol_otel_rl_points_rejected{metric="rl.reward",reason="count"}', "0+2x40"),
+def _of(metric: contract.MetricName, labels: str, values: str) -> tuple[str, str, str]:
+    """A synthetic series of one of the contract's metrics."""
+    return contract.series(metric).name, labels, values
+
+
+_SYNTHETIC_OTHER: list[tuple[str, str, str]] = [
+    # series name, its labels besides the run's, values: the same on both runs
+    _of(contract.GROUPS, 'rl_group_outcome="none"', "0+1x40"),
+    _of(contract.GROUPS, 'rl_group_outcome="some"', "0+2x40"),
+    _of(contract.GROUPS, 'rl_group_outcome="all"', "0+1x40"),
+    _of(contract.GROUPS_ZERO_VARIANCE, "", "0+2x40"),
+    _of(contract.ADVANTAGE_SIGNS, 'rl_sign="positive"', "0+3x40"),
+    _of(contract.ADVANTAGE_SIGNS, 'rl_sign="negative"', "0+4x40"),
+    _of(contract.ADVANTAGE_SIGNS, 'rl_sign="zero"', "0+1x40"),
+    _of(contract.UNVERSIONED, 'rl_dataset="math"', "0+15x40"),
+    _of(contract.STALENESS_DROPPED, 'rl_dataset="code"', "0+2x40"),
+    _of(contract.RUN_START, "", "-60x40"),
+    _of(contract.RUN_FINISHED, "", "0x40"),
+    _of(contract.RANKS_UP, "", "2x40"),
+    _of(contract.RANKS_EXPECTED, "", "2x40"),
+    _of(contract.PHASES, 'rl_phase_name="generate"', "1x40"),
+    _of(contract.PHASES, 'rl_phase_name="train"', "1x40"),
+    _of(contract.STEP, "", "0+15x40"),
+    _of(contract.POLICY_VERSION, "", "0+1x40"),
+    _of(contract.VALUES_REJECTED, 'otel_rl_metric="rl.reward",otel_rl_reason="nonfinite"', "0+3x40"),
+    _of(contract.SAMPLES_EXPORTED, "", "0+30x40"),
+    _of(contract.SPANS_EXPORTED, "", "0+60x40"),
+    _of(contract.SPANS_DROPPED, 'otel_rl_reason="queue_full"', "0+30x40"),
+    _of(contract.SAMPLES_DROPPED, 'otel_rl_reason="queue_full"', "0+15x40"),
+    _of(contract.EXPORT_FAILURES, 'otel_rl_signal="metrics"', "0+1x40"),
+    _of(contract.EXPORT_UNENCODABLE, 'otel_rl_signal="logs"', "0+2x40"),
+    (foreign.COLLECTOR_POINTS_REJECTED.name, 'metric="rl.reward",reason="count"', "0+2x40"),
     # Means a trainer reduced itself (NeMo Lens's gauges, as the collector maps them).
-    ('rl_reported{rl_metric_key="reward/mean"}', "0.25x40"),
-    ('rl_reported{rl_metric_key="response_length/mean"}', "128.5x40"),
-    ('rl_reported{rl_metric_key="entropy/mean"}', "0.75x40"),
-    (
-        "otel_rl_merge_canary",
+    _of(contract.REPORTED, 'rl_metric_key="reward/mean"', "0.25x40"),
+    _of(contract.REPORTED, 'rl_metric_key="response_length/mean"', "128.5x40"),
+    _of(contract.REPORTED, 'rl_metric_key="entropy/mean"', "0.75x40"),
+    _of(
+        contract.MERGE_CANARY,
+        "",
         "{{schema:5 count:0 sum:0}}+{{schema:5 count:4 sum:4 offset:-99 buckets:["
         + " ".join("1" if i + 1 in (-99, -39, 73, 101) else "0" for i in range(-100, 101))
         + "]}}x40",
@@ -187,7 +196,7 @@ _SYNTHETIC_OTHER = [
     # Over a minute's 4 steps: length-reward correlation 3840 / sqrt(102400 * 400) = 0.6; correctness's covariance
     # term 240 of the total's 400 (share 0.6, correlation 0.6), format's 160 (share 0.4).
     *[
-        (f'rl_joint_total{{rl_joint_x="{x}",rl_joint_moment="{moment}"}}', f"0+{per_step:g}x40")
+        _of(contract.JOINT, f'rl_joint_x="{x}",rl_joint_moment="{moment}"', f"0+{per_step:g}x40")
         for x, moments in (
             ("response_length", {"n": 10, "x.positive": 1280, "xx": 164480, "xy.positive": 1304}),
             ("reward.correctness", {"n": 10, "x.positive": 5, "xx": 5, "xy.positive": 6.5}),
@@ -205,39 +214,44 @@ _SYNTHETIC_OTHER = [
             **moments,
         }.items()
     ],
-    ('rl_reward_ground_truth{rl_reward_fn="total"}', "1x40"),
+    _of(contract.GROUND_TRUTH, 'rl_reward_fn="total"', "1x40"),
     # Cost: 2 ranks of one GPU each (30 GPU-seconds per 15 s step) at 2 per GPU-hour.
-    ("rl_gpu_seconds_total", "0+30x40"),
-    ("rl_gpu_hour_price", "2x40"),
+    _of(contract.GPU_SECONDS, "", "0+30x40"),
+    _of(contract.GPU_HOUR_PRICE, "", "2x40"),
     # Where the time goes: record_tokens, the FLOPs gauges, set_async_state; the recorded open-phase series.
-    ("rl_tokens_generated_total", "0+150x40"),
-    ("rl_tokens_trained_total", "0+75x40"),
-    ("rl_samples_trained_total", "0+15x40"),
-    ("rl_flops_per_token", "6e9x40"),
-    ("rl_flops_peak_per_second", "1e12x40"),
-    ("rl_queue_depth", "3x40"),
-    ("rl_rollouts_in_flight", "4x40"),
-    ("rl_buffer_used", "10x40"),
-    ("rl_buffer_capacity", "64x40"),
-    ('rl:phase_open_seconds{rl_phase_name="train"}', "30x40"),
-    ('rl:phase_stuck_threshold_seconds{rl_phase_name="train"}', "600x40"),
+    _of(contract.TOKENS_GENERATED, "", "0+150x40"),
+    _of(contract.TOKENS_TRAINED, "", "0+75x40"),
+    _of(contract.SAMPLES_TRAINED, "", "0+15x40"),
+    _of(contract.FLOPS_PER_TOKEN, "", "6e9x40"),
+    _of(contract.FLOPS_PEAK, "", "1e12x40"),
+    _of(contract.QUEUE_DEPTH, "", "3x40"),
+    _of(contract.IN_FLIGHT, "", "4x40"),
+    _of(contract.BUFFER_USED, "", "10x40"),
+    _of(contract.BUFFER_CAPACITY, "", "64x40"),
+    (contract.rules.PHASE_OPEN.name, 'rl_phase_name="train"', "30x40"),
+    (contract.rules.PHASE_STUCK_THRESHOLD.name, 'rl_phase_name="train"', "600x40"),
     # The inference overlay's scrape of a vLLM server and an SGLang server (their own names, an instance each).
-    ('vllm:num_requests_waiting{instance="gpu:8000"}', "2x40"),
-    ('vllm:num_requests_running{instance="gpu:8000"}', "6x40"),
-    ('vllm:kv_cache_usage_perc{instance="gpu:8000"}', "0.5x40"),
-    ('vllm:gpu_cache_usage_perc{instance="gpu:8000"}', "0.5x40"),
-    ('vllm:generation_tokens_total{instance="gpu:8000"}', "0+300x40"),
-    ('sglang:num_queue_reqs{instance="sg:30000"}', "5x40"),
-    ('sglang:num_running_reqs{instance="sg:30000"}', "7x40"),
-    ('sglang:token_usage{instance="sg:30000"}', "0.25x40"),
-    ('sglang:generation_tokens_total{instance="sg:30000"}', "0+150x40"),
     *[
-        (f'{name}_bucket{{instance="{instance}",le="{le}"}}', values)
-        for name, instance, bounds in (
-            ("vllm:time_to_first_token_seconds", "gpu:8000", ("0.25", "0.5")),
-            ("sglang:time_to_first_token_seconds", "sg:30000", ("0.25", "0.5")),
-            ("vllm:inter_token_latency_seconds", "gpu:8000", ("0.01", "0.025")),
-            ("sglang:time_per_output_token_seconds", "sg:30000", ("0.01", "0.025")),
+        (engine.name, f'instance="{instance}"', values)
+        for engine, instance, values in (
+            (foreign.VLLM_REQUESTS_WAITING, "gpu:8000", "2x40"),
+            (foreign.VLLM_REQUESTS_RUNNING, "gpu:8000", "6x40"),
+            (foreign.VLLM_KV_CACHE_USAGE, "gpu:8000", "0.5x40"),
+            (foreign.VLLM_GPU_CACHE_USAGE, "gpu:8000", "0.5x40"),
+            (foreign.VLLM_GENERATION_TOKENS, "gpu:8000", "0+300x40"),
+            (foreign.SGLANG_QUEUE_REQUESTS, "sg:30000", "5x40"),
+            (foreign.SGLANG_RUNNING_REQUESTS, "sg:30000", "7x40"),
+            (foreign.SGLANG_TOKEN_USAGE, "sg:30000", "0.25x40"),
+            (foreign.SGLANG_GENERATION_TOKENS, "sg:30000", "0+150x40"),
+        )
+    ],
+    *[
+        (histogram.bucket, f'instance="{instance}",le="{le}"', values)
+        for histogram, instance, bounds in (
+            (foreign.VLLM_TIME_TO_FIRST_TOKEN, "gpu:8000", ("0.25", "0.5")),
+            (foreign.SGLANG_TIME_TO_FIRST_TOKEN, "sg:30000", ("0.25", "0.5")),
+            (foreign.VLLM_INTER_TOKEN_LATENCY, "gpu:8000", ("0.01", "0.025")),
+            (foreign.SGLANG_TIME_PER_OUTPUT_TOKEN, "sg:30000", ("0.01", "0.025")),
         )
         for le, values in ((bounds[0], "0x40"), (bounds[1], "0+10x40"), ("+Inf", "0+10x40"))
     ],
@@ -251,23 +265,15 @@ _SYNTHETIC_OTHER = [
 ]
 
 
-def _distribution(metric: str) -> Any:
-    """The library's distribution whose histogram is the Prometheus series ``metric``."""
-    import otel_rl_contract as contract
-
-    (found,) = [d for d in contract.DISTRIBUTIONS if d.histogram.name.replace(".", "_") == metric]
-    return found
-
-
-def _layout(metric: str, histogram: Literal["exponential", "explicit"]) -> Any:
+def _layout(metric: Distribution, histogram: Literal["exponential", "explicit"]) -> Any:
     """The bucket layout the library emits for ``metric`` in the histogram form ``histogram``."""
     from otel_rl import TelemetryConfig
     from otel_rl._pipeline import layouts
 
-    return layouts(TelemetryConfig(histogram=histogram, exporter="none").resolved).of(_distribution(metric))
+    return layouts(TelemetryConfig(histogram=histogram, exporter="none").resolved).of(metric)
 
 
-def _native(metric: str, value: float, count: int, *, extra: str = "") -> str:
+def _native(metric: Distribution, value: float, count: int, *, extra: str = "") -> str:
     """promtool's notation of a native histogram holding ``count`` values equal to ``value``, at the scale the
     library uses for ``metric`` (Prometheus's bucket ``i`` is OpenTelemetry's ``i - 1``)."""
     from tests.reference import exponential_sides
@@ -280,7 +286,7 @@ def _native(metric: str, value: float, count: int, *, extra: str = "") -> str:
     return f"{{{{schema:{scale} count:{count} sum:{value * count:g}{extra} {' '.join(buckets)}}}}}"
 
 
-def _classic(metric: str, value: float, count: int) -> dict[str, float]:
+def _classic(metric: Distribution, value: float, count: int) -> dict[str, float]:
     """``le`` -> cumulative count of ``count`` values equal to ``value`` at the bounds the library emits."""
     from tests.pipeline.harness import expected_buckets
 
@@ -291,37 +297,33 @@ def _synthetic_series(run: str) -> list[dict[str, str]]:
     series = []
     for metric, attribute, value, count in _SYNTHETIC:
         labels = ",".join(part for part in (_SYNTHETIC_LABELS, f'rl_run_id="{run}"', attribute) if part)
+        histogram = contract.series(metric.histogram)
         if run == "native":
             empty = f"{{{{schema:{_layout(metric, 'exponential').scale} count:0 sum:0}}}}"
-            series.append({"series": f"{metric}{{{labels}}}", "values": f"{empty}+{_native(metric, value, count)}x40"})
+            native = f"{empty}+{_native(metric, value, count)}x40"
+            series.append({"series": f"{histogram.name}{{{labels}}}", "values": native})
         else:
             series += [
-                {"series": f'{metric}_bucket{{{labels},le="{le}"}}', "values": f"0+{n:g}x40"}
+                {"series": f'{histogram.bucket}{{{labels},le="{le}"}}', "values": f"0+{n:g}x40"}
                 for le, n in _classic(metric, value, count).items()
             ]
-            series.append({"series": f"{metric}_count{{{labels}}}", "values": f"0+{count}x40"})
+            series.append({"series": f"{histogram.count}{{{labels}}}", "values": f"0+{count}x40"})
             total = value * count
             series.append(
-                {"series": f"{metric}_sum{{{labels}}}", "values": f"0{'+' if total >= 0 else '-'}{abs(total):g}x40"}
+                {"series": f"{histogram.sum}{{{labels}}}", "values": f"0{'+' if total >= 0 else '-'}{abs(total):g}x40"}
             )
-        distribution = _distribution(metric)
-        sums = {
-            distribution.positive: max(value, 0),
-            distribution.negative: max(-value, 0),
-            distribution.squares: value**2,
-        }
+        if metric.positive is not None:
+            sums = zip(metric.sums, (max(value, 0), max(-value, 0), value**2), strict=True)
+            series += [
+                {"series": f"{contract.series(part).name}{{{labels}}}", "values": f"0+{total * count:g}x40"}
+                for part, total in sums
+            ]
         series += [
-            {"series": f"{part.name.replace('.', '_')}_total{{{labels}}}", "values": f"0+{total * count:g}x40"}
-            for part, total in sums.items()
-            if part is not None
+            {"series": f"{contract.series(extreme).name}{{{labels}}}", "values": f"{value:g}x40"}
+            for extreme in (metric.maximum, metric.minimum)
         ]
-        series += [
-            {"series": f"{metric}_max{{{labels}}}", "values": f"{value:g}x40"},
-            {"series": f"{metric}_min{{{labels}}}", "values": f"{value:g}x40"},
-        ]
-    for selector, values in _SYNTHETIC_OTHER:
-        name, _, attribute = selector.partition("{")
-        labels = ",".join(part for part in (_SYNTHETIC_LABELS, f'rl_run_id="{run}"', attribute.rstrip("}")) if part)
+    for name, attribute, values in _SYNTHETIC_OTHER:
+        labels = ",".join(part for part in (_SYNTHETIC_LABELS, f'rl_run_id="{run}"', attribute) if part)
         series.append({"series": f"{name}{{{labels}}}", "values": values})
     return series
 
@@ -478,8 +480,8 @@ _EXPECTED: dict[tuple[str, str], float | dict[str, float]] = {
 }
 _EXPECTED_HEATMAPS = {
     # (panel title, refId) -> (metric, value, count) of one 1 m window: 4 steps of what _SYNTHETIC records
-    ("Reward (total) distribution", "A"): ("rl_reward", 1.0, 40),
-    ("Staleness distribution", "A"): ("rl_staleness", 3.0, 40),
+    ("Reward (total) distribution", "A"): (contract.REWARDS, 1.0, 40),
+    ("Staleness distribution", "A"): (contract.STALENESS, 3.0, 40),
 }
 
 
@@ -616,15 +618,16 @@ def test_every_alert_has_a_unit_test_that_fires_and_one_that_stays_silent() -> N
 def test_every_alert_has_a_runbook_and_uses_thresholds_that_have_defaults() -> None:
     """Each alert rule has the annotations summary, description, runbook_url and dashboard_url and a severity; every
     rl_alert_threshold{threshold=...} an alert reads has a default in the rl_alert_threshold rule."""
+    threshold = contract.rules.ALERT_THRESHOLD.name
     defaults = set(
-        re.findall(r'"threshold", "(\w+)"', next(r["expr"] for r in rules() if r.get("record") == "rl_alert_threshold"))
+        re.findall(r'"threshold", "(\w+)"', next(r["expr"] for r in rules() if r.get("record") == threshold))
     )
     for rule in rules():
         if "alert" not in rule:
             continue
         assert set(rule["annotations"]) == {"summary", "description", "runbook_url", "dashboard_url"}, rule["alert"]
         assert rule["labels"]["severity"] == ("notify" if "audit" in rule["labels"] else "warning"), rule["alert"]
-        used = set(re.findall(r'rl_alert_threshold\{threshold="(\w+)"\}', rule["expr"]))
+        used = set(re.findall(rf'{threshold}\{{threshold="(\w+)"\}}', rule["expr"]))
         assert used <= defaults, (rule["alert"], used - defaults)
 
 
@@ -633,7 +636,7 @@ def test_every_rule_selector_reads_the_aggregated_side() -> None:
     for rule in rules():
         for selector in re.findall(r"\b((?:otel_)?rl_[a-z_]+)\{([^}]*)\}", rule["expr"]):
             name, matchers = selector
-            if name.startswith("rl_alert_threshold"):
+            if name.startswith(contract.rules.ALERT_THRESHOLD.name):
                 continue
             assert 'rl_rank=""' in matchers, (rule.get("record") or rule.get("alert"), name)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from otel_rl_contract import foreign
 from otel_rl_ops.query import Prometheus
 
 from demo.__main__ import _free_port, run_job
@@ -42,7 +43,7 @@ SMOOTHING = 20
 def _watch(prometheus: Prometheus, runs: tuple[str, ...], seen: dict[tuple[str, str, str], float]) -> None:
     """Note the first time each (run, audit alert, state) appears in ``ALERTS``."""
     now = time.time()
-    query = f'ALERTS{{alertname=~"{"|".join(AUDIT)}",rl_run_id=~"{"|".join(runs)}"}}'
+    query = f'{foreign.ALERTS.name}{{alertname=~"{"|".join(AUDIT)}",rl_run_id=~"{"|".join(runs)}"}}'
     for item in prometheus.query(query):
         labels = item["metric"]
         seen.setdefault((labels["rl_run_id"], labels["alertname"], labels["alertstate"]), now)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import otel_rl_contract as contract
 import pytest
 from otel_rl_ops.query import Prometheus
 from otel_rl_ops.stack.config import find_free_ports
@@ -26,6 +27,7 @@ from tests.packaging.installs import Installs
 from tests.pipeline.harness import eventually
 from tests.pipeline.test_scale_out import Collector
 
+REWARD = contract.series(contract.REWARDS.histogram)
 RANKS = 2
 GATEWAY_ID = "slurm-gateway"
 
@@ -105,8 +107,8 @@ def test_the_sbatch_recipe_runs_an_agent_per_node_and_the_ranks_through_it(
     prometheus = Prometheus(shared_stack.prometheus_url)
     selector = f'{{rl_run_id="{job_id}",rl_reward_fn="total"}}'
     eventually(
-        lambda: prometheus.value(f"histogram_count(rl_reward{selector})") == len(recorded), what="the job merged"
+        lambda: prometheus.value(f"histogram_count({REWARD.name}{selector})") == len(recorded), what="the job merged"
     )
-    assert prometheus.value(f"histogram_sum(rl_reward{selector})") == sum(recorded)
-    gateways = {series["metric"].get("otel_rl_gateway") for series in prometheus.query(f"rl_reward{selector}")}
+    assert prometheus.value(f"histogram_sum({REWARD.name}{selector})") == sum(recorded)
+    gateways = {series["metric"].get("otel_rl_gateway") for series in prometheus.query(f"{REWARD.name}{selector}")}
     assert gateways == {GATEWAY_ID}

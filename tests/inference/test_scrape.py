@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from otel_rl_contract import foreign
 from otel_rl_ops import promql
 from otel_rl_ops.query import Prometheus
 from otel_rl_ops.report.dashboard import default_dashboard_path, load_panels, substitute
@@ -104,7 +105,7 @@ def _held(prometheus: Prometheus, run_id: str, instance: str) -> dict[tuple[str,
     identity = {"job", "instance", "rl_run_id", "rl_role", "otel_scope_name", "otel_scope_version"}
     held = {}
     for item in prometheus.query(promql.selector(rl_run_id=run_id, instance=instance)):
-        if item["metric"]["__name__"] == "up" or item["metric"]["__name__"].startswith("scrape_"):
+        if item["metric"]["__name__"] == foreign.UP.name or item["metric"]["__name__"].startswith("scrape_"):
             continue
         labels = {k: v for k, v in item["metric"].items() if k != "__name__" and k not in identity}
         if "le" in labels:
@@ -135,7 +136,7 @@ def test_every_recorded_sample_arrives_with_the_runs_identity(
         what=f"the {engine} recording in Prometheus",
     )
     assert held == recorded
-    (up,) = prometheus.query(promql.selector("up", rl_run_id=run_id, instance=servers[engine]))
+    (up,) = prometheus.query(promql.selector(foreign.UP, rl_run_id=run_id, instance=servers[engine]))
     assert {k: up["metric"][k] for k in ("job", "rl_role")} == {"job": "inference", "rl_role": "inference"}
     assert up["value"][1] == "1"
 
@@ -165,10 +166,10 @@ def test_the_dashboards_inference_panels_read_the_recordings(stack: Any, servers
         lambda: value("Inference: generated tokens per second", "A") == {vllm: 0.0, sglang: 0.0},
         what="a rate over two scrapes",
     )
-    names = ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds")
+    histograms = (foreign.VLLM_TIME_TO_FIRST_TOKEN, foreign.SGLANG_TIME_TO_FIRST_TOKEN)
     ttft = " or ".join(
-        f"histogram_quantile(0.5, sum by (instance, le) ({name}_bucket{{{promql.matchers(rl_run_id=run_id)}}}))"
-        for name in names
+        f"histogram_quantile(0.5, sum by (instance, le) ({h.bucket}{{{promql.matchers(rl_run_id=run_id)}}}))"
+        for h in histograms
     )
     assert {item["metric"]["instance"]: float(item["value"][1]) for item in prometheus.query(ttft)} == pytest.approx(
         {vllm: 9.25, sglang: 30.0}

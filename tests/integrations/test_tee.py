@@ -50,6 +50,11 @@ from otel_rl._tee import STEP_KEYS
 from otel_rl.tracking import canonical_key
 from tests.conftest import EXPORT_WAIT_S, EncodingMetricExporter, attributes_of
 
+METRIC = contract.series(contract.METRICS.histogram)
+METRIC_MAX = contract.series(contract.METRICS.maximum)
+POLICY_VERSION = contract.series(contract.POLICY_VERSION)
+STEP = contract.series(contract.STEP)
+
 wandb = pytest.importorskip("wandb")
 SummaryWriter = pytest.importorskip("torch.utils.tensorboard").SummaryWriter
 
@@ -750,7 +755,7 @@ def test_teed_wandb_and_tensorboard_reach_prometheus(shared_stack: Any, wandb_di
     run = f'rl_run_id="{run_id}",rl_rank=""'
 
     def count(key: str) -> float | None:
-        return prometheus.value(f'histogram_count(sum(rl_metric{{{run},rl_metric_key="{key}"}}))')
+        return prometheus.value(f'histogram_count(sum({METRIC.name}{{{run},rl_metric_key="{key}"}}))')
 
     eventually(lambda: count("staleness/max") == len(expected["staleness/max"]), what="the staleness maxima")
     for key in ("staleness/mean", "staleness_in_queue/mean", "staleness_in_flight/max", "staleness/dropped"):
@@ -758,10 +763,10 @@ def test_teed_wandb_and_tensorboard_reach_prometheus(shared_stack: Any, wandb_di
     assert len(expected["staleness/mean"]) == 2 * STEPS  # prime-rl's off_policy/mean and AReaL's per-token theta
     for key in ("reward/mean", "entropy/mean", "mismatch_kl/mean", "ppo_kl/mean"):
         assert count(key) == len(expected[key]), key
-    maximum = prometheus.value(f'max(rl_metric_max{{{run},rl_metric_key="staleness_in_queue/max"}})')
+    maximum = prometheus.value(f'max({METRIC_MAX.name}{{{run},rl_metric_key="staleness_in_queue/max"}})')
     assert maximum == max(expected["staleness_in_queue/max"])
-    assert prometheus.value(f"max(rl_step{{{run}}})") == STEPS
-    assert prometheus.value(f"max(rl_policy_version{{{run}}})") == 10 + STEPS
+    assert prometheus.value(f"max({STEP.name}{{{run}}})") == STEPS
+    assert prometheus.value(f"max({POLICY_VERSION.name}{{{run}}})") == 10 + STEPS
 
 
 def test_a_run_counting_steps_only_in_wandb_writes_rl_step(shared_stack: Any, wandb_dir: Path) -> None:
@@ -781,7 +786,7 @@ def test_a_run_counting_steps_only_in_wandb_writes_rl_step(shared_stack: Any, wa
     prometheus = Prometheus(shared_stack.prometheus_url)
     rules = yaml.safe_load((ROOT / "prometheus" / "rules" / "otel_rl.yml").read_text(encoding="utf-8"))
     (absent,) = [r["expr"] for g in rules["groups"] for r in g["rules"] if r.get("alert") == "RLTelemetryAbsent"]
-    step = promql.selector(contract.series(contract.STEP).name, **{contract.label(contract.RUN_ID): run_id})
+    step = promql.selector(STEP, **{contract.label(contract.RUN_ID): run_id})
 
     def at_step(number: int) -> bool:
         return prometheus.value(f"max({step})") == number
@@ -800,7 +805,7 @@ def test_a_run_counting_steps_only_in_wandb_writes_rl_step(shared_stack: Any, wa
     assert telemetry.shutdown(EXPORT_WAIT_S)
     key = contract.label(contract.METRIC_KEY)
     selector = promql.matchers(**{contract.label(contract.RUN_ID): run_id})
-    counts = promql.count(contract.series(contract.METRICS.histogram).name, selector, by=key, window=None)
+    counts = promql.count(contract.series(contract.METRICS.histogram), selector, by=key, window=None)
     eventually(
         lambda: prometheus.by_label(counts, key) == {"reward/mean": 3, "kl/mean": 1}, what="the run's rewards and KL"
     )

@@ -7,11 +7,20 @@ import uuid
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 from otel_rl_ops.query import Prometheus
 
 import otel_rl
 from otel_rl.tracking import MetricsDictLogger
 from tests.pipeline.harness import eventually
+
+METRIC = contract.series(contract.METRICS.histogram)
+METRIC_POSITIVE, METRIC_NEGATIVE, METRIC_SQUARES = map(contract.series, contract.METRICS.sums)
+POLICY_VERSION = contract.series(contract.POLICY_VERSION)
+REWARD = contract.series(contract.REWARDS.histogram)
+REWARD_POSITIVE, REWARD_NEGATIVE, REWARD_SQUARES = map(contract.series, contract.REWARDS.sums)
+STEP = contract.series(contract.STEP)
+VALUES_REJECTED = contract.series(contract.VALUES_REJECTED)
 
 STEPS = 5
 
@@ -59,19 +68,21 @@ def test_verl_metrics_dicts_become_series(shared_stack: Any) -> None:
     run = f'rl_run_id="{run_id}",rl_rank=""'
 
     def metric(name: str, key: str) -> float | None:
-        if name == "rl_metric_count":  # exponential histograms: the native histogram's count
-            return prometheus.value(f'histogram_count(sum(rl_metric{{{run},rl_metric_key="{key}"}}))')
+        if name == METRIC.count:  # exponential histograms: the native histogram's count
+            return prometheus.value(f'histogram_count(sum({METRIC.name}{{{run},rl_metric_key="{key}"}}))')
         return prometheus.value(f'sum({name}{{{run},rl_metric_key="{key}"}})')
 
     scores = np.concatenate([d["rewards/correctness"] for d in logged])
     eventually(
-        lambda: prometheus.value(f'histogram_count(sum(rl_reward{{{run},rl_reward_fn="correctness"}}))') == scores.size,
+        lambda: (
+            prometheus.value(f'histogram_count(sum({REWARD.name}{{{run},rl_reward_fn="correctness"}}))') == scores.size
+        ),
         what="the per-sample rewards",
     )
-    assert prometheus.value(f'sum(rl_reward_positive_total{{{run},rl_reward_fn="correctness"}})') == scores.sum()
-    eventually(lambda: metric("rl_metric_count", "reward/mean") == STEPS, what="the canonical reward mean")
+    assert prometheus.value(f'sum({REWARD_POSITIVE.name}{{{run},rl_reward_fn="correctness"}})') == scores.sum()
+    eventually(lambda: metric(METRIC.count, "reward/mean") == STEPS, what="the canonical reward mean")
     means = [d["critic/score/mean"] for d in logged]
-    assert metric("rl_metric_positive_total", "reward/mean") == sum(means)
+    assert metric(METRIC_POSITIVE.name, "reward/mean") == sum(means)
     for key, _source in (
         ("reward/max", "critic/score/max"),
         ("reward_penalized/mean", "critic/rewards/mean"),
@@ -80,13 +91,13 @@ def test_verl_metrics_dicts_become_series(shared_stack: Any) -> None:
         ("actor/pg_loss", "actor/pg_loss"),
         ("timing_s/gen", "timing_s/gen"),
     ):
-        assert metric("rl_metric_count", key) == STEPS, key
+        assert metric(METRIC.count, key) == STEPS, key
     lengths = np.concatenate([d["response_length"] for d in logged])
-    assert metric("rl_metric_count", "response_length") == lengths.size
-    assert metric("rl_metric_positive_total", "response_length") == lengths.sum()
-    assert prometheus.value(f"max(rl_policy_version{{{run}}})") == 10 + STEPS
-    assert prometheus.value(f"max(rl_step{{{run}}})") == STEPS
+    assert metric(METRIC.count, "response_length") == lengths.size
+    assert metric(METRIC_POSITIVE.name, "response_length") == lengths.sum()
+    assert prometheus.value(f"max({POLICY_VERSION.name}{{{run}}})") == 10 + STEPS
+    assert prometheus.value(f"max({STEP.name}{{{run}}})") == STEPS
     rejected = prometheus.value(
-        f'sum(otel_rl_values_rejected_total{{{run},otel_rl_metric="rl.metric",otel_rl_reason="type"}})'
+        f'sum({VALUES_REJECTED.name}{{{run},otel_rl_metric="rl.metric",otel_rl_reason="type"}})'
     )
     assert rejected == STEPS

@@ -40,6 +40,11 @@ from otel_rl.trl import OtelRLCallback
 from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
 from tests.pipeline.harness import eventually
 
+METRIC = contract.series(contract.METRICS.histogram)
+REWARD = contract.series(contract.REWARDS.histogram)
+REWARD_POSITIVE, REWARD_NEGATIVE, REWARD_SQUARES = map(contract.series, contract.REWARDS.sums)
+STEP = contract.series(contract.STEP)
+
 STEPS = 2
 GENERATIONS_PER_STEP = 2  # gradient_accumulation_steps=2, steps_per_generation=1: TRL's own table shows only one
 ROWS_PER_GENERATION = 8  # per_device_train_batch_size: 2 prompts x num_generations=4
@@ -190,7 +195,7 @@ def reward_values(rollouts: list[Rollout], fn: str) -> list[float]:
 
 def reward_count(prometheus: Prometheus, run_id: str, fn: str) -> float | None:
     """The count of the native histogram ``rl_reward`` of ``fn`` in run ``run_id`` (None before any arrived)."""
-    return prometheus.value(f'histogram_count(sum(rl_reward{{rl_run_id="{run_id}",rl_reward_fn="{fn}"}}))')
+    return prometheus.value(f'histogram_count(sum({REWARD.name}{{rl_run_id="{run_id}",rl_reward_fn="{fn}"}}))')
 
 
 @pytest.fixture(scope="module")
@@ -216,11 +221,13 @@ def test_rewards_are_exact_per_function_and_in_total(shared_stack: Any, trl_run:
     prometheus = Prometheus(shared_stack.prometheus_url)
     eventually(lambda: reward_count(prometheus, trl_run.run_id, fn) == len(values), what=f"the {fn} reward count")
     selector = f'{{rl_run_id="{trl_run.run_id}",rl_reward_fn="{fn}"}}'
-    positive = prometheus.value(f"sum(rl_reward_positive_total{selector})")
-    negative = prometheus.value(f"sum(rl_reward_negative_total{selector})")
+    positive = prometheus.value(f"sum({REWARD_POSITIVE.name}{selector})")
+    negative = prometheus.value(f"sum({REWARD_NEGATIVE.name}{selector})")
     assert positive is not None and negative is not None
     assert positive - negative == pytest.approx(math.fsum(values), abs=1e-9)
-    assert prometheus.value(f"histogram_sum(sum(rl_reward{selector}))") == pytest.approx(math.fsum(values), abs=1e-9)
+    assert prometheus.value(f"histogram_sum(sum({REWARD.name}{selector}))") == pytest.approx(
+        math.fsum(values), abs=1e-9
+    )
 
 
 def test_every_rollout_is_a_sample_with_its_texts_rewards_and_advantage(shared_stack: Any, trl_run: TrlRun) -> None:
@@ -271,7 +278,9 @@ def test_logged_scalars_are_metrics_and_reward_means_are_not(shared_stack: Any, 
     prometheus = Prometheus(shared_stack.prometheus_url)
     selector = f'{{rl_run_id="{trl_run.run_id}"}}'
     counts = eventually(
-        lambda: prometheus.by_label(f"sum by (rl_metric_key) (histogram_count(rl_metric{selector}))", "rl_metric_key"),
+        lambda: prometheus.by_label(
+            f"sum by (rl_metric_key) (histogram_count({METRIC.name}{selector}))", "rl_metric_key"
+        ),
         what="the logged scalars",
     )
     for key in ("train/loss", "entropy/mean", "train/grad_norm", "response_length/mean", "train/frac_reward_zero_std"):
@@ -279,7 +288,7 @@ def test_logged_scalars_are_metrics_and_reward_means_are_not(shared_stack: Any, 
     assert counts["train/epoch"] == STEPS + 1  # the end-of-training log has it too
     assert not {k for k in counts if k in {"reward/mean", "reward/std", "train/train_runtime", "train/train_loss"}}
     assert not {k for k in counts if k.startswith("train/rewards/")}
-    assert prometheus.value(f"rl_step{selector}") == STEPS
+    assert prometheus.value(f"{STEP.name}{selector}") == STEPS
 
 
 def test_a_reused_generation_is_counted_once(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -376,11 +385,11 @@ def metric_series(prometheus: Prometheus, run_id: str) -> Series:
     """Count, exact sum and extremes of every ``rl.metric`` key of run ``run_id`` in Prometheus."""
     key = contract.label(contract.METRIC_KEY)
     selector = promql.matchers(**{contract.label(contract.RUN_ID): run_id})
-    histogram = contract.series(contract.METRICS.histogram).name
+    histogram = contract.series(contract.METRICS.histogram)
     maximum, minimum = (contract.series(m).name for m in (contract.METRICS.maximum, contract.METRICS.minimum))
     parts = [
         prometheus.by_label(promql.count(histogram, selector, by=key, window=None), key),
-        prometheus.by_label(promql.signed_sum(histogram, selector, by=key, window=None), key),
+        prometheus.by_label(promql.signed_sum(contract.METRICS, selector, by=key, window=None), key),
         prometheus.by_label(f"max by ({key}) (max_over_time({maximum}{{{selector}}}[1h]))", key),
         prometheus.by_label(f"min by ({key}) (min_over_time({minimum}{{{selector}}}[1h]))", key),
     ]
@@ -419,7 +428,7 @@ def test_one_quantity_has_one_key_on_every_path(shared_stack: Any, paths: dict[s
     reward_means = {canonical_key(key) for key in REWARD_MEANS}
     assert reward_means == set(wandb) - set(series["callback"])
     assert series["callback"] == {key: value for key, value in wandb.items() if key not in reward_means}
-    histogram = contract.series(contract.REWARDS.histogram).name
+    histogram = contract.series(contract.REWARDS.histogram)
     counts = {path: prometheus.value(promql.count(histogram, run(r), window=None)) for path, r in paths.items()}
     assert counts["callback"] and not any(counts[path] for path in PATHS[1:])
 

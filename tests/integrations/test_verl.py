@@ -20,11 +20,18 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import otel_rl_contract as contract
 from otel_rl_ops.query import Prometheus
 
 from otel_rl import _env
 from otel_rl.tracking import canonical_key
 from tests.pipeline.harness import eventually
+
+METRIC = contract.series(contract.METRICS.histogram)
+RUN_FINISHED = contract.series(contract.RUN_FINISHED)
+STEP = contract.series(contract.STEP)
+TOKENS_TRAINED = contract.series(contract.TOKENS_TRAINED)
+VALUES_REJECTED = contract.series(contract.VALUES_REJECTED)
 
 REPO = Path(__file__).resolve().parents[2]
 VERL_PYTHON = REPO / ".venv-verl" / "bin" / "python"
@@ -69,7 +76,7 @@ def _assert_every_key_in_prometheus(prometheus: Prometheus, run_id: str, logged:
     counts = {key: float(len(logged_values)) for key, logged_values in values.items()}
     eventually(
         lambda: (
-            prometheus.by_label(f"histogram_count(sum by (rl_metric_key) (rl_metric{{{run}}}))", "rl_metric_key")
+            prometheus.by_label(f"histogram_count(sum by (rl_metric_key) ({METRIC.name}{{{run}}}))", "rl_metric_key")
             == counts
         ),
         what=f"the count of each of the {len(counts)} logged keys",
@@ -81,10 +88,10 @@ def _assert_every_key_in_prometheus(prometheus: Prometheus, run_id: str, logged:
         }
         assert {key: found.get(key, 0.0) for key in expected} == expected, part
         assert set(found) <= set(expected), part
-    assert prometheus.value(f"max(rl_step{{{run}}})") == STEPS
+    assert prometheus.value(f"max({STEP.name}{{{run}}})") == STEPS
     tokens = sum(data["perf/total_num_tokens"] for data in logged if "perf/total_num_tokens" in data)
-    assert prometheus.value(f"sum(rl_tokens_trained_total{{{run}}})") == tokens
-    rejected = prometheus.value(f"sum(otel_rl_values_rejected_total{{{run}}})")
+    assert prometheus.value(f"sum({TOKENS_TRAINED.name}{{{run}}})") == tokens
+    rejected = prometheus.value(f"sum({VALUES_REJECTED.name}{{{run}}})")
     assert rejected in (None, 0.0)
 
 
@@ -103,7 +110,7 @@ def test_verl_tracking_logs_every_key_through_the_plugin(shared_stack: Any, tmp_
     assert f"step:{STEPS} - " in stdout and "critic/score/mean:" in stdout
     prometheus = Prometheus(shared_stack.prometheus_url)
     _assert_every_key_in_prometheus(prometheus, run_id, result["logged"])
-    assert prometheus.value(f'min(rl_run_finished{{rl_run_id="{run_id}"}})') == 1
+    assert prometheus.value(f'min({RUN_FINISHED.name}{{rl_run_id="{run_id}"}})') == 1
 
 
 def test_verl_tracking_in_a_ray_actor_takes_its_settings_from_runtime_env(shared_stack: Any, tmp_path: Path) -> None:

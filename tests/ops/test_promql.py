@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import re
 
+import otel_rl_contract as contract
 import pytest
 from otel_rl_ops import promql
 from otel_rl_ops.report.dashboard import substitute
+
+GROUPS = contract.series(contract.GROUPS)
+STEP = contract.series(contract.STEP)
 
 HOSTILE = [
     'q"uote',
@@ -48,7 +52,7 @@ def test_quote_refuses_a_lone_surrogate() -> None:
 def test_builders_quote_every_value_they_are_given() -> None:
     """Selectors, matchers and LogsQL filters hold the values only as quoted literals."""
     run = 'victim",rl_run_id=~".*'
-    assert promql.selector("rl_step", rl_run_id=run) == 'rl_step{rl_run_id="victim\\",rl_run_id=~\\".*"}'
+    assert promql.selector(STEP, rl_run_id=run) == f'{STEP.name}{{rl_run_id="victim\\",rl_run_id=~\\".*"}}'
     assert promql.match("rl_dataset", "", "!=") == 'rl_dataset!=""'
     assert promql.logsql_exact("rl.run.id", run) == 'rl.run.id:="victim\\",rl_run_id=~\\".*"'
     assert promql.logsql_stream("rl.run.id", "$run") == '{rl.run.id="$run"}'
@@ -75,10 +79,10 @@ def test_substitute_refuses_unknown_variables_and_a_bare_run_variable() -> None:
 @pytest.mark.parametrize(
     "query",
     [
-        promql.mean("rl_reward", "S", by="rl_reward_fn", window="1m"),
-        promql.effective_sample_size("rl_importance_ratio", "S", window="1m"),
-        promql.share("rl_groups_total", "rl_group_outcome", "S", window="1m"),
-        promql.fraction("rl_groups_zero_variance_total", "rl_groups_total", "S", window="1m"),
+        promql.mean(contract.REWARDS, "S", by="rl_reward_fn", window="1m"),
+        promql.effective_sample_size(contract.IMPORTANCE_RATIO, "S", window="1m"),
+        promql.share(GROUPS, "rl_group_outcome", "S", window="1m"),
+        promql.fraction(contract.series(contract.GROUPS_ZERO_VARIANCE), GROUPS, "S", window="1m"),
         promql.phase_mean("S", window="1m"),
     ],
 )
@@ -90,3 +94,18 @@ def test_ratios_of_counters_divide_exact_increases_of_one_window(query: str) -> 
     counters = re.findall(r"(\w+)\{S\}(?! offset)", query)
     assert counters and all(f"{name}{{S}} offset 1m" in query for name in counters), query
     assert re.search(r" / (on \(\) group_left \(\) )?\(+.*\) > 0\)", query), query
+
+
+def test_signed_builders_refuse_a_distribution_of_counts() -> None:
+    """Means and the effective sample size read a signed distribution's exact sums; staleness (a distribution of
+    counts) has none, and the builder says which distribution it was given."""
+    with pytest.raises(ValueError, match=r"'rl\.staleness' has no signed sums"):
+        promql.mean(contract.STALENESS, "S", window="1m")
+
+
+def test_only_exemplar_carriers_name_an_exemplar_series() -> None:
+    """A heatmap of an exemplar carrier names its exemplar series (Grafana asks it for exemplars); a heatmap of any
+    other distribution names none, which would select a series the collector never writes."""
+    reward = promql.distribution(contract.REWARDS, "S", window="1m")
+    assert contract.exemplar_series(contract.REWARDS.histogram).bucket in reward
+    assert "exemplars" not in promql.distribution(contract.ADVANTAGES, "S", window="1m")

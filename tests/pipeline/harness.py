@@ -13,12 +13,32 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import otel_rl_contract as contract
+from otel_rl_ops import promql
+from otel_rl_ops.query import Prometheus
+
 from otel_rl import DEFAULT_REWARD_BOUNDS, DEFAULT_STALENESS_BOUNDS
 from tests.pipeline import rank_worker
 from tests.reference import bucket_counts
 
 ROOT = Path(__file__).parents[2]
 WAIT_S = 90.0
+EVERY_RUN: tuple[contract.MetricName, ...] = (
+    contract.RUN_START,
+    contract.RUN_FINISHED,
+    contract.RANKS_UP,
+    contract.RANKS_EXPECTED,
+    contract.GPU_SECONDS,
+    contract.GROUND_TRUTH,
+    contract.SAMPLES_EXPORTED,
+    contract.SAMPLES_DROPPED,
+    contract.SPANS_EXPORTED,
+    contract.SPANS_DROPPED,
+    contract.EXPORT_FAILURES,
+    contract.EXPORT_UNENCODABLE,
+)
+"""What every rank exports whatever it records: the run gauges it states when it starts, and its export counters.
+A live golden test adds what its run recorded and compares with the series Prometheus holds (:func:`written`)."""
 _FORKSERVER = multiprocessing.get_context("forkserver")
 _FORKSERVER.set_forkserver_preload([rank_worker.__name__])
 """Rank processes are forks of one server per test process that imported torch, numba and otel_rl once: a rank
@@ -253,6 +273,13 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
+
+
+def written(prometheus: Prometheus, run_id: str) -> frozenset[str]:
+    """The names of the series the collector wrote for ``run_id`` (scope ``otel_rl``; not the recording rules')."""
+    run = promql.match(contract.label(contract.RUN_ID), run_id)
+    found = prometheus.series(f"{{{run},{promql.match('otel_scope_name', contract.SCOPE_NAME)}}}")
+    return frozenset(item["__name__"] for item in found if ":" not in item["__name__"])
 
 
 def eventually(check: Callable[[], Any], *, what: str, timeout_s: float = WAIT_S) -> Any:

@@ -6,18 +6,28 @@ import itertools
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 from otel_rl_ops.query import Prometheus
 
-from tests.pipeline.harness import REWARD_BOUNDS, STALENESS_BOUNDS, RankProcess, eventually, expected_buckets
+from tests.pipeline.harness import (
+    EVERY_RUN,
+    REWARD_BOUNDS,
+    STALENESS_BOUNDS,
+    RankProcess,
+    eventually,
+    expected_buckets,
+    written,
+)
 
 RANKS = 4
 STEPS = 3
 FNS = ("total", "format")
+REWARD = contract.series(contract.REWARDS.histogram)
+STALENESS = contract.series(contract.STALENESS.histogram)
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +61,11 @@ def exact_run(shared_stack: Any) -> Iterator[tuple[str, dict[str, Any]]]:
     prometheus = Prometheus(shared_stack.prometheus_url)
     count = len(expected["total"])
     eventually(
-        lambda: prometheus.value(f'sum(rl_reward_count{{rl_run_id="{run_id}",rl_reward_fn="total"}})') == count,
+        lambda: prometheus.value(f'sum({REWARD.count}{{rl_run_id="{run_id}",rl_reward_fn="total"}})') == count,
         what="the aggregated reward count",
     )
     eventually(
-        lambda: prometheus.value(f'sum(rl_staleness_count{{rl_run_id="{run_id}"}})') == len(expected["staleness"]),
+        lambda: prometheus.value(f'sum({STALENESS.count}{{rl_run_id="{run_id}"}})') == len(expected["staleness"]),
         what="the aggregated staleness count",
     )
     yield run_id, expected
@@ -72,16 +82,17 @@ def test_reward_histogram_is_the_exact_sum_over_ranks(
     prometheus = Prometheus(shared_stack.prometheus_url)
     selector = f'{{rl_run_id="{run_id}",rl_reward_fn="{fn}"}}'
     values = expected[fn]
-    assert prometheus.buckets("rl_reward", selector) == expected_buckets(values, REWARD_BOUNDS)
-    assert prometheus.value(f"rl_reward_count{selector}") == len(values)
-    assert prometheus.value(f"rl_reward_sum{selector}") == pytest.approx(sum(values), rel=1e-12, abs=1e-9)
-    assert prometheus.value(f"max_over_time(rl_reward_max{selector}[10m])") == max(values)
-    assert prometheus.value(f"min_over_time(rl_reward_min{selector}[10m])") == min(values)
-    positive = prometheus.value(f"rl_reward_positive_total{selector}")
-    negative = prometheus.value(f"rl_reward_negative_total{selector}")
+    assert prometheus.buckets(REWARD, selector) == expected_buckets(values, REWARD_BOUNDS)
+    assert prometheus.value(f"{REWARD.count}{selector}") == len(values)
+    assert prometheus.value(f"{REWARD.sum}{selector}") == pytest.approx(sum(values), rel=1e-12, abs=1e-9)
+    low, high = (contract.series(m).name for m in (contract.REWARDS.minimum, contract.REWARDS.maximum))
+    assert prometheus.value(f"max_over_time({high}{selector}[10m])") == max(values)
+    assert prometheus.value(f"min_over_time({low}{selector}[10m])") == min(values)
+    positive, negative, squares = (
+        prometheus.value(f"{contract.series(part).name}{selector}") for part in contract.REWARDS.sums
+    )
     assert positive is not None and negative is not None
     assert positive - negative == pytest.approx(sum(values), rel=1e-12, abs=1e-9)
-    squares = prometheus.value(f"rl_reward_squares_total{selector}")
     assert squares == pytest.approx(sum(v * v for v in values), rel=1e-12)
 
 
@@ -91,20 +102,21 @@ def test_staleness_histogram_is_exact_per_token(shared_stack: Any, exact_run: tu
     prometheus = Prometheus(shared_stack.prometheus_url)
     selector = f'{{rl_run_id="{run_id}"}}'
     values = expected["staleness"]
-    assert prometheus.buckets("rl_staleness", selector) == expected_buckets(values, STALENESS_BOUNDS)
-    assert prometheus.value(f"rl_staleness_count{selector}") == len(values)
-    assert prometheus.value(f"rl_staleness_sum{selector}") == sum(values)
-    assert prometheus.value(f"max_over_time(rl_staleness_max{selector}[10m])") == max(values)
-    assert prometheus.value(f"min_over_time(rl_staleness_min{selector}[10m])") == min(values)
-    assert prometheus.value(f"rl_policy_version{selector}") == 2**40 + 10 * (STEPS - 1)
-    assert prometheus.value(f"rl_step{selector}") == STEPS - 1
+    assert prometheus.buckets(STALENESS, selector) == expected_buckets(values, STALENESS_BOUNDS)
+    assert prometheus.value(f"{STALENESS.count}{selector}") == len(values)
+    assert prometheus.value(f"{STALENESS.sum}{selector}") == sum(values)
+    low, high = (contract.series(m).name for m in (contract.STALENESS.minimum, contract.STALENESS.maximum))
+    assert prometheus.value(f"max_over_time({high}{selector}[10m])") == max(values)
+    assert prometheus.value(f"min_over_time({low}{selector}[10m])") == min(values)
+    assert prometheus.value(f"{contract.series(contract.POLICY_VERSION).name}{selector}") == 2**40 + 10 * (STEPS - 1)
+    assert prometheus.value(f"{contract.series(contract.STEP).name}{selector}") == STEPS - 1
 
 
 def test_one_series_per_run_without_rank_labels(shared_stack: Any, exact_run: tuple[str, dict[str, Any]]) -> None:
     """Four ranks give one series per metric and attribute set, carrying no per-rank label."""
     run_id, _ = exact_run
     prometheus = Prometheus(shared_stack.prometheus_url)
-    series = prometheus.query(f'rl_reward_count{{rl_run_id="{run_id}"}}')
+    series = prometheus.query(f'{REWARD.count}{{rl_run_id="{run_id}"}}')
     assert sorted(s["metric"]["rl_reward_fn"] for s in series) == sorted(FNS)
     for item in prometheus.query(f'{{rl_run_id="{run_id}"}}'):
         assert not {"rl_rank", "rl_local_rank", "service_instance_id", "instance"} & set(item["metric"])
@@ -151,7 +163,7 @@ def _negative_phase_checks(
     for rank, values in zip(ranks, first, strict=True):
         rank.rewards(values)
         rank.flush()
-    eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == 20 * RANKS, what="the first phase")
+    eventually(lambda: prometheus.value(f"{REWARD.count}{selector}") == 20 * RANKS, what="the first phase")
     time.sleep(3)
     gap = time.time()
     time.sleep(2)
@@ -159,7 +171,7 @@ def _negative_phase_checks(
     for rank, values in zip(ranks, second, strict=True):
         rank.rewards(values)
         rank.flush()
-    eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == 50 * RANKS, what="the negative phase")
+    eventually(lambda: prometheus.value(f"{REWARD.count}{selector}") == 50 * RANKS, what="the negative phase")
     time.sleep(3)
     end = time.time()
     offset = f"offset {round((end - gap) * 1000)}ms"
@@ -167,74 +179,24 @@ def _negative_phase_checks(
     def window(metric: str) -> str:
         return f"({metric}{selector} - {metric}{selector} {offset})"
 
-    mean = prometheus.value(
-        f"({window('rl_reward_positive_total')} - {window('rl_reward_negative_total')}) / {window('rl_reward_count')}",
-        at=end,
-    )
+    positive, negative, _ = (contract.series(part).name for part in contract.REWARDS.sums)
+    mean = prometheus.value(f"({window(positive)} - {window(negative)}) / {window(REWARD.count)}", at=end)
     negatives = [v for values in second for v in values]
     assert mean == pytest.approx(sum(negatives) / len(negatives), rel=1e-9)
-    histogram_sum = prometheus.value(f"rl_reward_sum{selector}", at=end)
-    histogram_sum_before = prometheus.value(f"rl_reward_sum{selector} {offset}", at=end)
+    histogram_sum = prometheus.value(f"{REWARD.sum}{selector}", at=end)
+    histogram_sum_before = prometheus.value(f"{REWARD.sum}{selector} {offset}", at=end)
     assert histogram_sum is not None and histogram_sum_before is not None
     histogram_sum_decreased = histogram_sum < histogram_sum_before
     assert histogram_sum_decreased  # why the sum also goes out as two monotone counters
 
 
-GOLDEN_SERIES = {
-    "rl_reward_bucket",
-    "rl_reward_count",
-    "rl_reward_sum",
-    "rl_reward_positive_total",
-    "rl_reward_negative_total",
-    "rl_reward_squares_total",
-    "rl_reward_max",
-    "rl_reward_min",
-    "rl_staleness_bucket",
-    "rl_staleness_count",
-    "rl_staleness_sum",
-    "rl_staleness_max",
-    "rl_staleness_min",
-    "rl_policy_version",
-    "rl_step",
-    "rl_reward_exemplars_bucket",
-    "rl_reward_exemplars_count",
-    "rl_reward_exemplars_sum",
-    "rl_staleness_exemplars_bucket",
-    "rl_staleness_exemplars_count",
-    "rl_staleness_exemplars_sum",
-    "rl_metric_bucket",
-    "rl_metric_count",
-    "rl_metric_sum",
-    "rl_metric_positive_total",
-    "rl_metric_negative_total",
-    "rl_metric_squares_total",
-    "rl_metric_max",
-    "rl_metric_min",
-    "otel_rl_samples_exported_total",
-    "otel_rl_samples_dropped_total",
-    "otel_rl_spans_exported_total",
-    "otel_rl_spans_dropped_total",
-    "otel_rl_export_failures_total",
-    "otel_rl_export_unencodable_total",
-    "otel_rl_values_recorded_total",
-    "rl_run_start_time_seconds",
-    "rl_run_finished",
-    "rl_ranks_up",
-    "rl_ranks_expected",
-    "rl_reward_ground_truth",
-    "rl_gpu_seconds_total",
-    "rl_staleness_unversioned_total",
-}
-"""The exact Prometheus series names the OpenTelemetry names of docs/contract.md become."""
-
-
 def test_golden_prometheus_names(shared_stack: Any, exact_run: tuple[str, dict[str, Any]]) -> None:
-    """The series a run produces are exactly the golden names, and docs/contract.md documents each of them."""
+    """The series a run in the explicit form produces are exactly those the contract derives for what it recorded
+    (tests/unit/test_series.py pins the names)."""
     run_id, _ = exact_run
-    raw_series = f'{{rl_run_id="{run_id}",otel_scope_name="otel_rl"}}'  # not the recording rules' series
-    names = {series["__name__"] for series in Prometheus(shared_stack.prometheus_url).series(raw_series)}
-    assert names == GOLDEN_SERIES
-    contract = (Path(__file__).parents[2] / "docs" / "contract.md").read_text()
-    assert [
-        name for name in sorted(GOLDEN_SERIES | {"otel_rl_values_rejected_total"}) if f"`{name}`" not in contract
-    ] == []
+    recorded = (*contract.REWARDS.metrics, *contract.STALENESS.metrics, *contract.METRICS.metrics)
+    extra = (contract.POLICY_VERSION, contract.STEP, contract.UNVERSIONED, contract.VALUES_RECORDED)
+    expected = contract.prometheus_names(
+        (*recorded, *extra, *EVERY_RUN), "explicit", exemplars=contract.EXEMPLAR_CARRIERS
+    )
+    assert written(Prometheus(shared_stack.prometheus_url), run_id) == expected

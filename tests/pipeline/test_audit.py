@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 from otel_rl_ops import cli, promql
 from otel_rl_ops.alerts.client import Alertmanager
@@ -24,6 +25,14 @@ from otel_rl_ops.report.summary import Sources
 from otel_rl_ops.status import latest_run, render, status
 
 from tests.pipeline.harness import RankProcess, eventually
+
+DROPPED_RESPONSE_LENGTH = contract.series(contract.DROPPED_LENGTHS.histogram)
+DROPPED_STALENESS = contract.series(contract.DROPPED_STALENESS.histogram)
+GROUPS = contract.series(contract.GROUPS)
+JOINT = contract.series(contract.JOINT)
+REWARD_GROUND_TRUTH = contract.series(contract.GROUND_TRUTH)
+STALENESS_DROPPED = contract.series(contract.STALENESS_DROPPED)
+VALUES_REJECTED = contract.series(contract.VALUES_REJECTED)
 
 pytestmark = pytest.mark.stack
 
@@ -124,12 +133,12 @@ def test_joint_sums_are_exact_over_ranks(
     prometheus = Prometheus(shared_stack.prometheus_url)
     selector = promql.matchers(rl_run_id=run_id, rl_rank="", rl_joint_x=x)
     expected = _reference(steps, field)
-    query = f"sum by (rl_joint_moment) (rl_joint_total{{{selector}}})"
+    query = f"sum by (rl_joint_moment) ({JOINT.name}{{{selector}}})"
     found = eventually(
         lambda: (lambda got: got if got.get("n") == expected["n"] else None)(
             prometheus.by_label(query, "rl_joint_moment")
         ),
-        what=f"rl_joint_total of {x} with n = {expected['n']}",
+        what=f"{JOINT.name} of {x} with n = {expected['n']}",
     )
     assert found == expected
     xs = np.concatenate([s[field] for s in steps]).astype(float)
@@ -166,13 +175,13 @@ def test_unpaired_rollouts_and_stale_drops_are_counted(
     prometheus = Prometheus(shared_stack.prometheus_url)
     run = promql.matchers(rl_run_id=run_id, rl_rank="")
     unpaired = prometheus.value(
-        f'sum(otel_rl_values_rejected_total{{{run},otel_rl_metric="rl.joint",otel_rl_reason="unpaired"}})'
+        f'sum({VALUES_REJECTED.name}{{{run},otel_rl_metric="rl.joint",otel_rl_reason="unpaired"}})'
     )
     assert unpaired == 3 * len(steps)
-    assert prometheus.value(promql.count("rl_dropped_response_length", run, window=None)) == 2 * len(steps)
-    assert prometheus.value(promql.histogram_mean("rl_dropped_response_length", run, window=None)) == 500
-    assert prometheus.value(promql.histogram_mean("rl_dropped_staleness", run, window=None)) == 10.5
-    assert prometheus.value(f"sum(rl_staleness_dropped_total{{{run}}})") == 2 * len(steps)
+    assert prometheus.value(promql.count(DROPPED_RESPONSE_LENGTH, run, window=None)) == 2 * len(steps)
+    assert prometheus.value(promql.histogram_mean(DROPPED_RESPONSE_LENGTH, run, window=None)) == 500
+    assert prometheus.value(promql.histogram_mean(DROPPED_STALENESS, run, window=None)) == 10.5
+    assert prometheus.value(f"sum({STALENESS_DROPPED.name}{{{run}}})") == 2 * len(steps)
 
 
 def test_cost_is_the_ranks_gpu_time_at_the_stated_price(
@@ -189,13 +198,13 @@ def test_cost_is_the_ranks_gpu_time_at_the_stated_price(
     assert hours is not None
     assert GPUS_PER_RANK * lived / 3600 <= hours <= RANKS * GPUS_PER_RANK * (now - born) / 3600
     assert prometheus.value(promql.cost(run), now) == pytest.approx(hours * PRICE, rel=1e-9)
-    solved = prometheus.value(f'sum(rl_groups_total{{{run},rl_group_outcome=~"some|all"}})', now)
+    solved = prometheus.value(f'sum({GROUPS.name}{{{run},rl_group_outcome=~"some|all"}})', now)
     if solved:
         assert prometheus.value(promql.cost_per(run, "solved_group"), now) == pytest.approx(
             hours * PRICE / solved, rel=1e-9
         )
     assert prometheus.value(promql.cost_per(run, "step"), now) == pytest.approx(hours * PRICE / STEPS, rel=1e-9)
-    truth = prometheus.by_label(f"rl_reward_ground_truth{{{run}}}", "rl_reward_fn")
+    truth = prometheus.by_label(f"{REWARD_GROUND_TRUTH.name}{{{run}}}", "rl_reward_fn")
     assert truth == {"correctness": 1.0}
 
 

@@ -46,18 +46,21 @@ SERVICE_NAME = "otel-rl-test"
 
 @dataclass(frozen=True)
 class Series:
-    """One exponential histogram stream of the test: its contract metric, point attributes, scale, and the name of
-    the native histogram Prometheus gives it."""
+    """One exponential histogram stream of the test: its contract metric, point attributes and scale."""
 
     metric: contract.MetricName
     attributes: dict[str, str]
     scale: int
-    prometheus_name: str
+
+    @property
+    def prometheus_name(self) -> str:
+        """The native histogram Prometheus gives the stream's metric."""
+        return contract.series(self.metric).name
 
 
-REWARD = Series(contract.REWARDS.histogram, {contract.REWARD_FN: "total"}, 5, "rl_reward")
-STALENESS = Series(contract.STALENESS.histogram, {}, 5, "rl_staleness")
-METRIC = Series(contract.METRICS.histogram, {contract.METRIC_KEY: "loss.policy"}, 8, "rl_metric")
+REWARD = Series(contract.REWARDS.histogram, {contract.REWARD_FN: "total"}, 5)
+STALENESS = Series(contract.STALENESS.histogram, {}, 5)
+METRIC = Series(contract.METRICS.histogram, {contract.METRIC_KEY: "loss.policy"}, 8)
 SERIES = (REWARD, STALENESS, METRIC)
 
 

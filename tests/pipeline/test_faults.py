@@ -9,12 +9,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 from otel_rl_ops.query import Jaeger, Prometheus
 
 from otel_rl._state.phases import step_trace
 from tests.conftest import never_decreasing
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack
+
+PHASE_CALLS = contract.series(contract.PHASE_CALLS)
+REWARD = contract.series(contract.REWARDS.histogram)
+REWARD_MAX = contract.series(contract.REWARDS.maximum)
+REWARD_POSITIVE, REWARD_NEGATIVE, REWARD_SQUARES = map(contract.series, contract.REWARDS.sums)
+SPANS_DROPPED = contract.series(contract.SPANS_DROPPED)
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +58,9 @@ def test_killed_and_restarted_rank_keeps_counters_monotone_and_exact(fault_stack
                 recorded += values
                 assert rank.flush()
             time.sleep(1.2)
-        eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == len(recorded), what="the final count")
-        assert prometheus.buckets("rl_reward", selector) == expected_buckets(recorded, REWARD_BOUNDS)
-        for metric in ("rl_reward_count", "rl_reward_positive_total", "rl_reward_negative_total"):
+        eventually(lambda: prometheus.value(f"{REWARD.count}{selector}") == len(recorded), what="the final count")
+        assert prometheus.buckets(REWARD, selector) == expected_buckets(recorded, REWARD_BOUNDS)
+        for metric in (REWARD.count, REWARD_POSITIVE.name, REWARD_NEGATIVE.name):
             never_decreasing(prometheus, f"{metric}{selector}", started)
     finally:
         for rank in ranks:
@@ -83,10 +90,10 @@ def test_paused_collector_loses_nothing(fault_stack: Any) -> None:
                 fault_stack.resume_component("collector")
         for rank in ranks:
             assert rank.flush()
-        eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == len(recorded), what="the final count")
-        assert prometheus.buckets("rl_reward", selector) == expected_buckets(recorded, REWARD_BOUNDS)
-        assert prometheus.value(f"rl_reward_sum{selector}") == pytest.approx(sum(recorded), abs=1e-9)
-        assert prometheus.value(f"max_over_time(rl_reward_max{selector}[10m])") == max(recorded)
+        eventually(lambda: prometheus.value(f"{REWARD.count}{selector}") == len(recorded), what="the final count")
+        assert prometheus.buckets(REWARD, selector) == expected_buckets(recorded, REWARD_BOUNDS)
+        assert prometheus.value(f"{REWARD.sum}{selector}") == pytest.approx(sum(recorded), abs=1e-9)
+        assert prometheus.value(f"max_over_time({REWARD_MAX.name}{selector}[10m])") == max(recorded)
     finally:
         fault_stack.resume_component("collector")
         for rank in ranks:
@@ -107,9 +114,7 @@ def _step_with_phases(ranks: list[RankProcess], step: int) -> None:
 
 
 def _phase_calls(prometheus: Prometheus, run_id: str) -> dict[str, float]:
-    return prometheus.by_label(
-        f'sum by (rl_phase_name) (rl_phase_calls_total{{rl_run_id="{run_id}"}})', "rl_phase_name"
-    )
+    return prometheus.by_label(f'sum by (rl_phase_name) ({PHASE_CALLS.name}{{rl_run_id="{run_id}"}})', "rl_phase_name")
 
 
 def test_phase_counts_survive_a_paused_and_a_restarted_collector_and_spans_a_pause(fault_stack: Any) -> None:
@@ -196,7 +201,7 @@ def test_an_outage_longer_than_the_span_queue_drops_the_oldest_and_counts_them(f
             return sum(len(jaeger.trace(f"{step_trace(run_id, step)[0]:032x}")) for step in range(steps))
 
         eventually(lambda: stored() == stats["spans_exported"], what="Jaeger holding exactly the spans exported")
-        dropped = f'otel_rl_spans_dropped_total{{rl_run_id="{run_id}",otel_rl_reason="queue_full"}}'
+        dropped = f'{SPANS_DROPPED.name}{{rl_run_id="{run_id}",otel_rl_reason="queue_full"}}'
         eventually(
             lambda: prometheus.value(dropped) == stats["spans_dropped_queue_full"], what="the drop count in Prometheus"
         )

@@ -16,15 +16,15 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 import torch
 from otel_rl_ops.query import Prometheus
 
-from tests.pipeline.harness import RankProcess, eventually, native_buckets, start_ranks
+from tests.pipeline.harness import EVERY_RUN, RankProcess, eventually, native_buckets, start_ranks, written
 from tests.reference import exponential_sides
 
 RANKS = 4
@@ -48,29 +48,31 @@ OVERFLOW = "_overflow"
 STALENESS_CALLS = (("math", "in_flight"), ("code", "in_queue"), (None, None), ("math", None), (None, "in_queue"))
 """(dataset, phase) of the staleness calls of every step."""
 WAIT_S = 30.0
+_REWARD = contract.series(contract.REWARDS.histogram).name
+_STALENESS = contract.series(contract.STALENESS.histogram).name
+_DROPPED = contract.series(contract.STALENESS_DROPPED).name
+_STEP = contract.series(contract.STEP).name
 
 
 @dataclass(frozen=True)
-class Series:
-    """One distribution of ``record_rollouts``: its Prometheus name and the matchers of its stream."""
+class Stream:
+    """One distribution of ``record_rollouts`` and the matchers of its stream."""
 
-    name: str
+    distribution: contract.Distribution
     matchers: str = ""
-    metric: str = ""
-    """The OpenTelemetry name (``otel_rl.metric`` of the self-check counters)."""
 
-    def selector(self, run_id: str, suffix: str = "") -> str:
-        extra = f",{self.matchers}" if self.matchers else ""
-        return f'{self.name}{suffix}{{rl_run_id="{run_id}"{extra}}}'
+    def selector(self, run_id: str) -> str:
+        """The stream's label matchers in ``run_id``."""
+        return ",".join(part for part in (f'rl_run_id="{run_id}"', self.matchers) if part)
 
 
 SERIES = {
-    "advantage": Series("rl_advantage", metric="rl.advantage"),
-    "response_length": Series("rl_response_length", metric="rl.response.length"),
-    "entropy": Series("rl_entropy", metric="rl.entropy"),
-    "importance_ratio": Series("rl_importance_ratio", metric="rl.importance_ratio"),
-    "kl_k1": Series("rl_mismatch_kl", 'rl_kl_estimator="k1"', "rl.mismatch.kl"),
-    "kl_k3": Series("rl_mismatch_kl", 'rl_kl_estimator="k3"', "rl.mismatch.kl"),
+    "advantage": Stream(contract.ADVANTAGES),
+    "response_length": Stream(contract.RESPONSE_LENGTHS),
+    "entropy": Stream(contract.ENTROPY),
+    "importance_ratio": Stream(contract.IMPORTANCE_RATIO),
+    "kl_k1": Stream(contract.MISMATCH_KL, 'rl_kl_estimator="k1"'),
+    "kl_k3": Stream(contract.MISMATCH_KL, 'rl_kl_estimator="k3"'),
 }
 
 
@@ -249,8 +251,9 @@ def health_run(shared_stack: Any) -> Iterator[HealthRun]:
                     rank.set_phase("train")
             assert rank.flush()
         prometheus = Prometheus(shared_stack.prometheus_url)
-        for name, series in SERIES.items():
-            count = f"histogram_count({series.selector(run_id)})"
+        for name, stream in SERIES.items():
+            histogram = contract.series(stream.distribution.histogram).name
+            count = f"histogram_count({histogram}{{{stream.selector(run_id)}}})"
             n = len(ref.values[name])
 
             def merged(count: str = count, n: int = n) -> bool:
@@ -260,7 +263,7 @@ def health_run(shared_stack: Any) -> Iterator[HealthRun]:
         # Each rank's last record call: once every rank's last drops are in, so is everything each rank recorded
         # (cumulative snapshots), and the tests may compare any series.
         eventually(
-            lambda: _by_dataset(prometheus, f'rl_staleness_dropped_total{{rl_run_id="{run_id}"}}') == dict(ref.dropped),
+            lambda: _by_dataset(prometheus, f'{_DROPPED}{{rl_run_id="{run_id}"}}') == dict(ref.dropped),
             what="every rank's last staleness drops",
             timeout_s=WAIT_S,
         )
@@ -279,40 +282,44 @@ def _histogram(prometheus: Prometheus, selector: str) -> dict[str, Any]:
     return dict(result[0]["histogram"][1])
 
 
-def _assert_distribution(prometheus: Prometheus, selector: Any, values: list[float], *, rel: float = 1e-9) -> None:
-    """Count, sum, every bucket (scale 5), exact max and min, the monotone sum parts and squares of one stream.
+def _assert_distribution(
+    prometheus: Prometheus, distribution: contract.Distribution, matchers: str, values: list[float]
+) -> None:
+    """Count, sum, every bucket (scale 5), exact max and min, the monotone sum parts and squares of one stream (the
+    series of ``distribution`` that ``matchers`` select)."""
 
-    ``selector(suffix)`` is the stream's selector for the series ``<name><suffix>``."""
-    native = _histogram(prometheus, selector(""))
+    def selector(metric: contract.MetricName) -> str:
+        return f"{contract.series(metric).name}{{{matchers}}}"
+
+    native = _histogram(prometheus, selector(distribution.histogram))
     assert int(float(native["count"])) == len(values)
-    assert float(native["sum"]) == pytest.approx(math.fsum(values), rel=rel, abs=1e-12)
+    assert float(native["sum"]) == pytest.approx(math.fsum(values), rel=1e-9, abs=1e-12)
     assert native_buckets(native, SCALE) == exponential_sides(values, SCALE)
-    assert prometheus.value(f"max_over_time({selector('_max')}[5m])") == max(values)
-    assert prometheus.value(f"min_over_time({selector('_min')}[5m])") == min(values)
-    positive = prometheus.value(selector("_positive_total"))
-    negative = prometheus.value(selector("_negative_total"))
-    assert positive == pytest.approx(math.fsum(v for v in values if v > 0), rel=rel, abs=1e-12)
-    assert negative == pytest.approx(-math.fsum(v for v in values if v < 0), rel=rel, abs=1e-12)
-    assert prometheus.value(selector("_squares_total")) == pytest.approx(math.fsum(v * v for v in values), rel=rel)
+    assert prometheus.value(f"max_over_time({selector(distribution.maximum)}[5m])") == max(values)
+    assert prometheus.value(f"min_over_time({selector(distribution.minimum)}[5m])") == min(values)
+    positive, negative, squares = (prometheus.value(selector(part)) for part in distribution.sums)
+    assert positive == pytest.approx(math.fsum(v for v in values if v > 0), rel=1e-9, abs=1e-12)
+    assert negative == pytest.approx(-math.fsum(v for v in values if v < 0), rel=1e-9, abs=1e-12)
+    assert squares == pytest.approx(math.fsum(v * v for v in values), rel=1e-9)
 
 
 @pytest.mark.parametrize("name", SERIES)
 def test_rollout_distributions_are_exact(shared_stack: Any, health_run: HealthRun, name: str) -> None:
     """Each record_rollouts distribution merged over ranks has the reference's count, sum, buckets, max and min."""
-    series = SERIES[name]
+    stream = SERIES[name]
     prometheus = Prometheus(shared_stack.prometheus_url)
     values = health_run.reference.values[name]
-    _assert_distribution(prometheus, lambda suffix: series.selector(health_run.run_id, suffix), values)
+    _assert_distribution(prometheus, stream.distribution, stream.selector(health_run.run_id), values)
 
 
 def test_self_check_counts_equal_the_histograms(shared_stack: Any, health_run: HealthRun) -> None:
     """otel_rl_values_recorded_total of each rollout metric equals what went into its histogram(s)."""
     prometheus = Prometheus(shared_stack.prometheus_url)
     run = f'{{rl_run_id="{health_run.run_id}"}}'
-    recorded = prometheus.by_label(f"otel_rl_values_recorded_total{run}", "otel_rl_metric")
+    recorded = prometheus.by_label(f"{contract.series(contract.VALUES_RECORDED).name}{run}", "otel_rl_metric")
     want: Counter[str] = Counter()
-    for name, series in SERIES.items():
-        want[series.metric] += len(health_run.reference.values[name])
+    for name, stream in SERIES.items():
+        want[stream.distribution.histogram.name] += len(health_run.reference.values[name])
     want["rl.reward"] = sum(len(v) for v in health_run.reference.rewards.values())
     want["rl.staleness"] = sum(len(v) for v in health_run.reference.staleness.values())
     assert recorded == dict(want)
@@ -324,10 +331,10 @@ def test_group_and_sign_counters_equal_the_python_reference(shared_stack: Any, h
     prometheus = Prometheus(shared_stack.prometheus_url)
     run = f'{{rl_run_id="{health_run.run_id}"}}'
     ref = health_run.reference
-    groups = prometheus.by_label(f"rl_groups_total{run}", "rl_group_outcome")
+    groups = prometheus.by_label(f"{contract.series(contract.GROUPS).name}{run}", "rl_group_outcome")
     assert groups == {outcome: ref.groups[outcome] for outcome in ("none", "some", "all")}
-    assert prometheus.value(f"rl_groups_zero_variance_total{run}") == ref.groups["zero"]
-    signs = prometheus.by_label(f"rl_advantage_sign_total{run}", "rl_sign")
+    assert prometheus.value(f"{contract.series(contract.GROUPS_ZERO_VARIANCE).name}{run}") == ref.groups["zero"]
+    signs = prometheus.by_label(f"{contract.series(contract.ADVANTAGE_SIGNS).name}{run}", "rl_sign")
     assert signs == {sign: ref.signs[sign] for sign in ("positive", "negative", "zero")}
 
 
@@ -336,7 +343,7 @@ def test_rejected_values_are_exactly_the_bad_ones(shared_stack: Any, health_run:
     each call naming a dataset over the cap, and each NaN reward of a rollout with tokens (for its group, and as
     unpaired with its length); masked NaN, rollouts without tokens and unversioned tokens never."""
     prometheus = Prometheus(shared_stack.prometheus_url)
-    result = prometheus.query(f'otel_rl_values_rejected_total{{rl_run_id="{health_run.run_id}"}}')
+    result = prometheus.query(f'{contract.series(contract.VALUES_REJECTED).name}{{rl_run_id="{health_run.run_id}"}}')
     rejected = {(s["metric"]["otel_rl_metric"], s["metric"]["otel_rl_reason"]): float(s["value"][1]) for s in result}
     ref = health_run.reference
     assert rejected == {
@@ -353,12 +360,12 @@ def test_rewards_by_dataset_with_overflow(shared_stack: Any, health_run: HealthR
     prometheus = Prometheus(shared_stack.prometheus_url)
     run_id = health_run.run_id
     rewards = health_run.reference.rewards
-    counts = prometheus.by_label(f'histogram_count(rl_reward{{rl_run_id="{run_id}"}})', "rl_dataset")
+    counts = prometheus.by_label(f'histogram_count({_REWARD}{{rl_run_id="{run_id}"}})', "rl_dataset")
     assert counts == {label: len(values) for label, values in rewards.items()}
     assert set(counts) == {*DATASETS, OVERFLOW}
     for label, values in rewards.items():
         matchers = f'rl_run_id="{run_id}",rl_reward_fn="total",rl_dataset="{label}"'
-        _assert_distribution(prometheus, lambda suffix, m=matchers: f"rl_reward{suffix}{{{m}}}", values)
+        _assert_distribution(prometheus, contract.REWARDS, matchers, values)
 
 
 def test_staleness_by_dataset_and_phase(shared_stack: Any, health_run: HealthRun) -> None:
@@ -369,21 +376,22 @@ def test_staleness_by_dataset_and_phase(shared_stack: Any, health_run: HealthRun
     ref = health_run.reference
     labels = [
         (s["metric"].get("rl_dataset", ""), s["metric"].get("rl_staleness_phase", ""))
-        for s in prometheus.query(f'histogram_count(rl_staleness{{rl_run_id="{run_id}"}})')
+        for s in prometheus.query(f'histogram_count({_STALENESS}{{rl_run_id="{run_id}"}})')
     ]
     assert sorted(labels) == sorted(ref.staleness)
     for (dataset, phase), values in ref.staleness.items():
         matchers = f'rl_run_id="{run_id}",rl_dataset="{dataset}",rl_staleness_phase="{phase}"'
-        native = _histogram(prometheus, f"rl_staleness{{{matchers}}}")
+        native = _histogram(prometheus, f"{_STALENESS}{{{matchers}}}")
         assert (int(float(native["count"])), float(native["sum"])) == (len(values), sum(values))
         assert native_buckets(native, SCALE) == exponential_sides(values, SCALE)
-        assert prometheus.value(f"max_over_time(rl_staleness_max{{{matchers}}}[5m])") == max(values)
-        assert prometheus.value(f"min_over_time(rl_staleness_min{{{matchers}}}[5m])") == min(values)
+        low, high = (contract.series(m).name for m in (contract.STALENESS.minimum, contract.STALENESS.maximum))
+        assert prometheus.value(f"max_over_time({high}{{{matchers}}}[5m])") == max(values)
+        assert prometheus.value(f"min_over_time({low}{{{matchers}}}[5m])") == min(values)
     run = f'{{rl_run_id="{run_id}"}}'
-    assert _by_dataset(prometheus, f"rl_staleness_unversioned_total{run}") == dict(ref.unversioned)
-    assert _by_dataset(prometheus, f"rl_staleness_dropped_total{run}") == dict(ref.dropped)
-    assert prometheus.value(f"rl_policy_version{run}") == ref.policy_version
-    assert prometheus.value(f"rl_step{run}") == max(STEPS) - 1
+    assert _by_dataset(prometheus, f"{contract.series(contract.UNVERSIONED).name}{run}") == dict(ref.unversioned)
+    assert _by_dataset(prometheus, f"{_DROPPED}{run}") == dict(ref.dropped)
+    assert prometheus.value(f"{contract.series(contract.POLICY_VERSION).name}{run}") == ref.policy_version
+    assert prometheus.value(f"{_STEP}{run}") == max(STEPS) - 1
 
 
 def _by_dataset(prometheus: Prometheus, promql: str) -> dict[str, float]:
@@ -402,58 +410,18 @@ def test_the_data_exercises_the_edge_cases(health_run: HealthRun) -> None:
     assert ref.unversioned[""] > 0 and ref.unversioned["math"] > 0 and ref.dropped[OVERFLOW] == 5
 
 
-GOLDEN_HEALTH_SERIES = {
-    *(
-        f"rl_{name}{suffix}"
-        for name in ("reward", "advantage", "response_length", "entropy", "importance_ratio", "mismatch_kl")
-        for suffix in ("", "_positive_total", "_negative_total", "_squares_total", "_max", "_min")
-    ),
-    "rl_reward_exemplars",
-    "rl_joint_total",
-    "rl_staleness",
-    "rl_staleness_max",
-    "rl_staleness_min",
-    "rl_staleness_exemplars",
-    "rl_policy_version",
-    "rl_step",
-    "rl_staleness_unversioned_total",
-    "rl_staleness_dropped_total",
-    "rl_groups_total",
-    "rl_groups_zero_variance_total",
-    "rl_advantage_sign_total",
-    "rl_run_start_time_seconds",
-    "rl_run_finished",
-    "rl_ranks_up",
-    "rl_ranks_expected",
-    "rl_reward_ground_truth",
-    "rl_gpu_seconds_total",
-    "rl_phase",
-    "rl_phase_started_seconds",
-    "otel_rl_samples_exported_total",
-    "otel_rl_samples_dropped_total",
-    "otel_rl_spans_exported_total",
-    "otel_rl_spans_dropped_total",
-    "rl_phase_calls_total",
-    "rl_phase_duration_seconds_bucket",
-    "rl_phase_duration_seconds_count",
-    "rl_phase_duration_seconds_sum",
-    "otel_rl_export_failures_total",
-    "otel_rl_export_unencodable_total",
-    "otel_rl_values_recorded_total",
-    "otel_rl_values_rejected_total",
-    "otel_rl_merge_canary",
-}
-"""The Prometheus series of this run (exponential form, every health signal)."""
-
-
 def test_golden_health_names(shared_stack: Any, health_run: HealthRun) -> None:
-    """The run's series are exactly the golden names, and docs/contract.md documents each of them."""
-    prometheus = Prometheus(shared_stack.prometheus_url)
-    series = prometheus.series(f'{{rl_run_id="{health_run.run_id}",otel_scope_name="otel_rl"}}')
-    names = {s["__name__"] for s in series if ":" not in s["__name__"]}  # recording rules' series aside
-    assert names == GOLDEN_HEALTH_SERIES
-    contract = (Path(__file__).parents[2] / "docs" / "contract.md").read_text(encoding="utf-8")
-    assert sorted(name for name in GOLDEN_HEALTH_SERIES if f"`{name}`" not in contract) == []
+    """The run's series (exponential form, every health signal) are exactly those the contract derives for what it
+    recorded (tests/unit/test_series.py pins the names)."""
+    rollouts = (contract.ADVANTAGES, contract.RESPONSE_LENGTHS, contract.ENTROPY, contract.IMPORTANCE_RATIO)
+    distributions = (contract.REWARDS, contract.STALENESS, *rollouts, contract.MISMATCH_KL)
+    counters = (contract.GROUPS, contract.GROUPS_ZERO_VARIANCE, contract.ADVANTAGE_SIGNS, contract.JOINT)
+    recorded = (*counters, contract.UNVERSIONED, contract.STALENESS_DROPPED, contract.VALUES_RECORDED)
+    lifecycle = (contract.POLICY_VERSION, contract.STEP, contract.PHASES, contract.PHASE_STARTED)
+    phases = (contract.PHASE_DURATION, contract.PHASE_CALLS, contract.MERGE_CANARY, contract.VALUES_REJECTED)
+    metrics = (*(m for d in distributions for m in d.metrics), *recorded, *lifecycle, *phases, *EVERY_RUN)
+    expected = contract.prometheus_names(metrics, "exponential", exemplars=contract.EXEMPLAR_CARRIERS)
+    assert written(Prometheus(shared_stack.prometheus_url), health_run.run_id) == expected
 
 
 def test_lifecycle(shared_stack: Any, health_run: HealthRun) -> None:
@@ -464,31 +432,34 @@ def test_lifecycle(shared_stack: Any, health_run: HealthRun) -> None:
     run = f'{{rl_run_id="{health_run.run_id}"}}'
 
     def phases() -> dict[str, float]:
-        return prometheus.by_label(f"rl_phase{run}", "rl_phase_name")
+        return prometheus.by_label(f"{contract.series(contract.PHASES).name}{run}", "rl_phase_name")
 
-    eventually(lambda: prometheus.value(f"rl_ranks_up{run}") == RANKS, what="4 ranks up", timeout_s=WAIT_S)
-    assert prometheus.value(f"max_over_time(rl_ranks_up{run}[5m])") == RANKS
-    assert prometheus.value(f"rl_ranks_expected{run}") == RANKS
+    up, expected, finished = (
+        f"{contract.series(m).name}{run}" for m in (contract.RANKS_UP, contract.RANKS_EXPECTED, contract.RUN_FINISHED)
+    )
+    eventually(lambda: prometheus.value(up) == RANKS, what="4 ranks up", timeout_s=WAIT_S)
+    assert prometheus.value(f"max_over_time({up}[5m])") == RANKS
+    assert prometheus.value(expected) == RANKS
     eventually(
         lambda: phases() == {"train": RANKS - 1, "generate": 1},
         what="3 ranks in train, 1 in generate",
         timeout_s=WAIT_S,
     )
-    start = prometheus.value(f"rl_run_start_time_seconds{run}")
+    start = prometheus.value(f"{contract.series(contract.RUN_START).name}{run}")
     before, ready = health_run.started
     assert start is not None and before <= start <= ready and abs(time.time() - start) < 60
-    assert prometheus.value(f"max_over_time(rl_run_finished{run}[5m])") == 0
+    assert prometheus.value(f"max_over_time({finished}[5m])") == 0
 
     generate = health_run.ranks[GENERATE_RANK]
     assert generate.shutdown()
     eventually(
-        lambda: (prometheus.value(f"rl_ranks_up{run}"), phases()) == (RANKS - 1, {"train": RANKS - 1, "generate": 0}),
+        lambda: (prometheus.value(up), phases()) == (RANKS - 1, {"train": RANKS - 1, "generate": 0}),
         what="3 ranks up, none in generate",
         timeout_s=WAIT_S,
     )
-    assert prometheus.value(f"rl_run_finished{run}") == 0
+    assert prometheus.value(finished) == 0
     for rank in health_run.ranks:
         if rank is not generate:
             assert rank.shutdown()
-    eventually(lambda: prometheus.value(f"rl_run_finished{run}") == 1, what="rl_run_finished 1", timeout_s=WAIT_S)
-    assert prometheus.value(f"rl_ranks_expected{run}") == RANKS
+    eventually(lambda: prometheus.value(finished) == 1, what="rl_run_finished 1", timeout_s=WAIT_S)
+    assert prometheus.value(expected) == RANKS

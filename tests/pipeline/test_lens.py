@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import otel_rl_contract as contract
 import pytest
 import yaml
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
@@ -37,6 +38,16 @@ from otel_rl_ops.report.dashboard import substitute
 
 from tests.dashboards.conftest import LENS_ONLY, ROOT, dashboard_targets
 from tests.pipeline.harness import eventually
+
+PHASE_CALLS = contract.series(contract.PHASE_CALLS)
+PHASE_DURATION_SECONDS = contract.series(contract.PHASE_DURATION)
+RANKS_EXPECTED = contract.series(contract.RANKS_EXPECTED)
+RANKS_UP = contract.series(contract.RANKS_UP)
+REPORTED = contract.series(contract.REPORTED)
+REWARD = contract.series(contract.REWARDS.histogram)
+RUN_FINISHED = contract.series(contract.RUN_FINISHED)
+RUN_START_TIME_SECONDS = contract.series(contract.RUN_START)
+STEP = contract.series(contract.STEP)
 
 LENS_COMMIT = "c464001d9756711159fec11111467838eb8439ff"
 LENS_HEAD = "b85578fc2b736a1804705e537001b5f45e9c715d"
@@ -170,7 +181,7 @@ def lens_run(shared_stack: Any) -> Iterator[LensRun]:
                         gauges[name].set(value)
             tracers.force_flush()
             eventually(
-                lambda: prometheus.value(f'max(rl_step{{rl_run_id="{run_id}"}})') == STEPS,
+                lambda: prometheus.value(f'max({STEP.name}{{rl_run_id="{run_id}"}})') == STEPS,
                 what="the Lens run's last step in Prometheus",
             )
             steps_done_at = time.time()
@@ -178,10 +189,12 @@ def lens_run(shared_stack: Any) -> Iterator[LensRun]:
 
             def heartbeats() -> int:
                 elapsed = max(1, int(time.time() - steps_done_at))
-                count = prometheus.value(f"count_over_time(rl_step{window}[{elapsed}s])") or 0
+                count = prometheus.value(f"count_over_time({STEP.name}{window}[{elapsed}s])") or 0
                 return int(count) if count >= 3 else 0
 
-            heartbeat_count = eventually(heartbeats, what="rl_step written on, with no span, while the driver lives")
+            heartbeat_count = eventually(
+                heartbeats, what=f"{STEP.name} written on, with no span, while the driver lives"
+            )
         tracers.force_flush()
         spans = list(recorded.get_finished_spans())
         (job,) = [span for span in spans if span.name == "rl.grpo.job"]
@@ -203,7 +216,7 @@ def test_lens_gauges_are_the_runs_reported_means_on_its_panels(shared_stack: Any
     contract) stays out."""
     prometheus = _prometheus(shared_stack)
     run = f'rl_run_id="{lens_run.run_id}"'
-    reported = prometheus.by_label(f"rl_reported{{{run}}}", "rl_metric_key")
+    reported = prometheus.by_label(f"{REPORTED.name}{{{run}}}", "rl_metric_key")
     assert reported == {GAUGES[name][2]: value for name, value in lens_run.values.items()}
     targets = [
         (panel["title"], target) for _, panel, target in dashboard_targets() if LENS_ONLY.search(target.get("expr", ""))
@@ -220,7 +233,7 @@ def test_lens_gauges_are_the_runs_reported_means_on_its_panels(shared_stack: Any
     (reward,) = [t for title, t in targets if title.startswith("Reward (total)")]
     expr = substitute(reward["expr"], run_id=lens_run.run_id, rate_interval="1m", interval="5s")
     assert prometheus.value(expr) == lens_run.values["rl.reward.mean"]
-    assert prometheus.query(f"rl_reward{{{run}}}") == []
+    assert prometheus.query(f"{REWARD.name}{{{run}}}") == []
     assert prometheus.query(f'{{{run},__name__=~"gen_ai.*"}}') == []
 
 
@@ -237,11 +250,11 @@ def test_lens_spans_are_the_runs_phases(shared_stack: Any, lens_run: LensRun) ->
     }
 
     def phases() -> dict[str, float] | None:
-        calls = prometheus.by_label(f"sum by (rl_phase_name) (rl_phase_calls_total{{{run}}})", "rl_phase_name")
+        calls = prometheus.by_label(f"sum by (rl_phase_name) ({PHASE_CALLS.name}{{{run}}})", "rl_phase_name")
         return calls if calls == dict.fromkeys(PHASES.values(), float(STEPS)) else None
 
     eventually(phases, what="every Lens phase counted once per step")
-    sums = prometheus.by_label(f"sum by (rl_phase_name) (rl_phase_duration_seconds_sum{{{run}}})", "rl_phase_name")
+    sums = prometheus.by_label(f"sum by (rl_phase_name) ({PHASE_DURATION_SECONDS.sum}{{{run}}})", "rl_phase_name")
     assert sums == pytest.approx(expected, rel=1e-9)
     (split,) = [t for _, panel, t in dashboard_targets() if panel["title"] == "Time split by phase"]
     expr = substitute(split["expr"], run_id=lens_run.run_id, rate_interval="10m", interval="5s")
@@ -263,7 +276,7 @@ def test_lens_run_has_the_lifecycle_gauges_its_alerts_read(shared_stack: Any, le
         rule["expr"]
         for group in rules["groups"]
         for rule in group["rules"]
-        if rule.get("record") == "rl:step_unchanged_seconds"
+        if rule.get("record") == contract.rules.STEP_UNCHANGED.name
     ]
 
     def stalled() -> list[float]:
@@ -271,15 +284,15 @@ def test_lens_run_has_the_lifecycle_gauges_its_alerts_read(shared_stack: Any, le
             float(r["value"][1]) for r in prometheus.query(unchanged) if r["metric"]["rl_run_id"] == lens_run.run_id
         ]
 
-    (seconds,) = eventually(stalled, what="rl:step_unchanged_seconds of the Lens run (15 s subquery steps)")
+    (seconds,) = eventually(stalled, what=f"{contract.rules.STEP_UNCHANGED.name} of the Lens run (15 s subquery steps)")
     assert 0 <= seconds <= time.time() - lens_run.steps_done_at + 30
-    assert prometheus.value(f"max_over_time(rl_ranks_up{{{run}}}[10m])") == 2
-    assert prometheus.value(f"max_over_time(rl_ranks_expected{{{run}}}[10m])") == 1
+    assert prometheus.value(f"max_over_time({RANKS_UP.name}{{{run}}}[10m])") == 2
+    assert prometheus.value(f"max_over_time({RANKS_EXPECTED.name}{{{run}}}[10m])") == 1
     eventually(
-        lambda: prometheus.value(f"last_over_time(rl_run_finished{{{run}}}[10m])") == 1,
-        what="rl_run_finished 1 after the job span ended",
+        lambda: prometheus.value(f"last_over_time({RUN_FINISHED.name}{{{run}}}[10m])") == 1,
+        what=f"{RUN_FINISHED.name} 1 after the job span ended",
     )
-    start = prometheus.value(f"min_over_time(rl_run_start_time_seconds{{{run}}}[10m])")
+    start = prometheus.value(f"min_over_time({RUN_START_TIME_SECONDS.name}{{{run}}}[10m])")
     assert start == pytest.approx(lens_run.job_start_s, abs=1e-6)
 
 

@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 from otel_rl_ops.promql import clamp_to_extremes
 from otel_rl_ops.query import Prometheus
 
-from tests.pipeline.harness import RankProcess, eventually
+from tests.pipeline.harness import EVERY_RUN, RankProcess, eventually, written
 
 RANKS = 4
 PER_RANK = 5_000
@@ -73,16 +74,22 @@ def quantile_run(shared_stack: Any) -> Iterator[tuple[str, dict[str, np.ndarray]
             rank.kill()
 
 
-def _series(run_id: str, name: str) -> str:
+def _distribution(run_id: str, name: str) -> tuple[contract.Distribution, str]:
+    """The distribution ``name`` was recorded into, and the selector of its series."""
     if name == "staleness":
-        return f'rl_staleness{{rl_run_id="{run_id}"}}'
-    return f'rl_reward{{rl_run_id="{run_id}",rl_reward_fn="{name}"}}'
+        return contract.STALENESS, f'{{rl_run_id="{run_id}"}}'
+    return contract.REWARDS, f'{{rl_run_id="{run_id}",rl_reward_fn="{name}"}}'
+
+
+def _series(run_id: str, name: str) -> str:
+    distribution, selector = _distribution(run_id, name)
+    return f"{contract.series(distribution.histogram).name}{selector}"
 
 
 def _extremes(run_id: str, name: str) -> tuple[str, str]:
-    selector = f'{{rl_run_id="{run_id}"}}' if name == "staleness" else f'{{rl_run_id="{run_id}",rl_reward_fn="{name}"}}'
-    metric = "rl_staleness" if name == "staleness" else "rl_reward"
-    return f"{metric}_min{selector}", f"{metric}_max{selector}"
+    distribution, selector = _distribution(run_id, name)
+    low, high = (contract.series(m).name for m in (distribution.minimum, distribution.maximum))
+    return f"{low}{selector}", f"{high}{selector}"
 
 
 @pytest.mark.parametrize("name", [*DISTRIBUTIONS, "staleness"])
@@ -114,44 +121,18 @@ def test_quantiles_are_within_the_bucket_resolution(
         assert shown == pytest.approx(expected, rel=RELATIVE, abs=1e-9), (name, q, expected, shown)
 
 
-GOLDEN_NATIVE_SERIES = {
-    "rl_reward",
-    "rl_reward_positive_total",
-    "rl_reward_negative_total",
-    "rl_reward_squares_total",
-    "rl_reward_max",
-    "rl_reward_min",
-    "rl_reward_exemplars",
-    "rl_staleness",
-    "rl_staleness_max",
-    "rl_staleness_min",
-    "rl_staleness_exemplars",
-    "rl_policy_version",
-    "otel_rl_samples_exported_total",
-    "otel_rl_samples_dropped_total",
-    "otel_rl_spans_exported_total",
-    "otel_rl_spans_dropped_total",
-    "otel_rl_export_failures_total",
-    "otel_rl_export_unencodable_total",
-    "otel_rl_values_recorded_total",
-    "rl_run_start_time_seconds",
-    "rl_run_finished",
-    "rl_ranks_up",
-    "rl_ranks_expected",
-    "rl_reward_ground_truth",
-    "rl_gpu_seconds_total",
-    "rl_staleness_unversioned_total",
-}
-"""The Prometheus series of a run in the exponential form (test_aggregation.py pins the explicit form's)."""
-
-
 def test_golden_native_names(shared_stack: Any, quantile_run: tuple[str, dict[str, np.ndarray]]) -> None:
-    """The exponential form's series are exactly these: native histograms without suffixes, everything else as in
-    the explicit form; the self-check counter equals each histogram's count."""
+    """The exponential form's series are exactly those the contract derives: native histograms without suffixes,
+    everything else as in the explicit form; the self-check counter equals each histogram's count."""
     run_id, recorded = quantile_run
     prometheus = Prometheus(shared_stack.prometheus_url)
-    names = {s["__name__"] for s in prometheus.series(f'{{rl_run_id="{run_id}",otel_scope_name="otel_rl"}}')}
-    assert names == GOLDEN_NATIVE_SERIES
-    recorded_total = prometheus.by_label(f'otel_rl_values_recorded_total{{rl_run_id="{run_id}"}}', "otel_rl_metric")
+    metrics = (*contract.REWARDS.metrics, *contract.STALENESS.metrics, contract.POLICY_VERSION, contract.UNVERSIONED)
+    expected = contract.prometheus_names(
+        (*metrics, contract.VALUES_RECORDED, *EVERY_RUN), "exponential", exemplars=contract.EXEMPLAR_CARRIERS
+    )
+    assert written(prometheus, run_id) == expected
+    recorded_total = prometheus.by_label(
+        f'{contract.series(contract.VALUES_RECORDED).name}{{rl_run_id="{run_id}"}}', "otel_rl_metric"
+    )
     rewards = sum(len(recorded[name]) for name in DISTRIBUTIONS)
     assert recorded_total == {"rl.reward": rewards, "rl.staleness": len(recorded["staleness"])}

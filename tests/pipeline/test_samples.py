@@ -5,10 +5,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import otel_rl_contract as contract
 import pytest
 from otel_rl_ops.query import Prometheus, VictoriaLogs
 
 from tests.pipeline.harness import RankProcess, eventually
+
+REWARD_EXEMPLARS = contract.exemplar_series(contract.REWARDS.histogram)
 
 RANKS = 4
 
@@ -62,7 +65,7 @@ def test_samples_from_every_rank_give_the_global_extremes(shared_stack: Any) -> 
 
 
 @pytest.mark.parametrize(
-    ("histogram", "series"), [("exponential", "rl_reward_exemplars"), ("explicit", "rl_reward_exemplars_bucket")]
+    ("histogram", "series"), [("exponential", REWARD_EXEMPLARS.name), ("explicit", REWARD_EXEMPLARS.bucket)]
 )
 def test_an_exemplar_leads_to_the_sample_record(shared_stack: Any, histogram: str, series: str) -> None:
     """A reward exemplar read from Prometheus's exemplar API (of the native histogram, or of the classic buckets)

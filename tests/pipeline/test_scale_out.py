@@ -10,12 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 import requests
 from otel_rl_ops.query import Prometheus
 from otel_rl_ops.stack.config import find_free_ports
 
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets
+
+REWARD = contract.series(contract.REWARDS.histogram)
 
 CONFIGS = Path(__file__).parents[2] / "collector_config"
 
@@ -105,11 +108,11 @@ def test_each_run_is_merged_exactly_by_one_gateway(shared_stack: Any, topology: 
         for run_id, recorded in runs.items():
             selector = f'{{rl_run_id="{run_id}",rl_reward_fn="total"}}'
             eventually(
-                lambda: prometheus.value(f"sum(rl_reward_count{selector})") == len(recorded),
+                lambda: prometheus.value(f"sum({REWARD.count}{selector})") == len(recorded),
                 what=f"run {run_id} merged",
             )
-            assert prometheus.buckets("rl_reward", selector) == expected_buckets(recorded, REWARD_BOUNDS)
-            gateways = {s["metric"].get("otel_rl_gateway") for s in prometheus.query(f"rl_reward_count{selector}")}
+            assert prometheus.buckets(REWARD, selector) == expected_buckets(recorded, REWARD_BOUNDS)
+            gateways = {s["metric"].get("otel_rl_gateway") for s in prometheus.query(f"{REWARD.count}{selector}")}
             assert len(gateways) == 1 and gateways <= {"gateway-a", "gateway-b"}
     finally:
         for rank in ranks:

@@ -65,7 +65,10 @@ def _settled(sources: Sources, count: int) -> None:
     prometheus = Prometheus(sources.prometheus_url)
     total = sources.selector(rl_rank="", rl_reward_fn="total")
     eventually(
-        lambda: prometheus.value(promql.count("rl_reward", total, window=None)) == count, what=f"{count} rewards"
+        lambda: (
+            prometheus.value(promql.count(contract.series(contract.REWARDS.histogram), total, window=None)) == count
+        ),
+        what=f"{count} rewards",
     )
     eventually(
         lambda: prometheus.value(f"min(rl_run_finished{{{sources.selector(rl_rank='')}}})") == 1, what="finished"
@@ -183,7 +186,10 @@ def test_a_longer_run_answers_with_its_last_window(shared_stack: Any) -> None:
                 assert rank.flush()
             if phase == 0:
                 eventually(
-                    lambda: prometheus.value(promql.count("rl_reward", total, window=None)) == len(rewards),
+                    lambda: (
+                        prometheus.value(promql.count(contract.series(contract.REWARDS.histogram), total, window=None))
+                        == len(rewards)
+                    ),
                     what="the first phase's rewards",
                 )
                 time.sleep(WINDOW_S + HOLD_S + 2)  # the first phase and its held extremes leave the window
@@ -197,7 +203,9 @@ def test_a_longer_run_answers_with_its_last_window(shared_stack: Any) -> None:
     alertmanager = Alertmanager(shared_stack.alertmanager_url)
     last = status(sources, alertmanager, window_s=WINDOW_S)
     (rewards, lags), (first_rewards, first_lags) = phases[1], phases[0]
-    in_window = prometheus.value(promql.count("rl_reward", total, window=f"{WINDOW_S}s"), last["last_report"])
+    in_window = prometheus.value(
+        promql.count(contract.series(contract.REWARDS.histogram), total, window=f"{WINDOW_S}s"), last["last_report"]
+    )
     assert in_window == len(rewards), "the window up to the last report holds the second phase only"
     _check_quantiles(last, rewards, lags)
     whole = status(sources, alertmanager, window_s=3600)

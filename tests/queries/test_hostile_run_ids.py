@@ -17,12 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import otel_rl_contract as contract
 import pytest
 from otel_rl_ops import promql
 from otel_rl_ops.query import Prometheus, VictoriaLogs
 
 from demo.readback import Sources, samples, window_stats
 from tests.pipeline.harness import RankProcess, eventually
+
+REWARD = contract.series(contract.REWARDS.histogram)
+REWARD_POSITIVE, REWARD_NEGATIVE, REWARD_SQUARES = map(contract.series, contract.REWARDS.sums)
 
 VICTIM = "hostile-victim"
 PROMQL_INJECTION = f'{VICTIM}",rl_run_id=~".*'
@@ -99,7 +103,7 @@ def hostile_runs(shared_stack: Any) -> dict[str, Run]:
     prometheus, logs = Prometheus(shared_stack.prometheus_url), VictoriaLogs(shared_stack.victorialogs_url)
     eventually(
         lambda: all(
-            prometheus.by_label("sum by (rl_run_id) (histogram_count(rl_reward))", "rl_run_id").get(run.run_id)
+            prometheus.by_label(f"sum by (rl_run_id) (histogram_count({REWARD.name}))", "rl_run_id").get(run.run_id)
             == run.count
             for run in runs
         ),
@@ -120,7 +124,7 @@ def test_a_naive_query_string_would_pull_the_victims_data(shared_stack: Any, hos
     """The crafted ids are real attacks: pasted into a query by hand, they select the victim's series and records
     (so the tests below would see the victim's data if anything pasted them)."""
     prometheus = Prometheus(shared_stack.prometheus_url)
-    naive = prometheus.query(f'rl_reward_positive_total{{rl_run_id="{PROMQL_INJECTION}"}}')
+    naive = prometheus.query(f'{REWARD_POSITIVE.name}{{rl_run_id="{PROMQL_INJECTION}"}}')
     assert VICTIM in {item["metric"]["rl_run_id"] for item in naive}
     records = VictoriaLogs(shared_stack.victorialogs_url).query(f'rl.run.id:="{LOGSQL_INJECTION}"')
     assert records and {record["rl.run.id"] for record in records} == {VICTIM}
@@ -130,11 +134,13 @@ def test_a_naive_query_string_would_pull_the_victims_data(shared_stack: Any, hos
 def test_promql_selects_exactly_the_run(shared_stack: Any, hostile_runs: dict[str, Run], run_id: str) -> None:
     """A selector built by otel_rl_ops.promql returns the run's own series only; its count and mean are the run's."""
     run, prometheus = hostile_runs[run_id], Prometheus(shared_stack.prometheus_url)
-    series = prometheus.query(promql.selector("rl_reward_positive_total", rl_run_id=run_id))
+    series = prometheus.query(promql.selector(REWARD_POSITIVE, rl_run_id=run_id))
     assert series and {item["metric"]["rl_run_id"] for item in series} == {run_id}
     selector = promql.matchers(rl_run_id=run_id, rl_reward_fn="total")
-    assert prometheus.value(promql.count("rl_reward", selector, window=None)) == run.count
-    assert prometheus.value(promql.mean("rl_reward", selector, window=None)) == pytest.approx(run.reward, rel=1e-12)
+    assert prometheus.value(promql.count(REWARD, selector, window=None)) == run.count
+    assert prometheus.value(promql.mean(contract.REWARDS, selector, window=None)) == pytest.approx(
+        run.reward, rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("run_id", RUN_IDS, ids=repr)

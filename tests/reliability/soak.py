@@ -27,10 +27,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import otel_rl_contract as contract
+from otel_rl_contract import foreign
 from otel_rl_ops.query import Prometheus, VictoriaLogs
 
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, cumulative_buckets, eventually, private_stack, rss_kib
 from tests.reliability.helpers import collector_metrics, flush_ok, slope_per_minute
+
+REWARD = contract.series(contract.REWARDS.histogram)
+STALENESS = contract.series(contract.STALENESS.histogram)
 
 FAULTS = ("collector_pause", "victorialogs_stop", "rank_restart")
 
@@ -179,7 +184,7 @@ def run_soak(
                     report.rank_rss_slope_kib_per_min.append(round(slope, 1))
             report.memory_judged = judged
             report.collector_log_records_send_failed = collector_metrics(stack).get(
-                "otelcol_exporter_send_failed_log_records_total", 0.0
+                foreign.text_name(foreign.COLLECTOR_LOG_RECORDS_SEND_FAILED), 0.0
             )
         finally:
             for proc in procs:
@@ -193,16 +198,16 @@ def _final_checks(stack: Any, run_id: str, report: SoakReport, reward_buckets: l
     selector = f'{{rl_run_id="{run_id}",rl_reward_fn="total"}}'
     try:
         eventually(
-            lambda: prometheus.value(f"rl_reward_count{selector}") == report.reward_count_recorded,
+            lambda: prometheus.value(f"{REWARD.count}{selector}") == report.reward_count_recorded,
             what="the soak's reward count",
             timeout_s=60,
         )
     except AssertionError as error:
         report.failures.append(str(error))
-    report.reward_count_prometheus = prometheus.value(f"rl_reward_count{selector}")
-    report.staleness_count_prometheus = prometheus.value(f'rl_staleness_count{{rl_run_id="{run_id}"}}')
-    report.reward_sum_prometheus = prometheus.value(f"rl_reward_sum{selector}")
-    got = prometheus.by_label(f"sum by (le) (rl_reward_bucket{selector})", "le")
+    report.reward_count_prometheus = prometheus.value(f"{REWARD.count}{selector}")
+    report.staleness_count_prometheus = prometheus.value(f'{STALENESS.count}{{rl_run_id="{run_id}"}}')
+    report.reward_sum_prometheus = prometheus.value(f"{REWARD.sum}{selector}")
+    got = prometheus.by_label(f"sum by (le) ({REWARD.bucket}{selector})", "le")
     report.buckets_exact = got == cumulative_buckets(reward_buckets, REWARD_BOUNDS)
     if not report.buckets_exact:
         report.failures.append("reward buckets differ from what the ranks recorded")

@@ -17,14 +17,19 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import otel_rl_contract as contract
 import pytest
 import requests
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AGGREGATION_TEMPORALITY_CUMULATIVE, Metric, ResourceMetrics
+from otel_rl_contract import foreign
 from otel_rl_ops.query import Prometheus
 
 from tests.pipeline.harness import eventually, private_stack, rss_kib, start_ranks
+
+REWARD = contract.series(contract.REWARDS.histogram)
+REWARD_POSITIVE, REWARD_NEGATIVE, REWARD_SQUARES = map(contract.series, contract.REWARDS.sums)
 
 CAP = 2048
 """OTEL_RL_MAX_STREAMS_PER_METRIC's default."""
@@ -144,15 +149,14 @@ def test_hostile_cardinality_is_capped_while_an_honest_run_stays_exact(bounded_s
         want = RANKS * STEPS * 3
         eventually(
             lambda: (
-                prometheus.value(f'histogram_count(rl_reward{{rl_run_id="{honest_run}",rl_reward_fn="total"}})') == want
+                prometheus.value(f'histogram_count({REWARD.name}{{rl_run_id="{honest_run}",rl_reward_fn="total"}})')
+                == want
             ),
             what=f"the honest run's {want} rewards",
             timeout_s=60,
         )
         positive = sum(0.5 * r + 1.0 for r in range(RANKS)) * STEPS
-        assert (
-            prometheus.value(f'rl_reward_positive_total{{rl_run_id="{honest_run}",rl_reward_fn="total"}}') == positive
-        )
+        assert prometheus.value(f'{REWARD_POSITIVE.name}{{rl_run_id="{honest_run}",rl_reward_fn="total"}}') == positive
         flood_s = time.monotonic() - started
     finally:
         sampler.stop()
@@ -172,10 +176,11 @@ def test_hostile_cardinality_is_capped_while_an_honest_run_stays_exact(bounded_s
     assert dropped["filter/contract"] >= 1_000 and dropped["filter/contract"] % 1_000 == 0, dropped
     assert dropped["filter/rank_streams"] >= 100_000 and dropped["filter/run_streams"] >= 100_000, dropped
     text = requests.get(f"http://{stack.config.host}:{stack.config.ports.collector_metrics}/metrics", timeout=10).text
-    refused = [line for line in text.splitlines() if line.startswith("otelcol_receiver_refused_metric_points")]
+    refused_points = foreign.text_name(foreign.COLLECTOR_REFUSED_METRIC_POINTS)
+    refused = [line for line in text.splitlines() if line.startswith(refused_points)]
     assert refused and all(line.endswith(" 0") for line in refused), refused  # memory_limiter refused nothing
     eventually(
-        lambda: prometheus.query('ALERTS{alertname="OtelRLCollectorCapHit",alertstate="firing"}'),
+        lambda: prometheus.query(f'{foreign.ALERTS.name}{{alertname="OtelRLCollectorCapHit",alertstate="firing"}}'),
         what="OtelRLCollectorCapHit firing",
         timeout_s=90,
     )
@@ -191,7 +196,7 @@ def _filtered(stack: Any) -> dict[str, float]:
     text = requests.get(f"http://{stack.config.host}:{stack.config.ports.collector_metrics}/metrics", timeout=10).text
     counts: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith("otelcol_processor_filter_datapoints_filtered"):
+        if line.startswith(f"{foreign.text_name(foreign.COLLECTOR_FILTERED_POINTS)}{{"):
             labels, value = line.rsplit(" ", 1)
             name = labels.split('filter="', 1)[1].split('"', 1)[0]
             counts[name] = counts.get(name, 0.0) + float(value)

@@ -19,6 +19,7 @@ import otel_rl_contract as contract
 import pytest
 import yaml
 from opentelemetry.sdk.metrics.export import ExponentialHistogramDataPoint
+from otel_rl_contract import foreign
 from otel_rl_ops import promql
 from otel_rl_ops.query import Prometheus
 from otel_rl_ops.stack import collector_build, layout
@@ -26,6 +27,8 @@ from otel_rl_ops.stack.env import otel_rl_home
 
 from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
 from tests.pipeline.harness import ROOT, eventually, private_stack, start_ranks
+
+MERGE_CANARY = contract.series(contract.MERGE_CANARY)
 
 RANKS = 4
 STEPS = 5
@@ -57,7 +60,7 @@ def _run_canary(stack: Any) -> tuple[str, Prometheus]:
                 rank.flush()
         total = RANKS * STEPS * 2
         eventually(
-            lambda: prometheus.value(f'histogram_count(otel_rl_merge_canary{{rl_run_id="{run_id}"}})') == total,
+            lambda: prometheus.value(f'histogram_count({MERGE_CANARY.name}{{rl_run_id="{run_id}"}})') == total,
             what=f"the canary's {total} counts",
             timeout_s=60,
         )
@@ -68,7 +71,11 @@ def _run_canary(stack: Any) -> tuple[str, Prometheus]:
 
 
 def _alert_firing(prometheus: Prometheus, run_id: str) -> bool:
-    return bool(prometheus.query(f'ALERTS{{alertname="OtelRLInexactMerge",alertstate="firing",rl_run_id="{run_id}"}}'))
+    return bool(
+        prometheus.query(
+            f'{foreign.ALERTS.name}{{alertname="OtelRLInexactMerge",alertstate="firing",rl_run_id="{run_id}"}}'
+        )
+    )
 
 
 def test_a_stock_merge_is_caught_by_the_canary_and_the_alert_fires(stock_stack: Any) -> None:
@@ -76,7 +83,7 @@ def test_a_stock_merge_is_caught_by_the_canary_and_the_alert_fires(stock_stack: 
     otel_rl:merge_canary_misplaced:ratio is above 0 and OtelRLInexactMerge fires for the run."""
     run_id, prometheus = _run_canary(stock_stack)
     ratio = eventually(
-        lambda: prometheus.value(f'otel_rl:merge_canary_misplaced:ratio{{rl_run_id="{run_id}"}}'),
+        lambda: prometheus.value(f'{contract.rules.MERGE_CANARY_MISPLACED.name}{{rl_run_id="{run_id}"}}'),
         what="the recording rule's first value",
         timeout_s=60,
     )
@@ -88,7 +95,7 @@ def test_the_otel_rl_collector_keeps_the_canary_exact_and_the_alert_silent(share
     """Through the otel-rl collector every canary count is in its bucket (each bucket holds ranks/2 x steps), the
     recorded ratio is 0 and OtelRLInexactMerge does not fire."""
     run_id, prometheus = _run_canary(shared_stack)
-    (series,) = prometheus.query(f'otel_rl_merge_canary{{rl_run_id="{run_id}"}}')
+    (series,) = prometheus.query(f'{MERGE_CANARY.name}{{rl_run_id="{run_id}"}}')
     width = 1 << contract.MERGE_CANARY_SCALE
     counts = {
         round(math.log2(float(low)) * width): float(count) for _, low, _, count in series["histogram"][1]["buckets"]
@@ -96,7 +103,7 @@ def test_the_otel_rl_collector_keeps_the_canary_exact_and_the_alert_silent(share
     every = sorted(index for pair in contract.MERGE_CANARY_BUCKETS for index in pair)
     assert counts == dict.fromkeys(every, RANKS // 2 * STEPS)
     ratio = eventually(
-        lambda: prometheus.query(f'otel_rl:merge_canary_misplaced:ratio{{rl_run_id="{run_id}"}}'),
+        lambda: prometheus.query(f'{contract.rules.MERGE_CANARY_MISPLACED.name}{{rl_run_id="{run_id}"}}'),
         what="the recording rule's first value",
         timeout_s=60,
     )
@@ -108,13 +115,13 @@ def test_the_rule_is_the_promql_builders_expression_and_its_test_data_the_contra
     """otel_rl:merge_canary_misplaced:ratio is promql.merge_canary_misplaced (one definition), and the promtool test's
     exact series has its counts at the contract's canary buckets (Prometheus's index = OpenTelemetry's + 1)."""
     rules = yaml.safe_load((RULES / "otel_rl_collector.yml").read_text(encoding="utf-8"))["groups"][0]["rules"]
-    (rule,) = [rule for rule in rules if rule.get("record") == "otel_rl:merge_canary_misplaced:ratio"]
+    (rule,) = [rule for rule in rules if rule.get("record") == contract.rules.MERGE_CANARY_MISPLACED.name]
     assert rule["expr"].strip() == promql.merge_canary_misplaced('rl_rank=""')
     test = yaml.safe_load((RULES / "tests" / "collector.yml").read_text(encoding="utf-8"))
     (exact,) = [
         s["values"]
         for s in test["tests"][0]["input_series"]
-        if s["series"].startswith("otel_rl_merge_canary{") and 'rl_run_id="exact"' in s["series"]
+        if s["series"].startswith(f"{MERGE_CANARY.name}{{") and 'rl_run_id="exact"' in s["series"]
     ]
     canary = re.search(r"\+\{\{schema:5 .*offset:(-?\d+) buckets:\[([\d ]+)\]", exact)
     assert canary is not None, exact
@@ -156,7 +163,7 @@ def test_no_canary_with_explicit_histograms(metric_exporter: RecordingMetricExpo
 def test_contract_document_names_the_canary() -> None:
     """docs/contract.md documents the canary's metric and series."""
     contract = (Path(ROOT) / "docs" / "contract.md").read_text(encoding="utf-8")
-    assert "`otel_rl.merge.canary`" in contract and "`otel_rl_merge_canary`" in contract
+    assert "`otel_rl.merge.canary`" in contract and f"`{MERGE_CANARY.name}`" in contract
 
 
 def test_every_collector_alert_has_a_firing_and_a_silent_unit_test() -> None:

@@ -24,12 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 from otel_rl_ops.query import Prometheus
 
 from tests.conftest import never_decreasing
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, expected_buckets
 from tests.pipeline.test_scale_out import Collector
+
+REWARD = contract.series(contract.REWARDS.histogram)
+REWARD_MAX = contract.series(contract.REWARDS.maximum)
+REWARD_MIN = contract.series(contract.REWARDS.minimum)
 
 HOSTNAME = "otel-rl-gateways"
 ADDRESSES = ("127.0.0.2", "127.0.0.3")
@@ -40,21 +45,21 @@ PROBE_PERIOD_S = 0.5
 
 def _count(selector: str, histogram: str) -> str:
     """The count of the run's reward histogram, per gateway, in either histogram form."""
-    return f"rl_reward_count{selector}" if histogram == "explicit" else f"histogram_count(rl_reward{selector})"
+    return f"{REWARD.count}{selector}" if histogram == "explicit" else f"histogram_count({REWARD.name}{selector})"
 
 
 def _failover_promql(selector: str, histogram: str) -> dict[str, str]:
     """The run's totals across a gateway failover (docs/reliability.md, "Gateway failover"), in either form."""
     count = _count(selector, histogram)
-    total = f"rl_reward_sum{selector}" if histogram == "explicit" else f"histogram_sum(rl_reward{selector})"
+    total = f"{REWARD.sum}{selector}" if histogram == "explicit" else f"histogram_sum({REWARD.name}{selector})"
     queries = {
         "count": f"max without (otel_rl_gateway) ({count})",
         "sum": f"{total} and on (otel_rl_gateway) topk(1, {count})",
-        "max": f"max(max_over_time(rl_reward_max{selector}[10m]))",
-        "min": f"min(min_over_time(rl_reward_min{selector}[10m]))",
+        "max": f"max(max_over_time({REWARD_MAX.name}{selector}[10m]))",
+        "min": f"min(min_over_time({REWARD_MIN.name}{selector}[10m]))",
     }
     if histogram == "explicit":
-        queries["bucket"] = f"max without (otel_rl_gateway) (rl_reward_bucket{selector})"
+        queries["bucket"] = f"max without (otel_rl_gateway) ({REWARD.bucket}{selector})"
     return queries
 
 
@@ -296,15 +301,15 @@ def test_killed_gateway_fails_over_and_the_run_totals_stay_exact(
         # a failover; Prometheus extrapolates the new series' start toward zero, so it may count part of the recount
         # (docs/reliability.md, "Gateway failover").
         increase = (
-            f"increase(rl_reward_count{selector}[10m])"
+            f"increase({REWARD.count}{selector}[10m])"
             if histogram == "explicit"
-            else f"histogram_count(increase(rl_reward{selector}[10m]))"
+            else f"histogram_count(increase({REWARD.name}{selector}[10m]))"
         )
         increased = prometheus.value(f"sum without (otel_rl_gateway) ({increase})") or 0.0
 
         def sample_times(gateway: Gateway) -> list[float]:
             own = f'{{rl_run_id="{run_id}",rl_reward_fn="total",otel_rl_gateway="{gateway.gateway_id}"}}'
-            matrix = prometheus.query(f"rl_reward_max{own}[10m]")  # written with every merged point, in both forms
+            matrix = prometheus.query(f"{REWARD_MAX.name}{own}[10m]")  # written with every merged point, in both forms
             return [float(t) for t, _ in matrix[0]["values"]]
 
         last_old, first_new = max(sample_times(owner)), min(sample_times(survivor))

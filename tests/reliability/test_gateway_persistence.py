@@ -11,12 +11,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import otel_rl_contract as contract
 import pytest
 from otel_rl_ops.query import VictoriaLogs
 
 from tests.pipeline.harness import eventually, private_stack
 from tests.reliability.helpers import CONFIG_DIR, flush_ok
 from tests.reliability.test_stack_faults import RANKS, Run
+
+REWARD = contract.series(contract.REWARDS.histogram)
 
 STEPS = 6
 KEPT_PER_STEP = 4  # top 2 + bottom 2 of 5 offered samples
@@ -79,7 +82,7 @@ def test_gateway_killed_with_backends_down_loses_no_sample_and_keeps_exact_total
         run.wait_count(len(run.recorded), "after the gateway restart")
         run.assert_buckets(run.recorded)
         # What the in-memory remote-write queue held at the kill never arrives: the series starts after the restart.
-        samples = run.prometheus.query(f"rl_reward_count{run.selector}[10m]")
+        samples = run.prometheus.query(f"{REWARD.count}{run.selector}[10m]")
         assert len(samples) == 1 and min(float(ts) for ts, _ in samples[0]["values"]) >= restarted - 1.0, samples
     finally:
         run.close()

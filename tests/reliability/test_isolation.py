@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import otel_rl_contract as contract
 import pytest
 import requests
 import yaml
@@ -33,6 +34,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     HistogramDataPoint,
     ResourceMetrics,
 )
+from otel_rl_contract import foreign, rules
 from otel_rl_ops.query import Prometheus, VictoriaLogs
 from otel_rl_ops.report.dashboard import substitute
 
@@ -41,6 +43,8 @@ from tests.dashboards.conftest import MALFORMED_ONLY, dashboard_targets
 from tests.pipeline.harness import RankProcess, eventually, native_buckets, private_stack, start_ranks
 from tests.reference import exponential_sides
 from tests.reliability.helpers import CONFIG_DIR, flush_ok
+
+REWARD = contract.series(contract.REWARDS.histogram)
 
 RANKS = 4
 STEPS = 8
@@ -131,7 +135,7 @@ def _rejected(stack: Any) -> dict[tuple[str, str, str], float]:
     url = f"http://{stack.config.host}:{stack.config.ports.collector_metrics}/metrics"
     counts: dict[tuple[str, str, str], float] = {}
     for line in requests.get(url, timeout=10).text.splitlines():
-        if line.startswith("otelcol_otel_rl_points_rejected"):
+        if line.startswith(f"{foreign.text_name(foreign.COLLECTOR_POINTS_REJECTED)}{{"):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
             key = (labels["rl_run_id"], labels["metric"], labels["reason"])
             counts[key] = counts.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
@@ -201,7 +205,7 @@ def _honest_run(stack: Any, run_id: str) -> list[float]:
 
 def _assert_exact(prometheus: Prometheus, run_id: str, values: list[float]) -> None:
     """The run's total reward histogram in Prometheus holds ``values`` exactly: count, sum and every bucket."""
-    selector = f'rl_reward{{rl_run_id="{run_id}",rl_reward_fn="total"}}'
+    selector = f'{REWARD.name}{{rl_run_id="{run_id}",rl_reward_fn="total"}}'
     eventually(
         lambda: prometheus.value(f"histogram_count({selector})") == len(values),
         what=f"the honest run's {len(values)} rewards",
@@ -229,7 +233,7 @@ def test_malformed_histograms_cost_no_other_run_its_data(stack: Any) -> None:
     assert senders.statuses == {200}
     runs = set(senders.runs.values())
     for run in runs:
-        assert prometheus.query(f'{{rl_run_id="{run}",__name__=~"rl_reward.*"}}') == [], run
+        assert prometheus.query(f'{{rl_run_id="{run}",__name__=~"{REWARD.name}.*"}}') == [], run
     expected = {
         (senders.runs["count"], "rl.reward", "count"): senders.sent,
         (senders.runs["overflow"], "rl.reward", "bucket_overflow"): senders.sent,
@@ -240,7 +244,7 @@ def test_malformed_histograms_cost_no_other_run_its_data(stack: Any) -> None:
     def scraped() -> set[str]:
         return {
             result["metric"]["rl_run_id"]
-            for result in prometheus.query(f"otelcol_otel_rl_points_rejected == {senders.sent}")
+            for result in prometheus.query(f"{foreign.COLLECTOR_POINTS_REJECTED.name} == {senders.sent}")
             if result["metric"]["rl_run_id"] in runs
         }
 
@@ -259,7 +263,9 @@ def test_malformed_histograms_cost_no_other_run_its_data(stack: Any) -> None:
         lambda: (
             {
                 alert["metric"]["rl_run_id"]
-                for alert in prometheus.query('ALERTS{alertname="OtelRLRejectedPoints",alertstate="firing"}')
+                for alert in prometheus.query(
+                    f'{foreign.ALERTS.name}{{alertname="OtelRLRejectedPoints",alertstate="firing"}}'
+                )
             }
             >= runs
         ),
@@ -286,7 +292,8 @@ def _filtered_records(stack: Any) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in lines
-        if line.startswith("otelcol_processor_filter_logs") and 'filter="filter/oversized_records"' in line
+        if line.startswith(foreign.text_name(foreign.COLLECTOR_FILTERED_RECORDS))
+        and 'filter="filter/oversized_records"' in line
     )
 
 
@@ -439,7 +446,7 @@ def test_a_runs_series_budget_holds_for_every_kind_and_arrival(budget_stack: Any
         """The run's series as the collector writes them (not Prometheus's recording rules and alerts, nor the
         collector's own counter of the run's rejections)."""
         names = [item["__name__"] for item in prometheus.series(f'{{rl_run_id="{run_id}"}}')]
-        recorded = ("ALERTS", "rl_alert_threshold", "otelcol_")
+        recorded = (foreign.ALERTS.name, rules.ALERT_THRESHOLD.name, "otelcol_")
         return sum(1 for name in names if ":" not in name and not name.startswith(recorded))
 
     def admitted() -> dict[str, int]:

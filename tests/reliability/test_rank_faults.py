@@ -10,12 +10,18 @@ import uuid
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
 from otel_rl_ops.query import Prometheus, VictoriaLogs
 
 from tests.conftest import never_decreasing
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets
 from tests.reliability.helpers import flush_ok
+
+REWARD = contract.series(contract.REWARDS.histogram)
+REWARD_MAX = contract.series(contract.REWARDS.maximum)
+REWARD_POSITIVE, REWARD_NEGATIVE, REWARD_SQUARES = map(contract.series, contract.REWARDS.sums)
+STEP = contract.series(contract.STEP)
 
 
 def _selector(run_id: str) -> str:
@@ -44,7 +50,7 @@ def test_rank_killed_mid_export_then_restarted_with_same_rank_id(shared_stack: A
         ranks[1].rewards(last)
         ranks[1].kill()
         time.sleep(2.5)
-        count = eventually(lambda: prometheus.value(f"rl_reward_count{selector}"), what="the run's count")
+        count = eventually(lambda: prometheus.value(f"{REWARD.count}{selector}"), what="the run's count")
         assert count in (len(kept), len(kept) + len(last))
         with_last = count == len(kept) + len(last)
         expected = kept + last if with_last else kept
@@ -54,11 +60,11 @@ def test_rank_killed_mid_export_then_restarted_with_same_rank_id(shared_stack: A
         restarted.rewards(again)
         flush_ok(restarted)
         expected += again
-        eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == len(expected), what="the final count")
+        eventually(lambda: prometheus.value(f"{REWARD.count}{selector}") == len(expected), what="the final count")
         time.sleep(2.5)
-        assert prometheus.value(f"rl_reward_count{selector}") == len(expected)
-        assert prometheus.buckets("rl_reward", selector) == expected_buckets(expected, REWARD_BOUNDS)
-        never_decreasing(prometheus, f"rl_reward_count{selector}", time.time() - 30)
+        assert prometheus.value(f"{REWARD.count}{selector}") == len(expected)
+        assert prometheus.buckets(REWARD, selector) == expected_buckets(expected, REWARD_BOUNDS)
+        never_decreasing(prometheus, f"{REWARD.count}{selector}", time.time() - 30)
     finally:
         for rank in ranks:
             rank.kill()
@@ -92,12 +98,12 @@ def test_rank_clocks_seconds_apart_keep_the_aggregate_exact(shared_stack: Any) -
             time.sleep(0.6)
         for rank in ranks:
             flush_ok(rank)
-        eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == len(recorded), what="the final count")
-        assert prometheus.buckets("rl_reward", selector) == expected_buckets(recorded, REWARD_BOUNDS)
+        eventually(lambda: prometheus.value(f"{REWARD.count}{selector}") == len(recorded), what="the final count")
+        assert prometheus.buckets(REWARD, selector) == expected_buckets(recorded, REWARD_BOUNDS)
         positive = sum(v for v in recorded if v > 0)
-        assert prometheus.value(f"rl_reward_positive_total{selector}") == pytest.approx(positive, abs=1e-9)
-        assert prometheus.value(f"max_over_time(rl_reward_max{selector}[5m])") == max(recorded)
-        assert prometheus.value(f'max_over_time(rl_step{{rl_run_id="{run_id}"}}[5m])') == 5
+        assert prometheus.value(f"{REWARD_POSITIVE.name}{selector}") == pytest.approx(positive, abs=1e-9)
+        assert prometheus.value(f"max_over_time({REWARD_MAX.name}{selector}[5m])") == max(recorded)
+        assert prometheus.value(f'max_over_time({STEP.name}{{rl_run_id="{run_id}"}}[5m])') == 5
     finally:
         for rank in ranks:
             rank.kill()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import otel_rl_contract as contract
 import pytest
 import requests
 from otel_rl_ops.query import Jaeger, Prometheus, VictoriaLogs
@@ -31,6 +32,8 @@ from otel_rl_ops.stack.secrets import StackSecrets
 from otel_rl._state.phases import step_trace
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack, start_ranks
 from tests.reliability.helpers import flush_ok
+
+REWARD = contract.series(contract.REWARDS.histogram)
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -157,7 +160,7 @@ def test_tls_and_bearer_token_accept_the_authenticated_and_reject_the_rest(secur
         for name, rank in accepted.items():
             flush_ok(rank)
             run = rank.run_id
-            eventually(lambda: prometheus.value(f'rl_reward_count{{rl_run_id="{run}"}}') == 3, what=f"{name} data")
+            eventually(lambda: prometheus.value(f'{REWARD.count}{{rl_run_id="{run}"}}') == 3, what=f"{name} data")
             eventually(lambda: len(logs.query(f'{{rl.run.id="{run}"}}')) == 1, what=f"{name} sample")
         for name, rank in rejected.items():
             eventually(
@@ -206,9 +209,9 @@ def test_a_multi_rank_run_is_exact_through_the_secure_profile(secure: Secure) ->
     prometheus = secure.prometheus()
     selector = f'{{rl_run_id="{run_id}",rl_reward_fn="total"}}'
     try:
-        eventually(lambda: prometheus.value(f"rl_reward_count{selector}") == len(everything), what="the whole run")
-        assert prometheus.value(f"rl_reward_sum{selector}") == pytest.approx(sum(everything), abs=1e-12)
-        assert prometheus.buckets("rl_reward", selector) == expected_buckets(everything, REWARD_BOUNDS)
+        eventually(lambda: prometheus.value(f"{REWARD.count}{selector}") == len(everything), what="the whole run")
+        assert prometheus.value(f"{REWARD.sum}{selector}") == pytest.approx(sum(everything), abs=1e-12)
+        assert prometheus.buckets(REWARD, selector) == expected_buckets(everything, REWARD_BOUNDS)
         samples = eventually(
             lambda: len(got := secure.victorialogs().query(f'{{rl.run.id="{run_id}"}}')) == 4 and got,
             what="the 4 samples",
@@ -347,7 +350,7 @@ def test_mutual_tls_requires_a_client_certificate(stack_binaries: Any, tmp_path:
             for name, rank in accepted.items():
                 flush_ok(rank)
                 run = rank.run_id
-                eventually(lambda: prometheus.value(f'rl_reward_count{{rl_run_id="{run}"}}') == 2, what=f"{name} data")
+                eventually(lambda: prometheus.value(f'{REWARD.count}{{rl_run_id="{run}"}}') == 2, what=f"{name} data")
             for name, rank in rejected.items():
                 eventually(lambda: rank.stats()["export_failures_metrics"] >= 2, what=f"{name} refused", timeout_s=20)
             time.sleep(2.5)
@@ -385,7 +388,7 @@ def test_oversized_otlp_requests_are_refused_and_the_collector_stays_healthy(sha
         rank.rewards([1.0, 2.0])
         flush_ok(rank)
         prometheus = Prometheus(shared_stack.prometheus_url)
-        eventually(lambda: prometheus.value(f'rl_reward_count{{rl_run_id="{run_id}"}}') == 2, what="data after abuse")
+        eventually(lambda: prometheus.value(f'{REWARD.count}{{rl_run_id="{run_id}"}}') == 2, what="data after abuse")
     finally:
         rank.kill()
 

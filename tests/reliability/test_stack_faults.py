@@ -13,11 +13,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
+from otel_rl_contract import foreign
 from otel_rl_ops.query import Prometheus, VictoriaLogs
 
 from tests.pipeline.harness import REWARD_BOUNDS, RankProcess, eventually, expected_buckets, private_stack
 from tests.reliability.helpers import collector_metrics, flush_ok
+
+REWARD = contract.series(contract.REWARDS.histogram)
 
 RANKS = 2
 FAST_RANK = {"export_interval_s": 0.2, "export_timeout_s": 1.0}
@@ -73,15 +77,15 @@ class Run:
         return values, elapsed
 
     def count(self) -> float | None:
-        return self.prometheus.value(f"rl_reward_count{self.selector}")
+        return self.prometheus.value(f"{REWARD.count}{self.selector}")
 
     def wait_count(self, expected: int, what: str) -> None:
-        eventually(lambda: self.count() == expected, what=f"{what}: rl_reward_count == {expected}")
+        eventually(lambda: self.count() == expected, what=f"{what}: {REWARD.count} == {expected}")
         time.sleep(2.5)  # two more collector ticks: nothing else may arrive
         assert self.count() == expected, f"{what}: the count moved past {expected}"
 
     def assert_buckets(self, values: list[float]) -> None:
-        assert self.prometheus.buckets("rl_reward", self.selector) == expected_buckets(values, REWARD_BOUNDS)
+        assert self.prometheus.buckets(REWARD, self.selector) == expected_buckets(values, REWARD_BOUNDS)
 
     def close(self) -> None:
         for rank in self.ranks:
@@ -137,7 +141,7 @@ def test_collector_killed_and_restarted(healthy_stack: Any) -> None:
             flush_ok(rank)
         run.wait_count(len(phase_a) + len(down) + len(phase_c), "after the restart")
         run.assert_buckets(phase_a + down + phase_c)
-        resets = run.prometheus.value(f"resets(rl_reward_count{run.selector}[{int(time.time() - started) + 5}s])")
+        resets = run.prometheus.value(f"resets({REWARD.count}{run.selector}[{int(time.time() - started) + 5}s])")
         assert resets == 0
     finally:
         run.close()
@@ -170,10 +174,8 @@ def test_log_store_down_samples_arrive_after_recovery(healthy_stack: Any) -> Non
         assert len(records) == expected
         assert len({r["rl.episode.id"] for r in records}) == expected
         collector_after = collector_metrics(stack)
-        for name in (
-            "otelcol_exporter_send_failed_log_records_total",
-            "otelcol_exporter_enqueue_failed_log_records_total",
-        ):
+        for failed in (foreign.COLLECTOR_LOG_RECORDS_SEND_FAILED, foreign.COLLECTOR_LOG_RECORDS_ENQUEUE_FAILED):
+            name = foreign.text_name(failed)
             assert collector_after.get(name, 0.0) == collector_before.get(name, 0.0), name
         for rank in run.ranks:
             stats = rank.stats()
@@ -205,7 +207,7 @@ def test_prometheus_down_totals_exact_after_recovery_and_rank_memory_flat(health
             flush_ok(rank)
         run.wait_count(len(phase_a) + len(down) + len(after), "after Prometheus is back")
         run.assert_buckets(run.recorded)
-        assert run.prometheus.value(f"rl_reward_sum{run.selector}") == pytest.approx(sum(run.recorded), abs=1e-9)
+        assert run.prometheus.value(f"{REWARD.sum}{run.selector}") == pytest.approx(sum(run.recorded), abs=1e-9)
         rss_after = [rank.rss_kib() for rank in run.ranks]
         growth = max(after_ - before_ for before_, after_ in zip(rss_before, rss_after, strict=True))
         assert growth < 8 * 1024, f"rank RSS grew by {growth} KiB over the outage"

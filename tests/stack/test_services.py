@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
+import otel_rl_contract as contract
 import pytest
 import yaml
 from otel_rl_ops.cli import main
@@ -28,6 +29,8 @@ from otel_rl_ops.stack.config import render_prometheus_config
 from otel_rl_ops.stack.install import Binaries
 from otel_rl_ops.stack.process import process_alive
 from otel_rl_ops.stack.services import COMPONENTS, Stack, StackConfig, StackError, StackPorts, find_free_ports
+
+GROUPS = contract.series(contract.GROUPS)
 
 _WAIT_S = 90.0
 _FAST_COLLECTOR = {"OTEL_RL_AGGREGATION_INTERVAL": "1s"}
@@ -225,11 +228,11 @@ def test_metric_through_collector_reaches_prometheus(stack: Stack) -> None:
         counter.add(1)
         outside.add(1)
         provider.force_flush()
-        answer = _get_json(f"{stack.prometheus_url}/api/v1/query", query=f'rl_groups_total{{rl_run_id="{run_id}"}}')
+        answer = _get_json(f"{stack.prometheus_url}/api/v1/query", query=f'{GROUPS.name}{{rl_run_id="{run_id}"}}')
         return list(answer["data"]["result"])
 
     try:
-        result = _eventually(arrived, what=f"rl_groups_total of {run_id} in Prometheus")
+        result = _eventually(arrived, what=f"{GROUPS.name} of {run_id} in Prometheus")
     finally:
         provider.shutdown()
     assert float(result[0]["value"][1]) >= 1

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import otel_rl_contract as contract
 import pytest
 import requests
 
@@ -81,7 +82,7 @@ def test_a_rank_hung_in_a_phase_fires_the_alert_naming_it(stack: Any, run_id: st
     try:
         step, deadline = 0, time.time() + 90
         while time.time() < deadline and not _recorded(
-            stack, f'rl:phase_duration_p99:rate1h{{rl_run_id="{run_id}"}}', 2
+            stack, f'{contract.rules.PHASE_DURATION_P99_1H.name}{{rl_run_id="{run_id}"}}', 2
         ):
             _step(ranks, step)  # a run that keeps stepping until the rules recorded its phases' p99 twice
             step += 1

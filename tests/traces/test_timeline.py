@@ -5,6 +5,7 @@ are the exact totals of what the ranks recorded."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +27,8 @@ PHASES = ("generate", "train", "sync")
 """The phases every rank goes through each step: generate, then train with a nested sync."""
 BUCKETS = contract.PHASE_BOUNDS
 """The bounds of rl_phase_duration_seconds (otel_rl_contract.PHASE_BOUNDS; the collector's spanmetrics the same)."""
+DURATIONS = contract.series(contract.PHASE_DURATION)
+CALLS = contract.series(contract.PHASE_CALLS)
 
 
 def _sleep_for(rank: int, step: int, phase: str) -> float:
@@ -159,17 +162,17 @@ def test_phase_durations_per_run_match_the_spans(
     durations = _phase_spans(traces)
     assert sorted(durations) == sorted((*PHASES, "queue")) and len(durations["generate"]) == RANKS * STEPS
     selector = promql.matchers(rl_run_id=timeline["run_id"], rl_rank="")
-    counted = f"sum by (rl_phase_name) ({promql.PHASE_DURATION}_count{{{selector}}})"
+    counted = f"sum by (rl_phase_name) ({DURATIONS.count}{{{selector}}})"
     expected = {phase: float(len(values)) for phase, values in durations.items()}
     eventually(lambda: prometheus.by_label(counted, "rl_phase_name") == expected, what="the phase span counts")
-    sums = prometheus.by_label(f"sum by (rl_phase_name) ({promql.PHASE_DURATION}_sum{{{selector}}})", "rl_phase_name")
+    sums = prometheus.by_label(f"sum by (rl_phase_name) ({DURATIONS.sum}{{{selector}}})", "rl_phase_name")
     assert sums == pytest.approx({phase: sum(values) for phase, values in durations.items()}, rel=1e-9, abs=1e-9)
-    calls = f"sum by (rl_phase_name) ({promql.PHASE_CALLS}{{{selector}}})"
+    calls = f"sum by (rl_phase_name) ({CALLS.name}{{{selector}}})"
     eventually(lambda: prometheus.by_label(calls, "rl_phase_name") == expected, what="the phase calls")
     for phase, values in durations.items():
-        held = prometheus.buckets(promql.PHASE_DURATION, f"{{{selector},{promql.match('rl_phase_name', phase)}}}")
+        held = prometheus.buckets(DURATIONS, f"{{{selector},{promql.match('rl_phase_name', phase)}}}")
         assert held == expected_buckets(values, BUCKETS), phase
-    series = prometheus.series(f"{promql.PHASE_DURATION}_count{{{selector}}}")
+    series = prometheus.series(f"{DURATIONS.count}{{{selector}}}")
     assert sorted(s["rl_phase_name"] for s in series) == sorted(durations)
     assert all(not {"rl_rank", "instance", "service_instance_id"} & set(s) for s in series)
     assert {s["span_name"] for s in series} == set(durations)
@@ -181,53 +184,39 @@ def test_tokens_flops_and_async_state_are_the_exact_totals(shared_stack: Any, ti
     queue depth, in-flight rollouts and buffer occupancy are the last values summed over ranks."""
     prometheus = Prometheus(shared_stack.prometheus_url)
     selector = promql.matchers(rl_run_id=timeline["run_id"], rl_rank="")
-    totals = {
-        name: f"sum(rl_{name}_total{{{selector}}})"
-        for name in ("tokens_generated", "tokens_trained", "samples_trained")
+    counters = {
+        contract.TOKENS_GENERATED: timeline["generated"],
+        contract.TOKENS_TRAINED: timeline["trained"],
+        contract.SAMPLES_TRAINED: timeline["samples"],
     }
-    expected = {
-        "tokens_generated": timeline["generated"],
-        "tokens_trained": timeline["trained"],
-        "samples_trained": timeline["samples"],
-    }
-    eventually(lambda: {k: prometheus.value(q) for k, q in totals.items()} == expected, what="the token counters")
-    assert prometheus.value(f"rl_flops_per_token{{{selector}}}") == FLOPS_PER_TOKEN
-    assert prometheus.value(f"rl_flops_peak_per_second{{{selector}}}") == RANKS * PEAK_FLOPS
+    eventually(
+        lambda: {m: prometheus.value(f"sum({contract.series(m).name}{{{selector}}})") for m in counters} == counters,
+        what="the token counters",
+    )
+    assert prometheus.value(f"{contract.series(contract.FLOPS_PER_TOKEN).name}{{{selector}}}") == FLOPS_PER_TOKEN
+    assert prometheus.value(f"{contract.series(contract.FLOPS_PEAK).name}{{{selector}}}") == RANKS * PEAK_FLOPS
     now = time.time()
-    rate = prometheus.value(promql.rate("rl_tokens_trained_total", selector, window="5m"), at=now)
+    rate = prometheus.value(promql.rate(contract.series(contract.TOKENS_TRAINED), selector, window="5m"), at=now)
     assert rate is not None and rate > 0
     assert prometheus.value(promql.mfu(selector, window="5m"), at=now) == pytest.approx(
         rate * FLOPS_PER_TOKEN / (RANKS * PEAK_FLOPS), rel=1e-12
     )
     gauges = {
-        "rl_queue_depth": sum(range(RANKS)),
-        "rl_rollouts_in_flight": 2 * RANKS,
-        "rl_buffer_used": (10 + STEPS - 1) * RANKS,
-        "rl_buffer_capacity": 64 * RANKS,
+        contract.QUEUE_DEPTH: sum(range(RANKS)),
+        contract.IN_FLIGHT: 2 * RANKS,
+        contract.BUFFER_USED: (10 + STEPS - 1) * RANKS,
+        contract.BUFFER_CAPACITY: 64 * RANKS,
     }
-    assert {name: prometheus.value(f"{name}{{{selector}}}") for name in gauges} == gauges
-
-
-GOLDEN_PHASE_SERIES = {
-    "rl_phase_duration_seconds_bucket",
-    "rl_phase_duration_seconds_count",
-    "rl_phase_duration_seconds_sum",
-    "rl_phase_calls_total",
-}
-"""The exact Prometheus series of a run's phase metrics (docs/contract.md)."""
+    assert {m: prometheus.value(f"{contract.series(m).name}{{{selector}}}") for m in gauges} == gauges
 
 
 def test_golden_phase_series_names(shared_stack: Any, traces: dict[int, list[Span]], timeline: dict[str, Any]) -> None:
     """The series of the ranks' phase metrics (scope otel_rl: none from spanmetrics, which skips the ranks' own
-    spans) are exactly the golden names, which docs/contract.md documents, and the dashboards' builders name them."""
-    from pathlib import Path
-
+    spans) are exactly those the contract derives: classic buckets and the calls counter."""
+    names = "|".join(re.escape(item.name) for item in (DURATIONS, CALLS))
     series = Prometheus(shared_stack.prometheus_url).series(
-        f'{{rl_run_id="{timeline["run_id"]}",__name__=~"rl_phase_(duration|calls).*"}}'
+        f'{{rl_run_id="{timeline["run_id"]}",__name__=~"({names}).*"}}'
     )
-    assert {item["otel_scope_name"] for item in series} == {"otel_rl"}
-    names = {item["__name__"] for item in series}
-    assert names == GOLDEN_PHASE_SERIES
-    contract = (Path(__file__).parents[2] / "docs" / "contract.md").read_text(encoding="utf-8")
-    assert [name for name in sorted(GOLDEN_PHASE_SERIES) if f"`{name}`" not in contract] == []
-    assert {f"{promql.PHASE_DURATION}_bucket", promql.PHASE_CALLS} <= GOLDEN_PHASE_SERIES
+    assert {item["otel_scope_name"] for item in series} == {contract.SCOPE_NAME}
+    expected = contract.prometheus_names((contract.PHASE_DURATION, contract.PHASE_CALLS), "explicit")
+    assert {item["__name__"] for item in series} == expected

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import otel_rl_contract as contract
 import pytest
+from otel_rl_contract import Distribution
 
 from otel_rl import EpisodeSample, Telemetry, TelemetryConfig, _env
 from otel_rl._record.buckets import HistogramForm
@@ -43,17 +45,17 @@ def _fields(out: str, step: int, rank: int, what: str) -> dict[str, str]:
     return dict(part.rsplit("=", 1) for part in found[0].split())
 
 
-def _record(telemetry: Telemetry, metric: str, values: Sequence[float]) -> None:
-    """Record ``values`` into the distribution ``metric`` (``rl_staleness``, ``rl_response_length``, ``rl_reward``)."""
-    if metric == "rl_staleness":
+def _record(telemetry: Telemetry, metric: Distribution, values: Sequence[float]) -> None:
+    """Record ``values`` into the distribution ``metric`` (staleness, response lengths or rewards)."""
+    if metric == contract.STALENESS:
         telemetry.record_staleness([100 - int(v) for v in values], 100)
-    elif metric == "rl_response_length":
+    elif metric == contract.RESPONSE_LENGTHS:
         telemetry.record_rollouts(response_lengths=list(values))
     else:
         telemetry.record_rewards(list(values))
 
 
-def _one_step(metric: str, values: Sequence[float], **settings: Any) -> None:
+def _one_step(metric: Distribution, values: Sequence[float], **settings: Any) -> None:
     """A console process records ``values`` into ``metric`` in step 0, then steps on and shuts down."""
     telemetry = _console(**settings)
     telemetry.step(0)
@@ -64,14 +66,14 @@ def _one_step(metric: str, values: Sequence[float], **settings: Any) -> None:
 
 def test_staleness_of_86_ones_and_14_zeros_shows_p50_1(capsys: pytest.CaptureFixture[str]) -> None:
     """86 lags of 1 and 14 of 0: p50, p90 and p99 are 1 (not 0.419), min 0, max 1, n and mean exact."""
-    _one_step("rl_staleness", [1] * 86 + [0] * 14)
+    _one_step(contract.STALENESS, [1] * 86 + [0] * 14)
     fields = _fields(capsys.readouterr().out, 0, 0, "rl.staleness")
     assert fields == {"n": "100", "mean": "0.86", "p50": "1", "p90": "1", "p99": "1", "min": "0", "max": "1"}
 
 
 def test_staleness_of_31_zeros_and_a_one_shows_the_dashboards_integer_p99(capsys: pytest.CaptureFixture[str]) -> None:
     """31 lags of 0 and one of 1: p99 is the dashboards' rounded, clamped value, 1 (not 0.68); p50 is 0."""
-    _one_step("rl_staleness", [0] * 31 + [1])
+    _one_step(contract.STALENESS, [0] * 31 + [1])
     fields = _fields(capsys.readouterr().out, 0, 0, "rl.staleness")
     assert (fields["p50"], fields["p90"], fields["p99"], fields["max"]) == ("0", "0", "1", "1")
 
@@ -79,7 +81,7 @@ def test_staleness_of_31_zeros_and_a_one_shows_the_dashboards_integer_p99(capsys
 @pytest.mark.parametrize("histogram", ["exponential", "explicit"])
 def test_lengths_up_to_3_never_show_a_quantile_above_3(capsys: pytest.CaptureFixture[str], histogram: str) -> None:
     """Response lengths 1 to 3: every quantile is an integer within [1, 3] (not 3.02), in either histogram form."""
-    _one_step("rl_response_length", [1, 2, 3, 3, 3, 2, 3, 3], histogram=histogram)
+    _one_step(contract.RESPONSE_LENGTHS, [1, 2, 3, 3, 3, 2, 3, 3], histogram=histogram)
     fields = _fields(capsys.readouterr().out, 0, 0, "rl.response.length")
     assert (fields["min"], fields["max"], fields["n"], fields["mean"]) == ("1", "3", "8", "2.5")
     assert all(fields[p] in ("1", "2", "3") for p in ("p50", "p90", "p99")), fields
@@ -211,20 +213,20 @@ def test_samples_are_one_line_each(capsys: pytest.CaptureFixture[str]) -> None:
 # -- the dashboards' rule, checked against Prometheus ----------------------------------------------------------
 
 _RNG = np.random.default_rng(7)
-CASES: dict[str, tuple[str, list[Any]]] = {
-    "lag_86_ones": ("rl_staleness", [1] * 86 + [0] * 14),
-    "lag_31_zeros": ("rl_staleness", [0] * 31 + [1]),
-    "lag_spread": ("rl_staleness", _RNG.integers(0, 300, 500).tolist()),
-    "lengths": ("rl_response_length", [1, 2, 3, 3, 3, 2, 3, 3]),
-    "lengths_long": ("rl_response_length", _RNG.integers(10, 4000, 300).tolist()),
-    "reward_binary": ("rl_reward", [1.0] * 86 + [0.0] * 14),
-    "reward_signed": ("rl_reward", _RNG.normal(-0.3, 1.0, 400).round(6).tolist()),
-    "reward_negative": ("rl_reward", (-_RNG.uniform(0.1, 7.0, 50)).tolist()),
+CASES: dict[str, tuple[Distribution, list[Any]]] = {
+    "lag_86_ones": (contract.STALENESS, [1] * 86 + [0] * 14),
+    "lag_31_zeros": (contract.STALENESS, [0] * 31 + [1]),
+    "lag_spread": (contract.STALENESS, _RNG.integers(0, 300, 500).tolist()),
+    "lengths": (contract.RESPONSE_LENGTHS, [1, 2, 3, 3, 3, 2, 3, 3]),
+    "lengths_long": (contract.RESPONSE_LENGTHS, _RNG.integers(10, 4000, 300).tolist()),
+    "reward_binary": (contract.REWARDS, [1.0] * 86 + [0.0] * 14),
+    "reward_signed": (contract.REWARDS, _RNG.normal(-0.3, 1.0, 400).round(6).tolist()),
+    "reward_negative": (contract.REWARDS, (-_RNG.uniform(0.1, 7.0, 50)).tolist()),
 }
-INTEGERS = {"rl_staleness", "rl_response_length"}
+INTEGERS = {contract.STALENESS, contract.RESPONSE_LENGTHS}
 
 
-def _point(metric: str, values: Sequence[float], histogram: HistogramForm) -> Any:
+def _point(metric: Distribution, values: Sequence[float], histogram: HistogramForm) -> Any:
     """The histogram point a process exports after recording ``values`` into ``metric``."""
     exporter = RecordingMetricExporter()
     telemetry = Telemetry(
@@ -233,8 +235,7 @@ def _point(metric: str, values: Sequence[float], histogram: HistogramForm) -> An
     )
     _record(telemetry, metric, values)
     telemetry.shutdown()
-    name = {"rl_staleness": "rl.staleness", "rl_response_length": "rl.response.length"}.get(metric, "rl.reward")
-    attrs = {"rl.reward.fn": "total"} if metric == "rl_reward" else None
+    attrs = {contract.REWARD_FN: contract.REWARD_FN_TOTAL} if metric == contract.REWARDS else None
     if histogram == "exponential":
-        return exporter.exponential_point(name, attrs)
-    return exporter.histogram_point(name, attrs)
+        return exporter.exponential_point(metric.histogram.name, attrs)
+    return exporter.histogram_point(metric.histogram.name, attrs)

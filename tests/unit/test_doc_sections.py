@@ -105,3 +105,15 @@ def test_the_environment_part_reads_every_reference(sections: ModuleType, tmp_pa
         "`receivers.otlp.endpoint` |",
     ]
     assert "| `PORT` |" not in sections.environment(tmp_path, files=("c.yaml",))
+
+
+def test_the_series_part_lists_every_series_the_contract_declares(sections: ModuleType) -> None:
+    """docs/contract.md carries the series part, which names every series the contract derives, every recorded one
+    and every foreign one (a metric added to the contract changes it)."""
+    import otel_rl_contract as contract
+
+    assert "<!-- generated: series -->" in (ROOT / "docs" / "contract.md").read_text()
+    made = sections.series()
+    declared = (*contract.DERIVED_SERIES, *contract.rules.RECORDING_RULES, *contract.foreign.FOREIGN_SERIES)
+    assert [item.name for item in declared if f"`{item.name}" not in made] == []
+    assert "`rl_phase_duration_seconds_bucket`" in made and "`rl_phase_duration_seconds`" not in made

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Final, Literal
 
+import otel_rl_contract as contract
 import requests
+from otel_rl_contract import foreign
 
 from otel_rl_ops import promql
 from otel_rl_ops.query import DEFAULT_TIMEOUT_S, Prometheus, QueryError
@@ -26,7 +28,7 @@ AlertState = Literal["pending", "firing", "silenced", "inhibited"]
 ``silenced`` / ``inhibited``: firing, but Alertmanager holds its notifications back (a silence, or another alert of
 the incident that pages instead)."""
 
-RUN_LABEL: Final = "rl_run_id"
+RUN_LABEL: Final = contract.label(contract.RUN_ID)
 """The label that names a run on every series and alert (``rl.run.id``)."""
 
 _DURATION = re.compile(r"(\d+)([smhdw])")
@@ -142,10 +144,10 @@ def run_alerts(prometheus: Prometheus, alertmanager: Alertmanager, run_id: str |
         QueryError: when Prometheus or Alertmanager cannot be asked.
     """
     labels = {} if run_id is None else {RUN_LABEL: run_id}
-    series = prometheus.query(promql.selector("ALERTS", **labels))
+    series = prometheus.query(promql.selector(foreign.ALERTS, **labels))
     active_since = {
         _key(item["metric"]): float(item["value"][1])
-        for item in prometheus.query(promql.selector("ALERTS_FOR_STATE", **labels))
+        for item in prometheus.query(promql.selector(foreign.ALERTS_FOR_STATE, **labels))
     }
     held = [
         alert for alert in alertmanager.alerts() if run_id is None or alert.get("labels", {}).get(RUN_LABEL) == run_id

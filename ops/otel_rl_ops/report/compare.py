@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import otel_rl_contract as contract
+
 from otel_rl_ops import promql
 from otel_rl_ops.query import Prometheus, VictoriaLogs
 from otel_rl_ops.report.dashboard import Panel, load_panels
@@ -48,6 +50,9 @@ WORKERS = 4
 
 _RUNS = '"$runs"'
 _RUNS_LIST = "${runs:doublequote}"
+
+_STEP = contract.series(contract.STEP)
+_RANK = contract.label(contract.RANK)
 
 
 @dataclass(frozen=True)
@@ -272,7 +277,7 @@ def step_points(
     Raises:
         ReportError: when the run has none.
     """
-    selector = f"{promql.selector('rl_step', rl_run_id=run_id, rl_rank='')}[{_duration(lookback_s)}]"
+    selector = f"{promql.selector(_STEP, **{promql.RUN_LABEL: run_id, _RANK: ''})}[{_duration(lookback_s)}]"
     points = sorted((float(t), float(v)) for series in prometheus.query(selector, now) for t, v in series["values"])
     if not points:
         raise ReportError(f"run {run_id!r} has no rl_step sample in Prometheus in the last {lookback_s:.0f} s")
@@ -281,7 +286,7 @@ def step_points(
 
 def run_group(prometheus: Prometheus, run_id: str, *, lookback_s: float, now: float) -> str:
     """The run's group (``rl_run_group``), "" when it gives none."""
-    selector = promql.selector("rl_step", rl_run_id=run_id, rl_rank="")
+    selector = promql.selector(_STEP, **{promql.RUN_LABEL: run_id, _RANK: ""})
     query = f"group by ({promql.GROUP_LABEL}) (last_over_time({selector}[{_duration(lookback_s)}]))"
     found = prometheus.query(query, now)
     return str(found[0]["metric"].get(promql.GROUP_LABEL, "")) if found else ""
@@ -293,7 +298,7 @@ def group_runs(prometheus: Prometheus, group: str, *, lookback_s: float, now: fl
     Raises:
         ReportError: when the group has none.
     """
-    selector = promql.selector("rl_step", **{promql.GROUP_LABEL: group, "rl_rank": ""})
+    selector = promql.selector(_STEP, **{promql.GROUP_LABEL: group, _RANK: ""})
     query = f"group by ({promql.RUN_LABEL}) (last_over_time({selector}[{_duration(lookback_s)}]))"
     runs = sorted(str(item["metric"][promql.RUN_LABEL]) for item in prometheus.query(query, now))
     if not runs:

@@ -9,7 +9,8 @@ import math
 from datetime import datetime, timezone
 from typing import Any
 
-from otel_rl_ops import promql
+import otel_rl_contract as contract
+
 from otel_rl_ops.report.dashboard import Panel
 from otel_rl_ops.report.fetch import Bucket, PanelData, Series, Window
 from otel_rl_ops.report.summary import nested_order
@@ -158,7 +159,7 @@ def draw_timeseries(ax: Any, data: PanelData, window: Window, parents: dict[str,
     drawn = [s for s in sorted(data.series, key=lambda s: s.legend) if s.finite()]
     lines = [s for s in drawn if not s.reference] or drawn
     references = [s for s in drawn if s not in lines]
-    spans = any(promql.PHASE_DURATION in query for query in data.queries)
+    spans = any(contract.series(contract.PHASE_DURATION).name in query for query in data.queries)
     if data.panel.stacked and lines:
         _draw_stacked(ax, lines, parents if spans else {})
     else:

@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import otel_rl_contract as contract
+
 from otel_rl_ops import promql
 from otel_rl_ops.query import Jaeger, Prometheus, Span, VictoriaLogs
 from otel_rl_ops.report.dashboard import Panel, Target, legend_for, substitute
@@ -126,7 +128,7 @@ def run_span(prometheus: Prometheus, run_id: str, *, lookback_s: float, now: flo
         ReportError: when the run has no ``rl_step`` sample in that range.
         QueryError: when the query fails.
     """
-    selector = f"{promql.selector('rl_step', rl_run_id=run_id, rl_rank='')}[{_duration(lookback_s)}]"
+    selector = f"{_step(run_id)}[{_duration(lookback_s)}]"
     times = [float(t) for series in prometheus.query(selector, now) for t, _ in series.get("values", ())]
     if not times:
         raise ReportError(f"run {run_id!r} has no rl_step sample in Prometheus in the last {lookback_s:.0f} s")
@@ -135,10 +137,14 @@ def run_span(prometheus: Prometheus, run_id: str, *, lookback_s: float, now: flo
 
 def run_service(prometheus: Prometheus, run_id: str, *, at: float) -> str:
     """The run's ``service.name`` (its series' ``job``), which Jaeger searches its traces by; "" when unknown."""
-    found = prometheus.query(
-        f"group by (job) (last_over_time({promql.selector('rl_step', rl_run_id=run_id, rl_rank='')}[1d]))", at
-    )
+    found = prometheus.query(f"group by (job) (last_over_time({_step(run_id)}[1d]))", at)
     return str(found[0]["metric"].get("job", "")) if found else ""
+
+
+def _step(run_id: str) -> str:
+    """The selector of the run's aggregated ``rl_step``."""
+    labels = {contract.label(contract.RUN_ID): run_id, contract.label(contract.RANK): ""}
+    return promql.selector(contract.series(contract.STEP), **labels)
 
 
 _LOGFMT = re.compile(r'([\w.]+)=("(?:[^"\\]|\\.)*"|\S+)')

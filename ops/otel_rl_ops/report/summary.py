@@ -20,11 +20,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import otel_rl_contract as contract
+from otel_rl_contract import Distribution
 
 from otel_rl_ops import promql
 from otel_rl_ops.query import Jaeger, Prometheus, VictoriaLogs
 
 _TIMEOUT_S = 10
+_REWARD = contract.series(contract.REWARDS.histogram)
+_REWARD_FN = contract.label(contract.REWARD_FN)
+_TOTAL = {_REWARD_FN: contract.REWARD_FN_TOTAL}
+"""The matcher of the total reward (the one the policy is trained on)."""
 STEP_TRACES = 100_000
 """How many of a run's step traces a Jaeger search asks for: all of them, so that the slowest step is the run's."""
 
@@ -51,7 +56,7 @@ class Sources:
 
     def selector(self, **labels: str) -> str:
         """Label matchers of the run's series with ``labels`` (values quoted)."""
-        return promql.matchers(rl_run_id=self.run_id, **labels)
+        return promql.matchers(**{contract.label(contract.RUN_ID): self.run_id}, **labels)
 
 
 def _offset(expr: str, selector: str, seconds: float) -> str:
@@ -72,7 +77,7 @@ def _duration(seconds: float) -> str:
 
 def quantiles(
     sources: Sources,
-    metric: str,
+    values: Distribution,
     selector: str,
     qs: tuple[float, ...],
     *,
@@ -81,12 +86,13 @@ def quantiles(
     since: float,
     integers: bool = False,
 ) -> dict[str, float | None]:
-    """The ``qs`` quantiles of ``metric`` recorded between ``start`` (None: the beginning) and ``end``, from the
+    """The ``qs`` quantiles of ``values`` recorded between ``start`` (None: the beginning) and ``end``, from the
     native histogram (else the classic buckets), each clamped to the exact min and max of the gauges over
     ``[start or since, end]``, rounded when the metric only takes ``integers`` (as the dashboards do). Keys
     ``p50``, ``p90``, ...."""
-    native, classic = (_since(h, selector, start, end) for h in promql.buckets(metric, selector, window=None))
-    bounds = promql.extremes(metric, selector, window=_duration(end - (since if start is None else start)))
+    histogram = contract.series(values.histogram)
+    native, classic = (_since(h, selector, start, end) for h in promql.buckets(histogram, selector, window=None))
+    bounds = promql.extremes(values, selector, window=_duration(end - (since if start is None else start)))
     return {
         f"p{round(q * 100)}": sources.prometheus.value(
             promql.clamp_to_extremes(promql.quantile_estimate(q, native, classic, integers=integers), *bounds), end
@@ -97,7 +103,7 @@ def quantiles(
 
 def wait_until_settled(sources: Sources, *, expected_count: int | None, timeout_s: float = 60) -> float:
     """Wait until the run's reward count stops changing (or reaches ``expected_count``); returns that time."""
-    query = promql.count("rl_reward", sources.selector(rl_reward_fn="total"), window=None)
+    query = promql.count(_REWARD, sources.selector(**_TOTAL), window=None)
     return _settled(sources, query, expected_count, timeout_s, what="reward count")
 
 
@@ -121,7 +127,7 @@ def _settled(sources: Sources, query: str, expected: float | None, timeout_s: fl
 
 def reporting_span(sources: Sources, now: float, lookback_s: float) -> tuple[float, float]:
     """When the run's reward count first appeared in Prometheus, and when it reached its final value."""
-    query = promql.count("rl_reward", sources.selector(rl_reward_fn="total"), window=None)
+    query = promql.count(_REWARD, sources.selector(**_TOTAL), window=None)
     series = sources.prometheus.range(query, now - lookback_s, now, step=0.5)[0]
     values = [(float(t), float(v)) for t, v in series["values"]]
     final = values[-1][1]
@@ -134,14 +140,14 @@ def window_stats(
 ) -> dict[str, float | None]:
     """Count, mean, p50 and p90 of ``rl.reward{fn}`` recorded between ``start`` (None: the beginning, the run's
     first point at ``since``) and ``end``."""
-    sel = sources.selector(rl_reward_fn=fn)
-    count = _since(promql.count("rl_reward", sel, window=None), sel, start, end)
-    total = _since(promql.signed_sum("rl_reward", sel, window=None), sel, start, end)
+    sel = sources.selector(**{_REWARD_FN: fn})
+    count = _since(promql.count(_REWARD, sel, window=None), sel, start, end)
+    total = _since(promql.signed_sum(contract.REWARDS, sel, window=None), sel, start, end)
     prometheus = sources.prometheus
     return {
         "count": prometheus.value(count, end),
         "mean": prometheus.value(f"{total} / {count}", end),
-        **quantiles(sources, "rl_reward", sel, (0.5, 0.9), start=start, end=end, since=since),
+        **quantiles(sources, contract.REWARDS, sel, (0.5, 0.9), start=start, end=end, since=since),
     }
 
 
@@ -168,38 +174,41 @@ def health(sources: Sources, end: float, *, since: float) -> dict[str, Any]:
     prometheus = sources.prometheus
     sel = sources.selector()
 
-    def total(metric: str, **labels: str) -> float | None:
-        return prometheus.value(promql.increase(metric, sources.selector(**labels), window=None), end)
+    def total(counter: contract.MetricName, attribute: str = "", value: str = "") -> float | None:
+        labels = {contract.label(attribute): value} if attribute else {}
+        return prometheus.value(promql.increase(contract.series(counter), sources.selector(**labels), window=None), end)
 
-    def mean(metric: str, **labels: str) -> float | None:
-        return prometheus.value(promql.mean(metric, sources.selector(**labels), window=None), end)
+    def mean(values: Distribution, **labels: str) -> float | None:
+        return prometheus.value(promql.mean(values, sources.selector(**labels), window=None), end)
 
-    lookback = f"[{round(end - since)}s]"
+    def last(gauge: contract.MetricName, over: str) -> float | None:
+        return prometheus.value(f"max({over}({contract.series(gauge).name}{{{sel}}}[{round(end - since)}s]))", end)
+
+    ratios = contract.IMPORTANCE_RATIO
+    kl_estimator, dataset_label = contract.label(contract.KL_ESTIMATOR), contract.label(contract.DATASET)
     return {
         "importance_ratio": {
-            "tokens": prometheus.value(promql.count("rl_importance_ratio", sel, window=None), end),
-            "mean": mean("rl_importance_ratio"),
-            **quantiles(sources, "rl_importance_ratio", sel, (0.5, 0.99), start=None, end=end, since=since),
-            "ess_fraction": prometheus.value(
-                promql.effective_sample_size("rl_importance_ratio", sel, window=None), end
-            ),
+            "tokens": prometheus.value(promql.count(contract.series(ratios.histogram), sel, window=None), end),
+            "mean": mean(ratios),
+            **quantiles(sources, ratios, sel, (0.5, 0.99), start=None, end=end, since=since),
+            "ess_fraction": prometheus.value(promql.effective_sample_size(ratios, sel, window=None), end),
         },
-        "mismatch_kl": {estimator: mean("rl_mismatch_kl", rl_kl_estimator=estimator) for estimator in ("k1", "k3")},
-        "entropy_mean": mean("rl_entropy"),
+        "mismatch_kl": {k: mean(contract.MISMATCH_KL, **{kl_estimator: k}) for k in ("k1", "k3")},
+        "entropy_mean": mean(contract.ENTROPY),
         "groups": {
-            **{outcome: total("rl_groups_total", rl_group_outcome=outcome) for outcome in ("none", "some", "all")},
-            "zero_variance": total("rl_groups_zero_variance_total"),
+            **{outcome: total(contract.GROUPS, contract.GROUP_OUTCOME, outcome) for outcome in ("none", "some", "all")},
+            "zero_variance": total(contract.GROUPS_ZERO_VARIANCE),
         },
         "advantage_signs": {
-            sign: total("rl_advantage_sign_total", rl_sign=sign) for sign in ("positive", "negative", "zero")
+            sign: total(contract.ADVANTAGE_SIGNS, contract.SIGN, sign) for sign in ("positive", "negative", "zero")
         },
         "reward_by_dataset": {
-            dataset: mean("rl_reward", rl_reward_fn="total", rl_dataset=dataset) for dataset in ("carry", "no_carry")
+            dataset: mean(contract.REWARDS, **_TOTAL, **{dataset_label: dataset}) for dataset in ("carry", "no_carry")
         },
         "ranks": {
-            "up": prometheus.value(f"max(max_over_time(rl_ranks_up{{{sel}}}{lookback}))", end),
-            "expected": prometheus.value(f"max(last_over_time(rl_ranks_expected{{{sel}}}{lookback}))", end),
-            "finished": prometheus.value(f"max(last_over_time(rl_run_finished{{{sel}}}{lookback}))", end),
+            "up": last(contract.RANKS_UP, "max_over_time"),
+            "expected": last(contract.RANKS_EXPECTED, "last_over_time"),
+            "finished": last(contract.RUN_FINISHED, "last_over_time"),
         },
     }
 
@@ -208,7 +217,7 @@ def wait_for_spans(sources: Sources, *, expected_spans: int | None, timeout_s: f
     """Wait until the run's phase spans are all counted (``rl_phase_calls_total`` reaches ``expected_spans``, or
     stops changing when that is None); returns that time. Spans leave a rank in batches (every 5 s, the last at its
     shutdown) and pass the collector's spanmetrics, so they arrive seconds after the rank's last metrics."""
-    query = promql.increase(promql.PHASE_CALLS, sources.selector(), window=None)
+    query = promql.increase(contract.series(contract.PHASE_CALLS), sources.selector(), window=None)
     return _settled(sources, query, expected_spans, timeout_s, what="phase spans counted")
 
 
@@ -219,8 +228,8 @@ def step_traces(sources: Sources, begin: float, end: float, *, service: str) -> 
         return []
     return Jaeger(sources.jaeger_url, timeout_s=_TIMEOUT_S).traces(
         service,
-        operation="rl.step",
-        tags={"rl.run.id": sources.run_id},
+        operation=contract.STEP_SPAN,
+        tags={contract.RUN_ID: sources.run_id},
         start=begin - 60,
         end=end + 60,
         limit=STEP_TRACES,
@@ -235,18 +244,13 @@ def slowest_step(traces: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The slowest step among ``traces`` (:func:`step_traces`): step, seconds and trace id of the longest root span
     ``rl.step``."""
     steps = [
-        {"step": int(tags["rl.step"]), "seconds": span["duration"] / 1e6, "trace_id": found["traceID"]}
+        {"step": int(tags[contract.SAMPLE_STEP]), "seconds": span["duration"] / 1e6, "trace_id": found["traceID"]}
         for found in traces
         for span in found["spans"]
-        if span["operationName"] == "rl.step" and not span.get("references")
+        if span["operationName"] == contract.STEP_SPAN and not span.get("references")
         for tags in [_tags(span)]
     ]
     return max(steps, key=lambda step: step["seconds"]) if steps else None
-
-
-PHASE_ATTRIBUTE = "rl.phase.name"
-"""The span attribute that makes a span a phase (``otel_rl_contract.PHASE``; ops code does not import the library's
-private modules)."""
 
 
 def phase_parents(traces: list[dict[str, Any]]) -> dict[str, str | None]:
@@ -261,7 +265,7 @@ def phase_parents(traces: list[dict[str, Any]]) -> dict[str, str | None]:
     """
     seen: dict[str, dict[str | None, int]] = {}
     for found in traces:
-        names = {span["spanID"]: _tags(span).get(PHASE_ATTRIBUTE) for span in found.get("spans") or ()}
+        names = {span["spanID"]: _tags(span).get(contract.PHASE) for span in found.get("spans") or ()}
         for span in found.get("spans") or ():
             name = names[span["spanID"]]
             if name is None:
@@ -320,13 +324,15 @@ def performance(sources: Sources, begin: float, end: float, *, service: str, cou
     prometheus = sources.prometheus
     sel = sources.selector()
 
-    def by_phase(expr: str) -> dict[str, float]:
-        return {item["metric"]["rl_phase_name"]: float(item["value"][1]) for item in prometheus.query(expr, counted)}
+    phase, durations = contract.label(contract.PHASE), contract.series(contract.PHASE_DURATION)
 
-    seconds = by_phase(f"sum by (rl_phase_name) ({promql.PHASE_DURATION}_sum{{{sel}}})")
-    spans = by_phase(f"sum by (rl_phase_name) ({promql.PHASE_DURATION}_count{{{sel}}})")
-    p99 = by_phase(f"histogram_quantile(0.99, sum by (rl_phase_name, le) ({promql.PHASE_DURATION}_bucket{{{sel}}}))")
-    ranks = prometheus.value(f"max(rl_ranks_expected{{{sel}}})", end) or 1.0
+    def by_phase(expr: str) -> dict[str, float]:
+        return {item["metric"][phase]: float(item["value"][1]) for item in prometheus.query(expr, counted)}
+
+    seconds = by_phase(f"sum by ({phase}) ({durations.sum}{{{sel}}})")
+    spans = by_phase(f"sum by ({phase}) ({durations.count}{{{sel}}})")
+    p99 = by_phase(f"histogram_quantile(0.99, sum by ({phase}, le) ({durations.bucket}{{{sel}}}))")
+    ranks = prometheus.value(f"max({contract.series(contract.RANKS_EXPECTED).name}{{{sel}}})", end) or 1.0
     wall = max(end - begin, 1e-9)
     traces = step_traces(sources, begin, end, service=service)
     parents = phase_parents(traces)
@@ -343,18 +349,21 @@ def performance(sources: Sources, begin: float, end: float, *, service: str, cou
         }
     slowest = max(split, key=lambda phase: split[phase]["mean"] or 0.0) if split else None
     # Read at `counted` too: a rank counts a step's tokens after its rewards, so they may arrive a flush after `end`.
-    trained = prometheus.value(promql.increase("rl_tokens_trained_total", sel, window=None), counted)
+    trained = prometheus.value(promql.increase(contract.series(contract.TOKENS_TRAINED), sel, window=None), counted)
     # The largest over the run: ranks that shut down before `counted` are missing from the last flushes' sums.
     run = f"{max(1, math.ceil(counted - begin))}s"
-    peak = f"max(max_over_time(rl_flops_peak_per_second{{{sel}}}[{run}]))"
-    flops = prometheus.value(f"max(max_over_time(rl_flops_per_token{{{sel}}}[{run}])) / {peak}", counted)
+    peak = f"max(max_over_time({contract.series(contract.FLOPS_PEAK).name}{{{sel}}}[{run}]))"
+    per_token = f"max(max_over_time({contract.series(contract.FLOPS_PER_TOKEN).name}{{{sel}}}[{run}]))"
+    flops = prometheus.value(f"{per_token} / {peak}", counted)
     tokens_per_s = None if trained is None else trained / wall
     return {
         "split": split,
         "nesting_known": bool(traces),
         "slowest_phase": slowest,
         "tokens": {
-            "generated": prometheus.value(promql.increase("rl_tokens_generated_total", sel, window=None), counted),
+            "generated": prometheus.value(
+                promql.increase(contract.series(contract.TOKENS_GENERATED), sel, window=None), counted
+            ),
             "trained": trained,
             "trained_per_s": tokens_per_s,
             "mfu": None if tokens_per_s is None or flops is None else tokens_per_s * flops,
@@ -372,7 +381,8 @@ def summary_between(sources: Sources, begin: float, end: float, *, service: str,
     since = begin - 60  # the extremes gauges of the run's first points, with a margin
     sel = sources.selector()
     prometheus = sources.prometheus
-    minimum, maximum = promql.extremes("rl_staleness", sel, window=_duration(end - since))
+    staleness = contract.series(contract.STALENESS.histogram)
+    minimum, maximum = promql.extremes(contract.STALENESS, sel, window=_duration(end - since))
     return {
         "run_id": sources.run_id,
         "window_s": round(end - begin, 3),
@@ -383,11 +393,9 @@ def summary_between(sources: Sources, begin: float, end: float, *, service: str,
             "by_fn": {fn: window_stats(sources, fn, None, end, since=since) for fn in ("correctness", "format")},
         },
         "staleness": {
-            "count": prometheus.value(promql.count("rl_staleness", sel, window=None), end),
-            "sum": prometheus.value(
-                f"histogram_sum(sum(rl_staleness{{{sel}}})) or sum(rl_staleness_sum{{{sel}}})", end
-            ),
-            **quantiles(sources, "rl_staleness", sel, (0.5, 0.99), start=None, end=end, since=since, integers=True),
+            "count": prometheus.value(promql.count(staleness, sel, window=None), end),
+            "sum": prometheus.value(promql.histogram_sum(staleness, sel, window=None), end),
+            **quantiles(sources, contract.STALENESS, sel, (0.5, 0.99), start=None, end=end, since=since, integers=True),
             "min": prometheus.value(minimum, end),
             "max": prometheus.value(maximum, end),
         },
@@ -401,7 +409,7 @@ def summary_between(sources: Sources, begin: float, end: float, *, service: str,
 def cost(sources: Sources, at: float) -> dict[str, float | None]:
     """What the run cost up to ``at``: its GPU-hours, and at its stated price per GPU-hour the total and the cost per
     step, per million trained tokens and per solved prompt group (None without a price)."""
-    sel = sources.selector(rl_rank="")
+    sel = sources.selector(**{contract.label(contract.RANK): ""})
     value = sources.prometheus.value
     return {
         "gpu_hours": value(promql.gpu_hours(sel), at),
