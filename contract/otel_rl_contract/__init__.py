@@ -9,6 +9,8 @@ OpenTelemetry semantic conventions are one package that the API, the SDK and eve
   collector merges each metric across ranks.
 * :mod:`otel_rl_contract.prometheus`: the Prometheus series and labels those names become (:func:`series`,
   :func:`label`), derived once.
+* :mod:`otel_rl_contract.files`: the offline files a rank writes (``exporter="file"``) and ``otel-rl replay`` reads:
+  their names (version, rank, process, signal, rotation) and OTLP/JSON's hex ids.
 """
 
 from otel_rl_contract._version import __version__
