@@ -411,7 +411,7 @@ def _thanos_query_command(config: StackConfig, binaries: Binaries, state_dir: Pa
     return Command(argv=argv, environment={}, inputs=(endpoints_file,))
 
 
-def _evaluation_interval(root: Path) -> str:
+def evaluation_interval(root: Path) -> str:
     """Return ``global.evaluation_interval`` of the data root's Prometheus template (Prometheus's default 1m
     when it has none): Thanos Ruler evaluates the rules as often as Prometheus does."""
     data: Any = yaml.safe_load(layout.prometheus_config(root).read_text(encoding="utf-8"))
@@ -439,7 +439,7 @@ def _thanos_rule_command(config: StackConfig, binaries: Binaries, state_dir: Pat
         f"--data-dir={data_dir}",
         f"--tsdb.retention={config.prometheus_retention}",
         *(f"--rule-file={path}" for path in rule_files),
-        f"--eval-interval={_evaluation_interval(config.resolved_root())}",
+        f"--eval-interval={evaluation_interval(config.resolved_root())}",
         f"--query={query_url(config)}",
         f"--alertmanagers.url={alertmanager_url(config)}",
         f"--alert.query-url={query_url(config)}",

@@ -1,0 +1,177 @@
+"""``otel-rl replay PATH...``: offline runs (``exporter="file"``) into a running stack, with their own timestamps.
+
+Metrics: merged across ranks as the collector merges them (:mod:`otel_rl_ops.replay.merge`), written with the rules'
+series (recording rules, ``ALERTS``) as TSDB blocks by ``otel-rl-backfill`` into Prometheus's data folder, which
+Prometheus loads within its block reload interval (a minute) without a restart. Samples and spans: through the
+stack's collector into VictoriaLogs and Jaeger (:mod:`otel_rl_ops.replay.records`). A run whose metrics Prometheus
+holds already is left out of the metrics; records and spans already stored are not sent again. A bad file or line is
+named, the rest replayed, and the exit status is then 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from otel_rl_ops.query import Jaeger, Prometheus, VictoriaLogs
+from otel_rl_ops.replay import metrics as replay_metrics
+from otel_rl_ops.replay.merge import merge
+from otel_rl_ops.replay.read import OfflineFile, Problem, find, lines, processes
+from otel_rl_ops.replay.records import LogReplay, SpanReplay
+
+DEFAULT_INTERVAL_S = 5.0
+"""The collector's aggregation interval (``OTEL_RL_AGGREGATION_INTERVAL``'s default): the replay's window."""
+
+
+def _progress(files: list[OfflineFile], what: str) -> tqdm[Any]:
+    return tqdm(total=sum(item.path.stat().st_size for item in files), unit="B", unit_scale=True, desc=what, file=sys.stderr)
+
+
+def _tracked(files: list[OfflineFile], problems: list[Problem], bar: tqdm[Any]) -> Iterator[Any]:
+    """The messages of ``files`` in order, advancing ``bar`` by each file as it is done."""
+    for item in files:
+        yield from (message for _, _, message in lines([item], problems))
+        bar.update(item.path.stat().st_size)
+
+
+def _run_of_process(files: list[OfflineFile], problems: list[Problem]) -> str | None:
+    for _, _, message in lines(files, []):
+        for point in replay_metrics.points(message):
+            return dict(point.resource).get("rl.run.id")
+    return None
+
+
+def replay(
+    paths: Iterable[Path],
+    *,
+    prometheus_url: str,
+    data_dir: Path,
+    backfill: Path,
+    rule_files: tuple[Path, ...],
+    evaluation_interval_s: float,
+    external_labels: dict[str, str],
+    otlp_http: str,
+    victorialogs_url: str,
+    jaeger_url: str,
+    interval_s: float = DEFAULT_INTERVAL_S,
+) -> dict[str, Any]:
+    """Replay the offline files under ``paths`` into the stores (see the module); what was done, and the problems."""
+    problems: list[Problem] = []
+    files = find(paths, problems)
+    by_process = processes(files, "metrics")
+    present: set[str] = set()
+    kept: list[list[OfflineFile]] = []
+    prometheus = Prometheus(prometheus_url)
+    for process_files in by_process.values():
+        run = _run_of_process(process_files, problems)
+        if run is None:
+            continue
+        if run in present or prometheus.series(f'{{rl_run_id="{_escape(run)}",otel_scope_name="otel_rl"}}'):
+            present.add(run)
+            continue
+        kept.append(process_files)
+    summary: dict[str, Any] = {"runs_already_in_prometheus": sorted(present)}
+    metric_files = [item for group in kept for item in group]
+    with _progress(metric_files, "metrics") as bar:
+        streams = [list(_tracked(group, problems, bar)) for group in kept]
+        samples = merge(replay_metrics.in_time_order(streams), interval_s=interval_s)
+        summary["metrics"] = replay_metrics.backfill(
+            backfill,
+            samples,
+            out=data_dir,
+            rule_files=rule_files,
+            evaluation_interval_s=evaluation_interval_s,
+            external_labels=external_labels,
+            now_ms=int(time.time() * 1000),
+        )
+    logs = LogReplay(otlp_http, VictoriaLogs(victorialogs_url))
+    log_files = [item for group in processes(files, "logs").values() for item in group]
+    with _progress(log_files, "samples") as bar:
+        for message in _tracked(log_files, problems, bar):
+            logs.send(message)
+    spans = SpanReplay(otlp_http, Jaeger(jaeger_url))
+    span_files = [item for group in processes(files, "traces").values() for item in group]
+    with _progress(span_files, "spans") as bar:
+        for message in _tracked(span_files, problems, bar):
+            spans.send(message)
+    summary["samples"] = {"sent": logs.result.sent, "already_there": logs.result.already}
+    summary["spans"] = {"sent": spans.result.sent, "already_there": spans.result.already}
+    summary["problems"] = [str(problem) for problem in problems]
+    return summary
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _seconds(text: str) -> float:
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    for unit in sorted(units, key=len, reverse=True):
+        if text.endswith(unit):
+            return float(text[: -len(unit)]) * units[unit]
+    return float(text)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from otel_rl_ops.package_data import data_root
+    from otel_rl_ops.stack import layout
+    from otel_rl_ops.stack.backfill_build import ensure_backfill
+    from otel_rl_ops.stack.components import evaluation_interval
+    from otel_rl_ops.stack.config import StackConfig
+    from otel_rl_ops.stack.env import otel_rl_home
+    from otel_rl_ops.stack.services import Stack
+
+    config = StackConfig(**({} if args.state_dir is None else {"state_dir": args.state_dir}))
+    state = config.resolved_state_dir()
+    if not (state / "stack.json").is_file():
+        raise ValueError(f"no running stack in {str(state)!r} (start one with otel-rl stack up, or give --state-dir)")
+    stack = Stack.attach(state)
+    if stack.config.tsdb_cluster:
+        raise ValueError("otel-rl replay writes Prometheus blocks; the TSDB cluster profile (Thanos) is not supported yet")
+    root = data_root()
+    summary = replay(
+        args.paths,
+        prometheus_url=stack.prometheus_url,
+        data_dir=state / "data" / "prometheus",
+        backfill=ensure_backfill(layout.backfill_source(root), home=otel_rl_home()),
+        rule_files=stack.config.resolved_rule_files(),
+        evaluation_interval_s=_seconds(evaluation_interval(stack.config.resolved_root())),
+        external_labels=stack.config.external_labels(),
+        otlp_http=stack.otlp_http_endpoint,
+        victorialogs_url=stack.victorialogs_url,
+        jaeger_url=stack.jaeger_url,
+        interval_s=args.interval,
+    )
+    print(json.dumps(summary, indent=2))
+    for problem in summary["problems"]:
+        print(f"otel-rl: not replayed: {problem}", file=sys.stderr)
+    return 1 if summary["problems"] else 0
+
+
+def add_replay_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``otel-rl replay``."""
+    parser = subparsers.add_parser(
+        "replay",
+        help="bring offline runs' files (exporter=\"file\") into the running stack, with their own timestamps",
+        description="Reads the OTLP files ranks wrote with exporter=\"file\" (folders are searched), merges each run's "
+        "ranks as the collector does, and writes its metrics (with the alerts the shipped rules would have raised) into "
+        "Prometheus as blocks, its samples into VictoriaLogs and its spans into Jaeger, each at its own time. Replaying "
+        "again adds nothing. docs/deploy.md, \"Offline runs\".",
+    )
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="offline files, or folders holding them")
+    parser.add_argument("--state-dir", type=Path, default=None, help="the running stack (default: $OTEL_RL_HOME/stack)")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        help=f"seconds of one merge window: the collector's aggregation interval (default {DEFAULT_INTERVAL_S:g})",
+    )
+    parser.set_defaults(handler=_replay)
+

@@ -1,0 +1,233 @@
+"""``otel-rl replay``: a 4-rank run recorded live through the real stack and, at the same time, into offline files
+(``exporter="otlp+file"``); the files replayed into a fresh stack hold the same run (pipeline, 4 ranks).
+
+Equality, precisely (the live series are restamped by the collector at each flush, the replayed ones at the end of each
+replay window, so sample times differ and are not compared):
+
+* the series set: every series of the run (``otel_scope_name="otel_rl"``; the rules' series are the alerts test's),
+  with all labels;
+* counters and histograms at the run's end (``last_over_time``): every value, every native histogram's count, sum,
+  zero bucket and every bucket, exactly (the values are multiples of 1/8, so sums do not depend on the order of
+  addition);
+* gauges over the run (``max_over_time`` and ``min_over_time``): a gauge's last value is the merge of whichever ranks
+  the last flush held, a matter of timing live;
+* the exemplar carriers (``*_exemplars``: each flush's increase) summed over the run (``sum_over_time``);
+* every sample record in VictoriaLogs (all its fields) and every span in Jaeger (ids, parent, name, times, attributes,
+  resource, links).
+
+The same inputs recorded by 4 more ranks whose clocks run three days behind, into files only, replay to the same
+values: a run older than Prometheus's head block. Replaying again adds nothing; a cut-short line is named and the rest
+of its run replayed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from otel_rl_contract import __version__
+from otel_rl_ops.query import Jaeger, Prometheus, VictoriaLogs
+from otel_rl_ops.replay.cli import replay
+from otel_rl_ops.stack.components import evaluation_interval
+
+from tests.pipeline.harness import eventually, private_stack, start_ranks
+
+RUN, OLD_RUN, CUT_RUN = "replay-live", "replay-old", "replay-cut"
+RANKS, STEPS = 4, 4
+DAYS_BEHIND = 3
+OLD_OFFSET_S = -DAYS_BEHIND * 86400.0
+WINDOW_S = 1.0
+"""The private stacks' aggregation interval (harness.private_stack), which the replay's window matches."""
+
+
+def _drive(ranks: list[Any]) -> tuple[int, int]:
+    """Every rank records STEPS steps of rewards, staleness, a sample each and a phase span; returns the number of
+    rewards and of samples recorded over all ranks."""
+    rewards = samples = 0
+    for step in range(STEPS):
+        for rank in ranks:
+            rank.step(step)
+            rank.phase_enter("generate")
+            values = [((rank.rank * 7 + step * 3 + i) % 17 - 8) / 8 for i in range(6)]
+            rank.rewards(values)
+            rank.rewards(values[:3], fn="correctness")
+            rank.staleness([step + 10 - i for i in range(5)], step + 12)
+            rank.sample(reward=values[0], prompt=f"p{rank.rank}-{step}", response=f"r{rank.rank}-{step}", episode_id=f"e{rank.rank}-{step}")
+            rank.phase_leave()
+            rewards += len(values)
+            samples += 1
+        time.sleep(WINDOW_S)
+    return rewards, samples
+
+
+def _selector(run: str) -> str:
+    return f'{{rl_run_id="{run}",otel_scope_name="otel_rl"}}'
+
+
+def _series(prometheus: Prometheus, run: str, function: str, at: float) -> dict[tuple[tuple[str, str], ...], Any]:
+    """``function(series[3h])`` of every series of ``run`` at ``at``, by labels without the run id."""
+    found = {}
+    for item in prometheus.query(f"{function}({_selector(run)}[3h])", at):
+        labels = tuple(sorted((k, v) for k, v in item["metric"].items() if k != "rl_run_id"))
+        found[labels] = item.get("histogram", item.get("value"))[1]
+    return found
+
+
+def metrics_of(prometheus: Prometheus, run: str, at: float) -> dict[str, Any]:
+    """The run's series as the module docstring compares them."""
+    names = {series["__name__"] for series in prometheus.series(_selector(run))}
+    last = _series(prometheus, run, "last_over_time", at)
+    gauges = {name for name in names if not (name.endswith(("_total", "_bucket", "_count", "_sum")) or _native(last, name))}
+    highest, lowest = _series(prometheus, run, "max_over_time", at), _series(prometheus, run, "min_over_time", at)
+    summed = {
+        labels: value
+        for labels, value in _series(prometheus, run, "sum_over_time", at).items()
+        if dict(labels).get("__name__", "").endswith("_exemplars")
+    }
+    ended = {
+        labels: value
+        for labels, value in last.items()
+        if dict(labels)["__name__"] not in gauges and not dict(labels)["__name__"].endswith("_exemplars")
+    }
+    extremes = {
+        labels: (highest.get(labels), lowest.get(labels)) for labels in last if dict(labels)["__name__"] in gauges
+    }
+    return {"series": sorted(last), "ended": ended, "gauges": extremes, "exemplar_totals": summed}
+
+
+def _native(last: dict[tuple[tuple[str, str], ...], Any], name: str) -> bool:
+    return any(dict(labels)["__name__"] == name and isinstance(value, dict) for labels, value in last.items())
+
+
+def samples_of(logs: VictoriaLogs, run: str) -> list[dict[str, Any]]:
+    rows = logs.query(f'"rl.run.id":="{run}"')
+    return sorted(({k: v for k, v in row.items() if k != "_stream_id"} for row in rows), key=lambda row: row["rl.sample.id"])
+
+
+def spans_of(jaeger: Jaeger, run: str, start: float, end: float) -> list[Any]:
+    traces = jaeger.traces("otel-rl-test", operation="rl.step", tags={"rl.run.id": run}, start=start, end=end, limit=100)
+    spans = [span for trace in traces for span in jaeger.trace(trace["traceID"])]
+    return sorted(spans, key=lambda span: (span.trace_id, span.span_id))
+
+
+@dataclass
+class Recorded:
+    """The live run as the live stack holds it, and the offline files of both runs."""
+
+    files: Path
+    old_files: Path
+    metrics: dict[str, Any]
+    samples: list[dict[str, Any]]
+    spans: list[Any]
+    rewards: int
+    start: float
+    end: float
+
+
+@pytest.fixture(scope="module")
+def recorded(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
+    folder = tmp_path_factory.mktemp("replay")
+    files, old_files = folder / "files", folder / "old-files"
+    with private_stack(stack_binaries, folder / "live") as stack:
+        start = time.time()
+        common = {"histogram": "exponential", "service_name": "otel-rl-test"}
+        live = start_ranks(RANKS, endpoint=stack.otlp_grpc_endpoint, run_id=RUN, exporter="otlp+file", output_dir=str(files), **common)
+        old = start_ranks(RANKS, endpoint=stack.otlp_grpc_endpoint, run_id=OLD_RUN, exporter="file", output_dir=str(old_files), clock_offset_s=OLD_OFFSET_S, **common)
+        rewards, samples = _drive(live + old)
+        for rank in live + old:
+            assert rank.shutdown()
+        end = time.time()
+        prometheus = Prometheus(stack.prometheus_url)
+        total = f'sum(histogram_count(rl_reward{{rl_run_id="{RUN}",rl_reward_fn="total"}}))'
+        eventually(lambda: prometheus.value(total) == rewards // 2, what="every live reward in Prometheus")
+        eventually(lambda: prometheus.value(f'min(rl_run_finished{_selector(RUN)})') == 1, what="the live run finished")
+        logs, jaeger = VictoriaLogs(stack.victorialogs_url), Jaeger(stack.jaeger_url)
+        eventually(lambda: len(samples_of(logs, RUN)) == samples // 2, what="every live sample in VictoriaLogs")
+        eventually(lambda: len(spans_of(jaeger, RUN, start - 60, end + 60)) >= STEPS * (1 + 3 * RANKS), what="the live spans")
+        time.sleep(3 * WINDOW_S)
+        yield Recorded(
+            files,
+            old_files,
+            metrics_of(prometheus, RUN, time.time()),
+            samples_of(logs, RUN),
+            spans_of(jaeger, RUN, start - 60, end + 60),
+            rewards // 2,
+            start,
+            end,
+        )
+
+
+def _replay(stack: Any, *paths: Path) -> dict[str, Any]:
+    config = stack.config
+    return replay(
+        paths,
+        prometheus_url=stack.prometheus_url,
+        data_dir=config.resolved_state_dir() / "data" / "prometheus",
+        backfill=stack.binaries.backfill,
+        rule_files=config.resolved_rule_files(),
+        evaluation_interval_s=float(evaluation_interval(config.resolved_root()).rstrip("s")),
+        external_labels=config.external_labels(),
+        otlp_http=stack.otlp_http_endpoint,
+        victorialogs_url=stack.victorialogs_url,
+        jaeger_url=stack.jaeger_url,
+        interval_s=WINDOW_S,
+    )
+
+
+def test_replayed_runs_equal_the_live_run_and_replaying_again_adds_nothing(
+    stack_binaries: Any, recorded: Recorded, tmp_path: Path
+) -> None:
+    """The live run's files, replayed into a fresh stack, give its every series, sample record and span; the same run
+    recorded three days in the past gives the same series; a second replay sends and writes nothing."""
+    with private_stack(stack_binaries, tmp_path / "fresh") as fresh:
+        summary = _replay(fresh, recorded.files, recorded.old_files)
+        assert summary["problems"] == [] and summary["runs_already_in_prometheus"] == []
+        prometheus = Prometheus(fresh.prometheus_url)
+        logs, jaeger = VictoriaLogs(fresh.victorialogs_url), Jaeger(fresh.jaeger_url)
+        total = f'sum(histogram_count(rl_reward{{rl_run_id="{RUN}",rl_reward_fn="total"}}))'
+        eventually(lambda: prometheus.value(total) == recorded.rewards, what="Prometheus to load the blocks", timeout_s=150)
+        assert metrics_of(prometheus, RUN, time.time()) == recorded.metrics
+        old_end = recorded.end + OLD_OFFSET_S + 60
+        assert metrics_of(prometheus, OLD_RUN, old_end) == recorded.metrics
+        eventually(lambda: samples_of(logs, RUN) == recorded.samples, what="the replayed samples")
+        eventually(
+            lambda: spans_of(jaeger, RUN, recorded.start - 60, recorded.end + 60) == recorded.spans, what="the replayed spans"
+        )
+        again = _replay(fresh, recorded.files, recorded.old_files)
+        assert again["runs_already_in_prometheus"] == [OLD_RUN, RUN]
+        assert again["samples"]["sent"] == again["spans"]["sent"] == 0
+        time.sleep(2 * WINDOW_S)
+        assert metrics_of(prometheus, RUN, time.time()) == recorded.metrics
+        assert samples_of(logs, RUN) == recorded.samples
+
+
+def test_a_cut_short_line_is_named_and_the_rest_replayed(stack_binaries: Any, recorded: Recorded, tmp_path: Path) -> None:
+    """A metrics file whose last line was cut (a killed rank) is named with the line, a file of another version is
+    named, and the rest of the run is replayed."""
+    copy = tmp_path / "cut"
+    shutil.copytree(recorded.old_files, copy)
+    metrics = sorted(copy.glob("*_rank0_*_metrics_*.jsonl"))[-1]
+    text = metrics.read_bytes()
+    metrics.write_bytes(text[: len(text) - 40])
+    cut_line = text.count(b"\n")
+    other = copy / metrics.name.replace(f"otel-rl-{__version__}_", "otel-rl-9.9.9_")
+    other.write_text(json.dumps({}) + "\n")
+    with private_stack(stack_binaries, tmp_path / "fresh") as fresh:
+        summary = _replay(fresh, copy)
+        assert summary["problems"] == [
+            f"{other}: written by otel-rl 9.9.9, this is otel-rl-ops {__version__}: replay it with otel-rl-ops 9.9.9",
+            f"{metrics}:{cut_line}: the line is cut short (the process stopped while writing it)",
+        ]
+        prometheus = Prometheus(fresh.prometheus_url)
+        total = f'sum(histogram_count(rl_reward{{rl_run_id="{OLD_RUN}",rl_reward_fn="total"}}))'
+        eventually(
+            lambda: prometheus.value(total, recorded.end + OLD_OFFSET_S + 60) == recorded.rewards,
+            what="the rest of the run in Prometheus",
+            timeout_s=150,
+        )
