@@ -125,7 +125,7 @@ func run(ctx context.Context, input io.Reader, opts options) (*summary, error) {
 	}
 	defer db.Close()
 	db.DisableCompactions()
-	loaded, err := load(ctx, db, input)
+	loaded, err := load(ctx, db, input, opts.keepLabel)
 	if err != nil {
 		return nil, err
 	}
@@ -134,8 +134,7 @@ func run(ctx context.Context, input io.Reader, opts options) (*summary, error) {
 		return out, nil
 	}
 	if len(opts.ruleFiles) > 0 {
-		end := min(loaded.maxt+opts.evalTail.Milliseconds(), opts.now.UnixMilli())
-		out.Alerts, err = evaluate(ctx, db, opts, loaded.mint, end)
+		out.Alerts, err = evaluate(ctx, db, opts, loaded.ranges)
 		if err != nil {
 			return nil, err
 		}
@@ -147,6 +146,9 @@ func run(ctx context.Context, input io.Reader, opts options) (*summary, error) {
 type loadedInput struct {
 	series, samples int
 	mint, maxt      int64
+	// ranges holds the first and last sample time of each value of the keep label (each run): the rules are evaluated
+	// over these alone, not over the gaps between runs recorded days apart.
+	ranges map[string][2]int64
 }
 
 type inputLine struct {
@@ -225,8 +227,8 @@ func (h *histogramSample) native() *histogram.Histogram {
 }
 
 // load appends every sample of input to db.
-func load(ctx context.Context, db *tsdb.DB, input io.Reader) (loadedInput, error) {
-	result := loadedInput{mint: math.MaxInt64, maxt: math.MinInt64}
+func load(ctx context.Context, db *tsdb.DB, input io.Reader, keepLabel string) (loadedInput, error) {
+	result := loadedInput{mint: math.MaxInt64, maxt: math.MinInt64, ranges: map[string][2]int64{}}
 	series := map[uint64]labels.Labels{}
 	reader := bufio.NewReaderSize(input, 1<<20)
 	app := db.Appender(ctx)
@@ -265,6 +267,13 @@ func load(ctx context.Context, db *tsdb.DB, input io.Reader) (loadedInput, error
 		}
 		result.samples++
 		result.mint, result.maxt = min(result.mint, item.T), max(result.maxt, item.T)
+		if key := lset.Get(keepLabel); key != "" {
+			span, seen := result.ranges[key]
+			if !seen {
+				span = [2]int64{item.T, item.T}
+			}
+			result.ranges[key] = [2]int64{min(span[0], item.T), max(span[1], item.T)}
+		}
 		if pending++; pending == 10000 {
 			if err := app.Commit(); err != nil {
 				return result, err

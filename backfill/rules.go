@@ -29,10 +29,11 @@ type alertSpan struct {
 	Annotations map[string]string `json:"annotations"`
 }
 
-// evaluate runs the rule files' groups over db at every multiple of the evaluation interval from mint to end, as
-// Prometheus's rule manager would have, in file order and each file's group order (promtool's test engine does the
-// same): each Group.Eval appends its recording rules' series and its ALERTS and ALERTS_FOR_STATE to db at that time.
-func evaluate(ctx context.Context, db *tsdb.DB, opts options, mint, end int64) ([]alertSpan, error) {
+// evaluate runs the rule files' groups over db at every multiple of the evaluation interval within the runs' ranges
+// (each from its first sample to its last plus the tail, not after -now), as Prometheus's rule manager would have,
+// in file order and each file's group order (promtool's test engine does the same): each Group.Eval appends its
+// recording rules' series and its ALERTS and ALERTS_FOR_STATE to db at that time.
+func evaluate(ctx context.Context, db *tsdb.DB, opts options, ranges map[string][2]int64) ([]alertSpan, error) {
 	logger := promslog.NewNopLogger()
 	promqlParser := parser.NewParser(parser.Options{})
 	engine := promql.NewEngine(promql.EngineOpts{
@@ -75,7 +76,7 @@ func evaluate(ctx context.Context, db *tsdb.DB, opts options, mint, end int64) (
 	interval := opts.evalInterval.Milliseconds()
 	spans := map[string]*alertSpan{}
 	var order []string
-	for ts := (mint/interval + 1) * interval; ts <= end; ts += interval {
+	for _, ts := range evaluationTimes(ranges, interval, opts.evalTail.Milliseconds(), opts.now.UnixMilli()) {
 		at := time.UnixMilli(ts)
 		for _, group := range groups {
 			group.Eval(ctx, at)
@@ -116,6 +117,23 @@ func evaluate(ctx context.Context, db *tsdb.DB, opts options, mint, end int64) (
 		result = append(result, *spans[key])
 	}
 	return result, nil
+}
+
+// evaluationTimes returns the multiples of interval within any of the ranges (each extended by tail, none after now),
+// in order, each once.
+func evaluationTimes(ranges map[string][2]int64, interval, tail, now int64) []int64 {
+	seen := map[int64]bool{}
+	var times []int64
+	for _, span := range ranges {
+		for ts := (span[0]/interval + 1) * interval; ts <= min(span[1]+tail, now); ts += interval {
+			if !seen[ts] {
+				seen[ts] = true
+				times = append(times, ts)
+			}
+		}
+	}
+	slices.Sort(times)
+	return times
 }
 
 // active reports whether an alert with the labels key is pending or firing in any group now.

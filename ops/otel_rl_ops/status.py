@@ -4,7 +4,8 @@ an agent (prime-rl's monitor-run skill is the model: what a watcher needs to dec
 Everything is read live from the stores with the dashboards' own queries (:mod:`otel_rl_ops.promql`): the step and
 how long ago it changed, the ranks reporting, the total reward and the ground truth with their 10-minute trends,
 staleness p99, the slowest phase, the alerts firing and pending (the audit's included) with their runbooks, the cost so
-far, and the last top and bottom samples. A value the run does not record is ``null`` (JSON) or ``-`` (text).
+far, the last top and bottom samples, and every alert the run raised over its life with when (for a replayed run, those
+the shipped rules raise over its past: ``otel-rl replay``). A value the run does not record is ``null`` (JSON) or ``-`` (text).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from otel_rl_ops import promql
 from otel_rl_ops.alerts.client import Alertmanager, run_alerts
+from otel_rl_ops.alerts.history import alert_history
 from otel_rl_ops.query import Prometheus, QueryError
 from otel_rl_ops.report.summary import Sources, samples
 
@@ -63,6 +65,38 @@ def _alerts(sources: Sources, alertmanager: Alertmanager) -> list[dict[str, Any]
         }
         for alert in run_alerts(sources.prometheus, alertmanager, sources.run_id)
     ]
+
+
+def alerts_over_run(prometheus: Prometheus, run_id: str, at: float) -> list[dict[str, Any]]:
+    """Every alert the run raised up to ``at``, when first pending, first and last firing (unix seconds; ``fired_at``
+    null: it never fired), from the rule engine's ``ALERTS`` series (:func:`otel_rl_ops.alerts.history.alert_history`)."""
+    return [
+        {
+            "name": alert.name,
+            "severity": alert.labels.get("severity"),
+            "signal": alert.labels.get("signal"),
+            "pending_at": alert.pending_at,
+            "fired_at": alert.fired_at,
+            "last_firing_at": alert.last_firing_at,
+        }
+        for alert in alert_history(prometheus, run_id, at=at)
+    ]
+
+
+def _render_history(history: list[dict[str, Any]]) -> list[str]:
+    """The lines of the alerts-over-the-run section."""
+    lines = [f"  alerts over the run  {len(history) or 'none'}"]
+    for alert in history:
+        fired = "never fired (pending only)" if alert["fired_at"] is None else (
+            f"fired {_when(alert['fired_at'])} until {_when(alert['last_firing_at'])}"
+        )
+        signal = f" ({alert['signal']})" if alert["signal"] else ""
+        lines.append(f"    {alert['name']}{signal} pending {_when(alert['pending_at'])}, {fired}")
+    return lines
+
+
+def _when(unix: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix))
 
 
 def _sample(record: dict[str, Any]) -> dict[str, Any]:
@@ -129,6 +163,7 @@ def status(sources: Sources, alertmanager: Alertmanager, *, now: float | None = 
         "samples": {
             selection: [_sample(r) for r in samples(sources, selection, _SAMPLES)] for selection in ("top", "bottom")
         },
+        "alerts_over_run": alerts_over_run(prometheus, sources.run_id, at),
     }
 
 
@@ -181,6 +216,7 @@ def render(found: dict[str, Any]) -> str:
                 continue
             text = f"{_short(sample['prompt'])} -> {_short(sample['response'])}"
             lines.append(f"    step {sample['step']} reward {sample['reward']}: {text}")
+    lines += _render_history(found["alerts_over_run"])
     return "\n".join(lines)
 
 

@@ -1,0 +1,59 @@
+"""Which alerts a run raised over its life, and when: read from the ``ALERTS`` series the rule engine stores.
+
+Prometheus (or Thanos Ruler) writes ``ALERTS{alertname, alertstate, ...}`` at every evaluation while an alert is pending
+or firing; for a replayed run, ``otel-rl replay`` wrote the same series with Prometheus's own rule engine run over the
+run's past (``backfill/rules.go``). Either way this reads them back, nothing re-evaluated: one entry per alert (its
+labels but the state), with when it was first pending, first firing and last firing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from otel_rl_ops import promql
+from otel_rl_ops.query import Prometheus
+
+LOOKBACK: Final = "30d"
+"""How far back the series are read: longer than the stack's Prometheus keeps anything (15 days)."""
+
+
+@dataclass(frozen=True)
+class AlertSpan:
+    """One alert of a run over the range read."""
+
+    name: str
+    labels: dict[str, str]
+    """Its labels but ``alertname`` and ``alertstate`` (``severity``, ``signal``, ``rl_phase_name``, ...)."""
+    pending_at: float
+    """Unix time of its first ``ALERTS`` sample (pending or firing)."""
+    fired_at: float | None
+    """Unix time it was first firing; None: pending only, its ``for`` never ran out."""
+    last_firing_at: float | None
+
+
+def alert_history(prometheus: Prometheus, run_id: str, *, at: float | None = None) -> list[AlertSpan]:
+    """Every alert of run ``run_id`` in the ``ALERTS`` series up to ``at`` (default: now), in the order they began."""
+    spans: dict[tuple[tuple[str, str], ...], dict[str, float | None]] = {}
+    for series in prometheus.query(f"{promql.selector('ALERTS', rl_run_id=run_id)}[{LOOKBACK}]", at):
+        labels = {key: value for key, value in series["metric"].items() if key not in ("__name__", "alertstate")}
+        times = [float(point[0]) for point in series.get("values") or () if float(point[1]) == 1]
+        if not times:
+            continue
+        key = tuple(sorted(labels.items()))
+        span = spans.setdefault(key, {"pending_at": min(times), "fired_at": None, "last_firing_at": None})
+        span["pending_at"] = min(float(span["pending_at"] or min(times)), min(times))
+        if series["metric"].get("alertstate") == "firing":
+            span["fired_at"] = min(times)
+            span["last_firing_at"] = max(times)
+    found = [
+        AlertSpan(
+            name=dict(key)["alertname"],
+            labels={k: v for k, v in key if k != "alertname"},
+            pending_at=float(span["pending_at"] or 0),
+            fired_at=span["fired_at"],
+            last_firing_at=span["last_firing_at"],
+        )
+        for key, span in spans.items()
+    ]
+    return sorted(found, key=lambda alert: (alert.pending_at, alert.name))
