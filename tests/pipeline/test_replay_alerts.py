@@ -1,9 +1,10 @@
 """Alerts after the fact: an offline run whose staleness runs away (the demo's runaway: the generator gets no new
-weights, so every step's tokens are a version older), replayed two days after it ran, and ``otel-rl status`` lists
+weights, so every step's tokens are a version older), replayed three days after it ran, and ``otel-rl status`` lists
 RLStalenessHigh with when it fired, as Prometheus's rule engine decided it over the replayed range (pipeline)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,8 @@ STEP_S = 10
 STEPS = 150
 """25 minutes of run: staleness p99 passes RLStalenessHigh's 8 versions at step 9, 90 s in, and stays above for the
 rule's 10 minutes."""
-START_S = 1_800_000_000.0
-"""Two days and more before now: the run lies behind any head block."""
+START_S = float(int(time.time()) // 3600 * 3600 - 3 * 86400)
+"""Three days before now: the run lies behind any head block."""
 
 
 def _record(folder: Path) -> None:
