@@ -5,7 +5,8 @@ Everything is read live from the stores with the dashboards' own queries (:mod:`
 how long ago it changed, the ranks reporting, the total reward and the ground truth with their 10-minute trends,
 staleness p99, the slowest phase, the alerts firing and pending (the audit's included) with their runbooks, the cost so
 far, the last top and bottom samples, and every alert the run raised over its life with when (for a replayed run, those
-the shipped rules raise over its past: ``otel-rl replay``). A value the run does not record is ``null`` (JSON) or ``-`` (text).
+the shipped rules raise over its past: ``otel-rl replay``). A value the run does not record is ``null`` (JSON) or
+``-`` (text).
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ def _alerts(sources: Sources, alertmanager: Alertmanager) -> list[dict[str, Any]
 
 
 def alerts_over_run(prometheus: Prometheus, run_id: str, at: float) -> list[dict[str, Any]]:
-    """Every alert the run raised up to ``at``, when first pending, first and last firing (unix seconds; ``fired_at``
-    null: it never fired), from the rule engine's ``ALERTS`` series (:func:`otel_rl_ops.alerts.history.alert_history`)."""
+    """Every alert the run raised up to ``at``, when first pending, first and last firing (unix seconds;
+    ``fired_at`` null: it never fired), from the rule engine's ``ALERTS`` series
+    (:func:`otel_rl_ops.alerts.history.alert_history`)."""
     return [
         {
             "name": alert.name,
@@ -78,6 +80,8 @@ def alerts_over_run(prometheus: Prometheus, run_id: str, at: float) -> list[dict
             "pending_at": alert.pending_at,
             "fired_at": alert.fired_at,
             "last_firing_at": alert.last_firing_at,
+            "title": alert.title,
+            "when": alert.when,
         }
         for alert in alert_history(prometheus, run_id, at=at)
     ]
@@ -85,18 +89,9 @@ def alerts_over_run(prometheus: Prometheus, run_id: str, at: float) -> list[dict
 
 def _render_history(history: list[dict[str, Any]]) -> list[str]:
     """The lines of the alerts-over-the-run section."""
-    lines = [f"  alerts over the run  {len(history) or 'none'}"]
-    for alert in history:
-        fired = "never fired (pending only)" if alert["fired_at"] is None else (
-            f"fired {_when(alert['fired_at'])} until {_when(alert['last_firing_at'])}"
-        )
-        signal = f" ({alert['signal']})" if alert["signal"] else ""
-        lines.append(f"    {alert['name']}{signal} pending {_when(alert['pending_at'])}, {fired}")
-    return lines
-
-
-def _when(unix: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix))
+    return [f"  alerts over the run  {len(history) or 'none'}"] + [
+        f"    {alert['title']} {alert['when']}" for alert in history
+    ]
 
 
 def _sample(record: dict[str, Any]) -> dict[str, Any]:

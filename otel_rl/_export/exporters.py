@@ -91,7 +91,11 @@ def _configured(config: ResolvedConfig, dropped: Dropped) -> Exporters:
         max_files=config.output_max_files,
         dropped=dropped,
     )
-    metrics, logs, spans = FileMetricExporter(files.metrics), FileLogExporter(files.logs), FileSpanExporter(files.traces)
+    metrics, logs, spans = (
+        FileMetricExporter(files.metrics),
+        FileLogExporter(files.logs),
+        FileSpanExporter(files.traces),
+    )
     if not sends_otlp(config):
         return Exporters(metrics, logs, spans, files)
     to_metrics, to_logs, to_spans = _otlp_exporters(config)

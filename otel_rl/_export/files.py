@@ -219,7 +219,7 @@ class TeeLogExporter(LogRecordExporter):
         return self._otlp.force_flush(timeout_millis)
 
     def shutdown(self) -> None:
-        self._otlp.shutdown()
+        self._otlp.shutdown()  # type: ignore[no-untyped-call]  # the SDK leaves it unannotated
 
 
 class TeeSpanExporter(SpanExporter):
@@ -235,4 +235,3 @@ class TeeSpanExporter(SpanExporter):
 
     def shutdown(self) -> None:
         self._otlp.shutdown()
-

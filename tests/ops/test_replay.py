@@ -115,4 +115,10 @@ def test_labels_and_bounds_are_written_as_the_exporter_writes_them() -> None:
         "rl_run_id": "r",
         "rl_world_size": "2",
     }
-    assert [le(bound) for bound in (1e-05, 1.0, 0.25, 1e21, float("inf"))] == ["0.00001", "1", "0.25", "1000000000000000000000", "+Inf"]
+    assert [le(bound) for bound in (1e-05, 1.0, 0.25, 1e21, float("inf"))] == [
+        "0.00001",
+        "1",
+        "0.25",
+        "1000000000000000000000",
+        "+Inf",
+    ]

@@ -64,7 +64,12 @@ def _drive(ranks: list[Any]) -> tuple[int, int]:
             rank.rewards(values)
             rank.rewards(values[:3], fn="correctness")
             rank.staleness([step + 10 - i for i in range(5)], step + 12)
-            rank.sample(reward=values[0], prompt=f"p{rank.rank}-{step}", response=f"r{rank.rank}-{step}", episode_id=f"e{rank.rank}-{step}")
+            rank.sample(
+                reward=values[0],
+                prompt=f"p{rank.rank}-{step}",
+                response=f"r{rank.rank}-{step}",
+                episode_id=f"e{rank.rank}-{step}",
+            )
             rank.phase_leave()
             rewards += len(values)
             samples += 1
@@ -117,7 +122,12 @@ def metrics_of(prometheus: Prometheus, run: str, at: float) -> dict[str, Any]:
             ended[labels] = values[-1]
         else:
             gauges[labels] = min(values) if _GAUGE_MERGE[name] == "min" else max(values)
-    return {"series": sorted([*ended, *gauges, *exemplar_totals]), "ended": ended, "gauges": gauges, "exemplar_totals": exemplar_totals}
+    return {
+        "series": sorted([*ended, *gauges, *exemplar_totals]),
+        "ended": ended,
+        "gauges": gauges,
+        "exemplar_totals": exemplar_totals,
+    }
 
 
 _MEASURED = frozenset(
@@ -159,11 +169,15 @@ def _same(replayed: Any, live: Any) -> bool:
 
 def samples_of(logs: VictoriaLogs, run: str) -> list[dict[str, Any]]:
     rows = logs.query(f'"rl.run.id":="{run}"')
-    return sorted(({k: v for k, v in row.items() if k != "_stream_id"} for row in rows), key=lambda row: row["rl.sample.id"])
+    return sorted(
+        ({k: v for k, v in row.items() if k != "_stream_id"} for row in rows), key=lambda row: row["rl.sample.id"]
+    )
 
 
 def spans_of(jaeger: Jaeger, run: str, start: float, end: float) -> list[Any]:
-    traces = jaeger.traces("otel-rl-test", operation="rl.step", tags={"rl.run.id": run}, start=start, end=end, limit=100)
+    traces = jaeger.traces(
+        "otel-rl-test", operation="rl.step", tags={"rl.run.id": run}, start=start, end=end, limit=100
+    )
     spans = [span for trace in traces for span in jaeger.trace(trace["traceID"])]
     return sorted(spans, key=lambda span: (span.trace_id, span.span_id))
 
@@ -189,8 +203,18 @@ def recorded(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> I
     with private_stack(stack_binaries, folder / "live") as stack:
         start = time.time()
         common = {"histogram": "exponential", "service_name": "otel-rl-test"}
-        live = start_ranks(RANKS, endpoint=stack.otlp_grpc_endpoint, run_id=RUN, exporter="otlp+file", output_dir=str(files), **common)
-        old = start_ranks(RANKS, endpoint=stack.otlp_grpc_endpoint, run_id=OLD_RUN, exporter="file", output_dir=str(old_files), clock_offset_s=OLD_OFFSET_S, **common)
+        live = start_ranks(
+            RANKS, endpoint=stack.otlp_grpc_endpoint, run_id=RUN, exporter="otlp+file", output_dir=str(files), **common
+        )
+        old = start_ranks(
+            RANKS,
+            endpoint=stack.otlp_grpc_endpoint,
+            run_id=OLD_RUN,
+            exporter="file",
+            output_dir=str(old_files),
+            clock_offset_s=OLD_OFFSET_S,
+            **common,
+        )
         rewards, samples = _drive(live + old)
         for rank in live + old:
             assert rank.shutdown()
@@ -198,10 +222,12 @@ def recorded(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> I
         prometheus = Prometheus(stack.prometheus_url)
         total = f'sum(histogram_count(rl_reward{{rl_run_id="{RUN}",rl_reward_fn="total"}}))'
         eventually(lambda: prometheus.value(total) == rewards // 2, what="every live reward in Prometheus")
-        eventually(lambda: prometheus.value(f'min(rl_run_finished{_selector(RUN)})') == 1, what="the live run finished")
+        eventually(lambda: prometheus.value(f"min(rl_run_finished{_selector(RUN)})") == 1, what="the live run finished")
         logs, jaeger = VictoriaLogs(stack.victorialogs_url), Jaeger(stack.jaeger_url)
         eventually(lambda: len(samples_of(logs, RUN)) == samples // 2, what="every live sample in VictoriaLogs")
-        eventually(lambda: len(spans_of(jaeger, RUN, start - 60, end + 60)) == STEPS * (1 + 2 * RANKS), what="the live spans")
+        eventually(
+            lambda: len(spans_of(jaeger, RUN, start - 60, end + 60)) == STEPS * (1 + 2 * RANKS), what="the live spans"
+        )
         time.sleep(3 * WINDOW_S)
         yield Recorded(
             files,
@@ -255,7 +281,8 @@ def test_replayed_runs_equal_the_live_run_and_replaying_again_adds_nothing(
         assert found == [], "\n".join(found)
         eventually(lambda: samples_of(logs, RUN) == recorded.samples, what="the replayed samples")
         eventually(
-            lambda: spans_of(jaeger, RUN, recorded.start - 60, recorded.end + 60) == recorded.spans, what="the replayed spans"
+            lambda: spans_of(jaeger, RUN, recorded.start - 60, recorded.end + 60) == recorded.spans,
+            what="the replayed spans",
         )
         again = _replay(fresh, recorded.files, recorded.old_files)
         assert again["runs_already_in_prometheus"] == sorted([RUN, OLD_RUN])
@@ -265,7 +292,9 @@ def test_replayed_runs_equal_the_live_run_and_replaying_again_adds_nothing(
         assert samples_of(logs, RUN) == recorded.samples
 
 
-def test_a_cut_short_line_is_named_and_the_rest_replayed(stack_binaries: Any, recorded: Recorded, tmp_path: Path) -> None:
+def test_a_cut_short_line_is_named_and_the_rest_replayed(
+    stack_binaries: Any, recorded: Recorded, tmp_path: Path
+) -> None:
     """A metrics file whose last line was cut (a killed rank) is named with the line, a file of another version is
     named, and the rest of the run is replayed."""
     copy = tmp_path / "cut"

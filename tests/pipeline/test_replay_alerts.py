@@ -1,20 +1,20 @@
 """Alerts after the fact: an offline run whose staleness runs away (the demo's runaway: the generator gets no new
-weights, so every step's tokens are a version older), replayed three days after it ran, and ``otel-rl status`` lists
-RLStalenessHigh with when it fired, as Prometheus's rule engine decided it over the replayed range (pipeline)."""
+weights, so every step's tokens are a version older), replayed three days after it ran: ``otel-rl status`` and the
+report list RLStalenessHigh with when it fired, as Prometheus's rule engine decided it over the replayed range
+(pipeline)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import otel_rl
 from otel_rl_ops.alerts.client import Alertmanager
 from otel_rl_ops.query import Prometheus
-from otel_rl_ops.report.summary import Sources
+from otel_rl_ops.report.summary import Sources, alerts_raised, summary_rows
 from otel_rl_ops.status import render, status
 
+import otel_rl
 from tests.pipeline.harness import eventually, private_stack
 from tests.pipeline.test_replay import _replay
 
@@ -73,7 +73,10 @@ def test_a_replayed_runaway_lists_the_staleness_alert_with_when_it_fired(stack_b
         prometheus = Prometheus(stack.prometheus_url)
         end = START_S + STEPS * STEP_S + 600
         sources = Sources(stack.prometheus_url, stack.victorialogs_url, RUN)
-        found: Callable[[], dict[str, Any]] = lambda: status(sources, Alertmanager(stack.alertmanager_url), now=end)
+
+        def found() -> dict[str, Any]:
+            return status(sources, Alertmanager(stack.alertmanager_url), now=end)
+
         history = eventually(lambda: found()["alerts_over_run"], what="the replayed run's ALERTS", timeout_s=150)
         p99 = [alert for alert in history if alert["name"] == "RLStalenessHigh" and alert["signal"] == "staleness_p99"]
         assert len(p99) == 1, history
@@ -82,4 +85,6 @@ def test_a_replayed_runaway_lists_the_staleness_alert_with_when_it_fired(stack_b
         assert p99[0]["fired_at"] is not None and p99[0]["fired_at"] - p99[0]["pending_at"] >= 600
         assert p99[0]["last_firing_at"] >= START_S + (STEPS - 1) * STEP_S
         assert "RLStalenessHigh (staleness_p99) pending" in render(found())
+        rows = dict(summary_rows({"alerts": alerts_raised(sources, START_S + STEPS * STEP_S)}))
+        assert rows["alert RLStalenessHigh (staleness_p99)"].startswith("pending ")
         assert prometheus.series(f'{{rl_run_id="{RUN}",__name__="rl:staleness_p99:rate1m"}}')

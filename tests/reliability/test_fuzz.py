@@ -190,7 +190,7 @@ _READ: dict[str, list[dict[tuple[str, tuple[tuple[str, Any], ...]], float]]] = {
 
 
 def _new_lines(telemetry: otel_rl.Telemetry, signal: str) -> list[Any]:
-    """The OTLP messages of ``signal`` written since the last call (the offline files, :mod:`otel_rl_contract.files`)."""
+    """The OTLP messages of ``signal`` written since the last call (the offline files: otel_rl_contract.files)."""
     from google.protobuf.json_format import ParseDict
     from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
     from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
@@ -205,7 +205,9 @@ def _new_lines(telemetry: otel_rl.Telemetry, signal: str) -> list[Any]:
             chunk = out.read()
         complete = chunk[: chunk.rfind(b"\n") + 1]
         _OFFSETS[str(path)] = offset + len(complete)
-        messages += [ParseDict(ids_from_hex(json.loads(line)), kind()) for line in complete.decode("utf-8").splitlines()]
+        messages += [
+            ParseDict(ids_from_hex(json.loads(line)), kind()) for line in complete.decode("utf-8").splitlines()
+        ]
     return messages
 
 

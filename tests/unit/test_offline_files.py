@@ -35,7 +35,12 @@ def _messages(folder: Path, signal: str) -> list[Any]:
 def _run(folder: Path, **settings: Any) -> Telemetry:
     telemetry = Telemetry(
         TelemetryConfig(
-            run_id="offline", rank=1, world_size=2, exporter="file", output_dir=str(folder), export_interval_s=60,
+            run_id="offline",
+            rank=1,
+            world_size=2,
+            exporter="file",
+            output_dir=str(folder),
+            export_interval_s=60,
             **settings,
         )
     )
@@ -113,7 +118,7 @@ def test_otlp_and_file_export_to_both(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("setting", "value"), [("output_max_bytes", 0), ("output_max_files", 0), ("output_dir", "")])
-def test_bad_file_settings_are_refused(setting: str, value: object) -> None:
+def test_bad_file_settings_are_refused(setting: str, value: Any) -> None:
     """A bound below one or an empty folder is refused, naming the setting."""
     with pytest.raises(ValueError, match=f'"{setting}" must be'):
         TelemetryConfig(run_id="bad", exporter="file", **{setting: value})

@@ -378,7 +378,11 @@ def test_file_mode_writes_json_lines(tmp_path: Path) -> None:
     telemetry.shutdown()
     (logs,) = tmp_path.glob("*_logs_*.jsonl")
     (metrics,) = tmp_path.glob("*_metrics_*.jsonl")
-    records = [r for line in logs.read_text().splitlines() for r in json.loads(line)["resourceLogs"][0]["scopeLogs"][0]["logRecords"]]
+    records = [
+        r
+        for line in logs.read_text().splitlines()
+        for r in json.loads(line)["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
+    ]
     assert [record["eventName"] for record in records] == ["rl.sample"]
     assert all("resourceMetrics" in json.loads(line) for line in metrics.read_text().splitlines())
 

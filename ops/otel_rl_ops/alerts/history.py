@@ -8,6 +8,7 @@ labels but the state), with when it was first pending, first firing and last fir
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Final
 
@@ -30,6 +31,26 @@ class AlertSpan:
     fired_at: float | None
     """Unix time it was first firing; None: pending only, its ``for`` never ran out."""
     last_firing_at: float | None
+
+    @property
+    def title(self) -> str:
+        """The alert's name and, when it has one, the signal that raised it: ``RLStalenessHigh (staleness_p99)``."""
+        signal = self.labels.get("signal")
+        return f"{self.name} ({signal})" if signal else self.name
+
+    @property
+    def when(self) -> str:
+        """When it was pending and firing, in words (UTC)."""
+        fired = (
+            "never fired (pending only)"
+            if self.fired_at is None or self.last_firing_at is None
+            else f"fired {_utc(self.fired_at)} until {_utc(self.last_firing_at)}"
+        )
+        return f"pending {_utc(self.pending_at)}, {fired}"
+
+
+def _utc(unix: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix))
 
 
 def alert_history(prometheus: Prometheus, run_id: str, *, at: float | None = None) -> list[AlertSpan]:

@@ -31,7 +31,9 @@ DEFAULT_INTERVAL_S = 5.0
 
 
 def _progress(files: list[OfflineFile], what: str) -> tqdm[Any]:
-    return tqdm(total=sum(item.path.stat().st_size for item in files), unit="B", unit_scale=True, desc=what, file=sys.stderr)
+    return tqdm(
+        total=sum(item.path.stat().st_size for item in files), unit="B", unit_scale=True, desc=what, file=sys.stderr
+    )
 
 
 def _tracked(files: list[OfflineFile], problems: list[Problem], bar: tqdm[Any]) -> Iterator[Any]:
@@ -134,7 +136,9 @@ def _replay(args: argparse.Namespace) -> int:
         raise ValueError(f"no running stack in {str(state)!r} (start one with otel-rl stack up, or give --state-dir)")
     stack = Stack.attach(state)
     if stack.config.tsdb_cluster:
-        raise ValueError("otel-rl replay writes Prometheus blocks; the TSDB cluster profile (Thanos) is not supported yet")
+        raise ValueError(
+            "otel-rl replay writes Prometheus blocks; the TSDB cluster profile (Thanos) is not supported yet"
+        )
     root = data_root()
     summary = replay(
         args.paths,
@@ -159,11 +163,11 @@ def add_replay_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     """Register ``otel-rl replay``."""
     parser = subparsers.add_parser(
         "replay",
-        help="bring offline runs' files (exporter=\"file\") into the running stack, with their own timestamps",
-        description="Reads the OTLP files ranks wrote with exporter=\"file\" (folders are searched), merges each run's "
-        "ranks as the collector does, and writes its metrics (with the alerts the shipped rules would have raised) into "
-        "Prometheus as blocks, its samples into VictoriaLogs and its spans into Jaeger, each at its own time. Replaying "
-        "again adds nothing. docs/deploy.md, \"Offline runs\".",
+        help='bring offline runs\' files (exporter="file") into the running stack, with their own timestamps',
+        description='Reads the OTLP files ranks wrote with exporter="file" (folders are searched), merges each '
+        "run's ranks as the collector does, and writes its metrics (with the alerts the shipped rules would have "
+        "raised) into Prometheus as blocks, its samples into VictoriaLogs and its spans into Jaeger, each at its own "
+        'time. Replaying again adds nothing. docs/deploy.md, "Offline runs".',
     )
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="offline files, or folders holding them")
     parser.add_argument("--state-dir", type=Path, default=None, help="the running stack (default: $OTEL_RL_HOME/stack)")
@@ -174,4 +178,3 @@ def add_replay_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         help=f"seconds of one merge window: the collector's aggregation interval (default {DEFAULT_INTERVAL_S:g})",
     )
     parser.set_defaults(handler=_replay)
-

@@ -247,8 +247,7 @@ def _flush(
     for stream, point in window.items():
         run = _run_key(point)
         kinds.setdefault(run, point)
-        if point.metric.kind == "gauge":
-            assert isinstance(point.value, float)
+        if point.metric.kind == "gauge" and isinstance(point.value, float):
             gauges.setdefault(run, []).append(point.value)
             continue
         change = delta(point.value, baseline.get(stream))

@@ -8,6 +8,7 @@ import heapq
 import json
 import math
 import subprocess
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -51,15 +52,25 @@ def points(message: MetricsData) -> Iterator[Point]:
                 if found is None or kind is None:
                     continue
                 data = getattr(metric, kind)
-                if kind in ("sum", "histogram", "exponential_histogram") and data.aggregation_temporality != _CUMULATIVE:
+                if (
+                    kind in ("sum", "histogram", "exponential_histogram")
+                    and data.aggregation_temporality != _CUMULATIVE
+                ):
                     continue
                 if kind == "sum" and not data.is_monotonic:
                     continue
                 for point in data.data_points:
                     value = _point_value(kind, point)
                     if value is not None:
-                        yield Point(resource, scope, found, _key(point.attributes), point.start_time_unix_nano,
-                                    point.time_unix_nano, value)
+                        yield Point(
+                            resource,
+                            scope,
+                            found,
+                            _key(point.attributes),
+                            point.start_time_unix_nano,
+                            point.time_unix_nano,
+                            value,
+                        )
 
 
 def _point_value(kind: str, point: Any) -> float | Exponential | Explicit | None:
@@ -159,8 +170,12 @@ class SeriesWriter:
                 running += count
                 bucket = tuple(sorted({**base, "__name__": f"{name}_bucket", "le": le(bound)}.items()))
                 self._write(bucket, sample.time_ms, "v", float(running))
-            self._write(tuple(sorted({**base, "__name__": f"{name}_count"}.items())), sample.time_ms, "v", float(value.count))
-            self._write(tuple(sorted({**base, "__name__": f"{name}_sum"}.items())), sample.time_ms, "v", _number(value.sum))
+            self._write(
+                tuple(sorted({**base, "__name__": f"{name}_count"}.items())), sample.time_ms, "v", float(value.count)
+            )
+            self._write(
+                tuple(sorted({**base, "__name__": f"{name}_sum"}.items())), sample.time_ms, "v", _number(value.sum)
+            )
 
 
 def backfill(
@@ -171,11 +186,11 @@ def backfill(
     rule_files: Sequence[Path],
     evaluation_interval_s: float,
     external_labels: dict[str, str],
-    thanos_labels: dict[str, str] | None = None,
     now_ms: int,
 ) -> dict[str, Any]:
-    """Run ``otel-rl-backfill`` on ``samples``: blocks into ``out`` with the rules' series; its JSON summary (the
-    blocks, the alerts) with ``samples`` (how many were written) added."""
+    """Run ``otel-rl-backfill`` on ``samples`` (written to a temporary file first, its input): blocks into ``out``
+    with the rules' series evaluated no later than ``now_ms``; its JSON summary (``series``, ``samples``, the
+    ``blocks``, the ``alerts``)."""
     argv = [
         str(tool),
         f"-out={out}",
@@ -183,18 +198,14 @@ def backfill(
         f"-now={now_ms}",
         *(f"-rule-file={path}" for path in rule_files),
         *(f"-external-label={name}={value}" for name, value in sorted(external_labels.items())),
-        *(f"-thanos-label={name}={value}" for name, value in sorted((thanos_labels or {}).items())),
     ]
-    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as run:
-        assert run.stdin is not None and run.stdout is not None and run.stderr is not None
-        writer = SeriesWriter(run.stdin)
-        try:
-            for sample in samples:
-                writer.write(sample)
-        finally:
-            run.stdin.close()
-        output, errors = run.stdout.read(), run.stderr.read()
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as handle:
+        writer = SeriesWriter(handle)
+        for sample in samples:
+            writer.write(sample)
+        handle.seek(0)
+        run = subprocess.run(argv, stdin=handle, capture_output=True, text=True, check=False)
     if run.returncode != 0:
-        raise ValueError(f"{tool.name} failed (exit status {run.returncode}): {errors.strip()[-2000:]}")
-    summary: dict[str, Any] = json.loads(output)
+        raise ValueError(f"{tool.name} failed (exit status {run.returncode}): {run.stderr.strip()[-2000:]}")
+    summary: dict[str, Any] = json.loads(run.stdout)
     return summary

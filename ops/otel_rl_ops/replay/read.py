@@ -64,7 +64,11 @@ def find(paths: Iterable[Path], problems: list[Problem]) -> list[OfflineFile]:
             name = parse_name(candidate.name)
             if name is None:
                 problems.append(
-                    Problem(candidate, 0, "not an otel-rl offline file (named otel-rl-<version>_rank<r>_..._<signal>_<n>.jsonl)")
+                    Problem(
+                        candidate,
+                        0,
+                        "not an otel-rl offline file (named otel-rl-<version>_rank<r>_..._<signal>_<n>.jsonl)",
+                    )
                 )
             elif name.version != __version__:
                 problems.append(
@@ -96,7 +100,9 @@ def lines(files: Iterable[OfflineFile], problems: list[Problem]) -> Iterator[tup
         with item.path.open("rb") as handle:
             for number, raw in enumerate(handle, start=1):
                 if not raw.endswith(b"\n"):
-                    problems.append(Problem(item.path, number, "the line is cut short (the process stopped while writing it)"))
+                    problems.append(
+                        Problem(item.path, number, "the line is cut short (the process stopped while writing it)")
+                    )
                     continue
                 try:
                     parsed = json.loads(raw)

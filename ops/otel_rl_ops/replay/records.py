@@ -127,4 +127,6 @@ def _post(session: requests.Session, url: str, body: bytes) -> None:
     except requests.RequestException as error:
         raise ValueError(f"the collector at {url} did not take the replayed data: {error}") from error
     if response.status_code != 200:
-        raise ValueError(f"the collector at {url} refused the replayed data: HTTP {response.status_code} {response.text[:300]!r}")
+        raise ValueError(
+            f"the collector at {url} refused the replayed data: HTTP {response.status_code} {response.text[:300]!r}"
+        )
