@@ -4,6 +4,7 @@ and bounded, what a rotation deletes counted; ``"otlp+file"`` writes them beside
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from otel_rl_contract.files import ids_from_hex, parse_name
 
 from otel_rl import EpisodeSample, Telemetry, TelemetryConfig
 from otel_rl._export.exporters import destination
-from tests.conftest import EXPORT_WAIT_S, RecordingMetricExporter
+from tests.conftest import EXPORT_WAIT_S
 
 _MESSAGES: dict[str, Any] = {"metrics": MetricsData, "logs": LogsData, "traces": TracesData}
 
@@ -103,18 +104,29 @@ def test_a_write_that_fails_fails_the_export_and_never_raises(tmp_path: Path) ->
     assert store.counter_value(contract.EXPORT_FAILURES, ((contract.SELF_SIGNAL, "metrics"),)) >= 1
 
 
-def test_otlp_and_file_export_to_both(tmp_path: Path) -> None:
-    """exporter="otlp+file" writes the files and hands every export to the collector's exporter too."""
-    sent = RecordingMetricExporter()
-    telemetry = Telemetry(
-        TelemetryConfig(run_id="both", exporter="otlp+file", output_dir=str(tmp_path), export_interval_s=60),
-        metric_exporter=sent,
+def test_otlp_and_file_write_the_files_and_report_the_collectors_result(tmp_path: Path) -> None:
+    """exporter="otlp+file" writes every export into the files and sends it to the collector, whose result counts:
+    with no collector listening, the files still get each metrics export and each one is counted as failed."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    config = TelemetryConfig(
+        run_id="both",
+        exporter="otlp+file",
+        output_dir=str(tmp_path),
+        endpoint=closed,
+        protocol="http/protobuf",
+        export_interval_s=60,
+        export_timeout_s=0.5,
     )
+    assert destination(config.resolved) == f"{closed} (OTLP/HTTP, plain text) and OTLP files in {tmp_path}"
+    telemetry = Telemetry(config)
     telemetry.record_rewards([0.5])
-    assert telemetry.shutdown(EXPORT_WAIT_S)
-    assert sent.exports and not list(tmp_path.glob("*_metrics_*.jsonl"))
-    where = destination(TelemetryConfig(run_id="both", exporter="otlp+file", output_dir=str(tmp_path)).resolved)
-    assert where == f"http://localhost:4317 (OTLP/gRPC, plain text) and OTLP files in {tmp_path}"
+    telemetry.flush(EXPORT_WAIT_S)
+    store = telemetry._pipeline.store
+    telemetry.shutdown(EXPORT_WAIT_S)
+    assert len(_messages(tmp_path, "metrics")) >= 2
+    assert store.counter_value(contract.EXPORT_FAILURES, ((contract.SELF_SIGNAL, "metrics"),)) >= 1
 
 
 @pytest.mark.parametrize(("setting", "value"), [("output_max_bytes", 0), ("output_max_files", 0), ("output_dir", "")])
