@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import otel_rl_contract as contract
+import pytest
 from otel_rl_contract.files import file_name
 from otel_rl_ops.replay.merge import Exponential, Point, Sample, le, merge
 from otel_rl_ops.replay.read import Problem, find, lines
@@ -122,3 +123,14 @@ def test_labels_and_bounds_are_written_as_the_exporter_writes_them() -> None:
         "1000000000000000000000",
         "+Inf",
     ]
+
+
+def test_replay_without_a_running_stack_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``otel-rl replay`` with no stack in the state folder ends in one error line naming the folder."""
+    from otel_rl_ops.cli import main
+
+    assert main(["replay", str(tmp_path), "--state-dir", str(tmp_path / "none")]) == 1
+    assert capsys.readouterr().err == (
+        f"otel-rl: error: no running stack in {str(tmp_path / 'none')!r} (start one with otel-rl stack up, or give "
+        "--state-dir)\n"
+    )

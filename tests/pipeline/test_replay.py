@@ -38,6 +38,7 @@ from typing import Any
 import otel_rl_contract as contract
 import pytest
 from otel_rl_contract import __version__
+from otel_rl_ops.alerts.client import duration_seconds
 from otel_rl_ops.query import Jaeger, Prometheus, VictoriaLogs
 from otel_rl_ops.replay.cli import replay
 from otel_rl_ops.stack.components import evaluation_interval
@@ -249,7 +250,7 @@ def _replay(stack: Any, *paths: Path) -> dict[str, Any]:
         data_dir=config.resolved_state_dir() / "data" / "prometheus",
         backfill=stack.binaries().backfill,
         rule_files=config.resolved_rule_files(),
-        evaluation_interval_s=float(evaluation_interval(config.resolved_root()).rstrip("s")),
+        evaluation_interval_s=duration_seconds(evaluation_interval(config.resolved_root())),
         external_labels=config.external_labels(),
         otlp_http=stack.otlp_http_endpoint,
         victorialogs_url=stack.victorialogs_url,

@@ -43,7 +43,9 @@ def _tracked(files: list[OfflineFile], problems: list[Problem], bar: tqdm[Any]) 
         bar.update(item.path.stat().st_size)
 
 
-def _run_of_process(files: list[OfflineFile], problems: list[Problem]) -> str | None:
+def _run_of_process(files: list[OfflineFile]) -> str | None:
+    """The run of a process's metrics files: the ``rl.run.id`` of its first point (its problems are named when the
+    files are read in full)."""
     for _, _, message in lines(files, []):
         for point in replay_metrics.points(message):
             return dict(point.resource).get("rl.run.id")
@@ -72,7 +74,7 @@ def replay(
     kept: list[list[OfflineFile]] = []
     prometheus = Prometheus(prometheus_url)
     for process_files in by_process.values():
-        run = _run_of_process(process_files, problems)
+        run = _run_of_process(process_files)
         if run is None:
             continue
         if run in present or prometheus.series(f'{{rl_run_id="{_escape(run)}",otel_scope_name="otel_rl"}}'):
@@ -113,15 +115,8 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _seconds(text: str) -> float:
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    for unit in sorted(units, key=len, reverse=True):
-        if text.endswith(unit):
-            return float(text[: -len(unit)]) * units[unit]
-    return float(text)
-
-
 def _replay(args: argparse.Namespace) -> int:
+    from otel_rl_ops.alerts.client import duration_seconds
     from otel_rl_ops.package_data import data_root
     from otel_rl_ops.stack import layout
     from otel_rl_ops.stack.backfill_build import ensure_backfill
@@ -146,7 +141,7 @@ def _replay(args: argparse.Namespace) -> int:
         data_dir=state / "data" / "prometheus",
         backfill=ensure_backfill(layout.backfill_source(root), home=otel_rl_home()),
         rule_files=stack.config.resolved_rule_files(),
-        evaluation_interval_s=_seconds(evaluation_interval(stack.config.resolved_root())),
+        evaluation_interval_s=duration_seconds(evaluation_interval(stack.config.resolved_root())),
         external_labels=stack.config.external_labels(),
         otlp_http=stack.otlp_http_endpoint,
         victorialogs_url=stack.victorialogs_url,
