@@ -149,8 +149,8 @@ func record(digest hash.Hash, lset labels.Labels, t int64, bits uint64, text str
 	digest.Write([]byte(text))
 }
 
-// flush writes one range's block into scratch, gives it its content ULID, the out-of-order hint and the Thanos
-// section, and renames it into opts.out; a block of that ULID already there is left as it is.
+// flush writes one range's block into scratch, gives it its content ULID and the out-of-order hint, and renames it
+// into opts.out; a block of that ULID already there is left as it is.
 func flush(ctx context.Context, w *rangeWriter, scratch string, opts options) (blockInfo, error) {
 	if err := w.app.Commit(); err != nil {
 		return blockInfo{}, err
@@ -160,7 +160,6 @@ func flush(ctx context.Context, w *rangeWriter, scratch string, opts options) (b
 		return blockInfo{}, err
 	}
 	folder := filepath.Join(scratch, written.String())
-	meta := map[string]any{}
 	raw, err := os.ReadFile(filepath.Join(folder, "meta.json"))
 	if err != nil {
 		return blockInfo{}, err
@@ -177,22 +176,7 @@ func flush(ctx context.Context, w *rangeWriter, scratch string, opts options) (b
 	parsed.ULID = id
 	parsed.Compaction.Sources = []ulid.ULID{id}
 	parsed.Compaction.SetOutOfOrder()
-	encoded, err := json.Marshal(&parsed)
-	if err != nil {
-		return blockInfo{}, err
-	}
-	if err := json.Unmarshal(encoded, &meta); err != nil {
-		return blockInfo{}, err
-	}
-	if len(opts.thanosLabels) > 0 {
-		meta["thanos"] = map[string]any{
-			"version":    1,
-			"labels":     map[string]string(opts.thanosLabels),
-			"downsample": map[string]any{"resolution": 0},
-			"source":     "otel-rl-replay",
-		}
-	}
-	encoded, err = json.MarshalIndent(meta, "", "\t")
+	encoded, err := json.MarshalIndent(&parsed, "", "\t")
 	if err != nil {
 		return blockInfo{}, err
 	}

@@ -10,8 +10,8 @@
 // Output: one block per two-hour range in -out (a folder of their own, renamed into place whole), each marked as
 // made from out-of-order samples (the compaction hint Prometheus gives blocks of its out-of-order head), so that a
 // block overlapping a Prometheus head neither moves the head's lower bound nor truncates it when Prometheus opens
-// its data; with -thanos-label, the meta.json section Thanos needs in a bucket. A block's ULID is derived from its
-// time range and content, so the same input gives the same blocks. Standard output gets a JSON summary: the blocks,
+// its data (`thanos tools bucket upload-blocks` adds the labels a Thanos bucket needs). A block's ULID is derived
+// from its time range and content, so the same input gives the same blocks. Standard output gets a JSON summary: the blocks,
 // and each alert that was pending or firing with when.
 package main
 
@@ -64,19 +64,17 @@ type options struct {
 	evalTail       time.Duration
 	now            time.Time
 	externalLabels labelFlags
-	thanosLabels   labelFlags
 	keepLabel      string
 }
 
 func main() {
-	opts := options{externalLabels: labelFlags{}, thanosLabels: labelFlags{}}
+	opts := options{externalLabels: labelFlags{}}
 	nowMS := flag.Int64("now", 0, "unix milliseconds no rule is evaluated after (default: the current time)")
 	flag.StringVar(&opts.out, "out", "", "folder the blocks are written into (required)")
 	flag.Var(&opts.ruleFiles, "rule-file", "a Prometheus rule file to evaluate over the samples (repeatable)")
 	flag.DurationVar(&opts.evalInterval, "eval-interval", 15*time.Second, "how often the rules are evaluated")
 	flag.DurationVar(&opts.evalTail, "eval-tail", 10*time.Minute, "how long after the last sample the rules are evaluated")
 	flag.Var(opts.externalLabels, "external-label", "name=value, an external label of the rule evaluation (repeatable)")
-	flag.Var(opts.thanosLabels, "thanos-label", "name=value, an external label of the blocks in a Thanos bucket (repeatable)")
 	flag.StringVar(&opts.keepLabel, "keep-label", "rl_run_id", "only series with this label are written")
 	flag.Parse()
 	if opts.out == "" {

@@ -21,11 +21,13 @@ replay window, so sample times differ and are not compared):
 The same inputs recorded by 4 more ranks whose clocks run three days behind, into files only, replay to the same
 series and values, but what those processes measure themselves (phase durations, start times): a run older than
 Prometheus's head block. Replaying again adds nothing; a cut-short line is named and the rest
-of its run replayed.
+of its run replayed. In the TSDB cluster profile the blocks go through the bucket and its store gateway to the same
+values.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -38,10 +40,11 @@ from typing import Any
 import otel_rl_contract as contract
 import pytest
 from otel_rl_contract import __version__
-from otel_rl_ops.alerts.client import duration_seconds
 from otel_rl_ops.query import Jaeger, Prometheus, VictoriaLogs
-from otel_rl_ops.replay.cli import replay
-from otel_rl_ops.stack.components import evaluation_interval
+from otel_rl_ops.replay.cli import replay_into
+from otel_rl_ops.stack import versions
+from otel_rl_ops.stack.env import otel_rl_home
+from otel_rl_ops.stack.gotools import ensure_go_binary
 
 from tests.pipeline.harness import eventually, private_stack, start_ranks
 
@@ -82,6 +85,9 @@ def _selector(run: str) -> str:
     return f'{{rl_run_id="{run}",otel_scope_name="otel_rl"}}'
 
 
+_NOT_COMPARED = frozenset({"rl_run_id", "receive_node", "tenant_id"})
+"""Labels that differ by design: the run id (the old run's is another), and the Thanos external labels that say which
+receiver, or the bucket, holds a series."""
 _GAUGE_MERGE = {contract.series(metric).name: metric.merge for metric in contract.ALL_METRICS if metric.kind == "gauge"}
 """How the collector merges each gauge's ranks: its extreme over the run is compared in that direction."""
 
@@ -104,7 +110,7 @@ def metrics_of(prometheus: Prometheus, run: str, at: float) -> dict[str, Any]:
     gauges: dict[tuple[tuple[str, str], ...], Any] = {}
     exemplar_totals: dict[tuple[tuple[str, str], ...], Any] = {}
     for item in prometheus.query(f"{_selector(run)}[3h]", at):
-        labels = tuple(sorted((k, v) for k, v in item["metric"].items() if k != "rl_run_id"))
+        labels = tuple(sorted((k, v) for k, v in item["metric"].items() if k not in _NOT_COMPARED))
         name = item["metric"]["__name__"]
         if ":" in name or name.startswith("ALERTS"):
             continue  # the rules' series, evaluated at other times live: tests/pipeline/test_replay_alerts.py
@@ -243,20 +249,7 @@ def recorded(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 def _replay(stack: Any, *paths: Path) -> dict[str, Any]:
-    config = stack.config
-    return replay(
-        paths,
-        prometheus_url=stack.prometheus_url,
-        data_dir=config.resolved_state_dir() / "data" / "prometheus",
-        backfill=stack.binaries().backfill,
-        rule_files=config.resolved_rule_files(),
-        evaluation_interval_s=duration_seconds(evaluation_interval(config.resolved_root())),
-        external_labels=config.external_labels(),
-        otlp_http=stack.otlp_http_endpoint,
-        victorialogs_url=stack.victorialogs_url,
-        jaeger_url=stack.jaeger_url,
-        interval_s=WINDOW_S,
-    )
+    return replay_into(stack, paths, interval_s=WINDOW_S)
 
 
 def test_replayed_runs_equal_the_live_run_and_replaying_again_adds_nothing(
@@ -318,4 +311,29 @@ def test_a_cut_short_line_is_named_and_the_rest_replayed(
             lambda: prometheus.value(total, recorded.end + OLD_OFFSET_S + 60) == recorded.rewards,
             what="the rest of the run in Prometheus",
             timeout_s=150,
+        )
+
+
+def test_the_cluster_profile_takes_the_replayed_run_through_its_bucket(
+    stack_binaries: Any, recorded: Recorded, tmp_path: Path
+) -> None:
+    """In the TSDB cluster profile the blocks are uploaded to the bucket (with the receivers' tenant as external
+    label) and served by the store gateway through the querier: the same series, samples and spans as live."""
+    binaries = dataclasses.replace(stack_binaries, thanos=ensure_go_binary(versions.THANOS, home=otel_rl_home()))
+    with private_stack(binaries, tmp_path / "cluster", tsdb_cluster=True) as cluster:
+        summary = _replay(cluster, recorded.files)
+        assert summary["problems"] == [] and summary["metrics"]["blocks"]
+        prometheus = Prometheus(cluster.prometheus_url)
+        total = f'sum(histogram_count(rl_reward{{rl_run_id="{RUN}",rl_reward_fn="total"}}))'
+        eventually(
+            lambda: prometheus.value(total, recorded.end + 30) == recorded.rewards,
+            what="the store gateway to serve the uploaded blocks",
+            timeout_s=150,
+        )
+        found = differences(metrics_of(prometheus, RUN, time.time()), recorded.metrics)
+        assert found == [], "\n".join(found)
+        eventually(lambda: samples_of(VictoriaLogs(cluster.victorialogs_url), RUN) == recorded.samples, what="samples")
+        jaeger = Jaeger(cluster.jaeger_url)
+        eventually(
+            lambda: spans_of(jaeger, RUN, recorded.start - 60, recorded.end + 60) == recorded.spans, what="spans"
         )

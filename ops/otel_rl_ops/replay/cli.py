@@ -2,7 +2,8 @@
 
 Metrics: merged across ranks as the collector merges them (:mod:`otel_rl_ops.replay.merge`), written with the rules'
 series (recording rules, ``ALERTS``) as TSDB blocks by ``otel-rl-backfill`` into Prometheus's data folder, which
-Prometheus loads within its block reload interval (a minute) without a restart. Samples and spans: through the
+Prometheus loads within its block reload interval (a minute) without a restart; in the TSDB cluster profile uploaded
+to the bucket, which the store gateway serves. Samples and spans: through the
 stack's collector into VictoriaLogs and Jaeger (:mod:`otel_rl_ops.replay.records`). A run whose metrics Prometheus
 holds already is left out of the metrics; records and spans already stored are not sent again. A bad file or line is
 named, the rest replayed, and the exit status is then 1.
@@ -13,10 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from tqdm import tqdm
 
@@ -25,6 +27,9 @@ from otel_rl_ops.replay import metrics as replay_metrics
 from otel_rl_ops.replay.merge import merge
 from otel_rl_ops.replay.read import OfflineFile, Problem, find, lines, processes
 from otel_rl_ops.replay.records import LogReplay, SpanReplay
+
+if TYPE_CHECKING:
+    from otel_rl_ops.stack.services import Stack
 
 DEFAULT_INTERVAL_S = 5.0
 """The collector's aggregation interval (``OTEL_RL_AGGREGATION_INTERVAL``'s default): the replay's window."""
@@ -57,6 +62,7 @@ def replay(
     *,
     prometheus_url: str,
     data_dir: Path,
+    upload: Callable[[Path], None] | None,
     backfill: Path,
     rule_files: tuple[Path, ...],
     evaluation_interval_s: float,
@@ -66,7 +72,8 @@ def replay(
     jaeger_url: str,
     interval_s: float = DEFAULT_INTERVAL_S,
 ) -> dict[str, Any]:
-    """Replay the offline files under ``paths`` into the stores (see the module); what was done, and the problems."""
+    """Replay the offline files under ``paths`` into the stores (see the module): the blocks into ``data_dir``, then
+    ``upload(data_dir)`` if given; what was done, and the problems."""
     problems: list[Problem] = []
     files = find(paths, problems)
     by_process = processes(files, "metrics")
@@ -95,6 +102,8 @@ def replay(
             external_labels=external_labels,
             now_ms=int(time.time() * 1000),
         )
+    if upload is not None:
+        upload(data_dir)
     logs = LogReplay(otlp_http, VictoriaLogs(victorialogs_url))
     log_files = [item for group in processes(files, "logs").values() for item in group]
     with _progress(log_files, "samples") as bar:
@@ -115,39 +124,65 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _replay(args: argparse.Namespace) -> int:
+BLOCK_LABELS: Final = {"tenant_id": "default-tenant"}
+"""The external labels of the blocks ``otel-rl replay`` uploads to the TSDB cluster profile's bucket: the tenant the
+receivers write the live runs under (they add ``receive_node`` too, naming which receiver holds a series)."""
+
+
+def replay_into(stack: Stack, paths: Sequence[Path], *, interval_s: float = DEFAULT_INTERVAL_S) -> dict[str, Any]:
+    """Replay the files under ``paths`` into the running ``stack`` (:func:`replay`): in the default profile the blocks
+    go into Prometheus's data folder, in the TSDB cluster profile they are uploaded to the stack's bucket with
+    :data:`BLOCK_LABELS` (``thanos tools bucket upload-blocks``), which its store gateway serves.
+
+    Raises:
+        ValueError: for the secure profile, whose collector wants a token (not supported yet).
+    """
     from otel_rl_ops.alerts.client import duration_seconds
-    from otel_rl_ops.package_data import data_root
-    from otel_rl_ops.stack import layout
-    from otel_rl_ops.stack.backfill_build import ensure_backfill
-    from otel_rl_ops.stack.components import evaluation_interval
+    from otel_rl_ops.stack.components import bucket_config, evaluation_interval
+
+    config = stack.config
+    if config.secure:
+        raise ValueError('otel-rl replay does not support the secure profile yet (docs/deploy.md, "Offline runs")')
+    binaries = stack.binaries()
+    if binaries.backfill is None:
+        raise ValueError("the stack's binaries lack otel-rl-backfill: run otel-rl stack install")
+    state = config.resolved_state_dir()
+
+    def run(data_dir: Path, upload: Callable[[Path], None] | None) -> dict[str, Any]:
+        assert binaries.backfill is not None  # noqa: S101 - checked above; mypy does not carry it into the closure
+        return replay(
+            paths,
+            prometheus_url=stack.prometheus_url,
+            data_dir=data_dir,
+            upload=upload,
+            backfill=binaries.backfill,
+            rule_files=config.resolved_rule_files(),
+            evaluation_interval_s=duration_seconds(evaluation_interval(config.resolved_root())),
+            external_labels=config.external_labels(),
+            otlp_http=stack.otlp_http_endpoint,
+            victorialogs_url=stack.victorialogs_url,
+            jaeger_url=stack.jaeger_url,
+            interval_s=interval_s,
+        )
+
+    if not config.tsdb_cluster:
+        return run(state / "data" / "prometheus", None)
+    thanos, bucket = binaries.thanos, bucket_config(state)
+    if thanos is None:
+        raise ValueError("the TSDB cluster profile's binaries lack thanos: run otel-rl stack install --cluster")
+    with tempfile.TemporaryDirectory(prefix=".replay-", dir=state / "data") as scratch:
+        return run(Path(scratch), lambda folder: replay_metrics.upload_blocks(thanos, bucket, folder, BLOCK_LABELS))
+
+
+def _replay(args: argparse.Namespace) -> int:
     from otel_rl_ops.stack.config import StackConfig
-    from otel_rl_ops.stack.env import otel_rl_home
     from otel_rl_ops.stack.services import Stack
 
     config = StackConfig(**({} if args.state_dir is None else {"state_dir": args.state_dir}))
     state = config.resolved_state_dir()
     if not (state / "stack.json").is_file():
         raise ValueError(f"no running stack in {str(state)!r} (start one with otel-rl stack up, or give --state-dir)")
-    stack = Stack.attach(state)
-    if stack.config.tsdb_cluster:
-        raise ValueError(
-            "otel-rl replay writes Prometheus blocks; the TSDB cluster profile (Thanos) is not supported yet"
-        )
-    root = data_root()
-    summary = replay(
-        args.paths,
-        prometheus_url=stack.prometheus_url,
-        data_dir=state / "data" / "prometheus",
-        backfill=ensure_backfill(layout.backfill_source(root), home=otel_rl_home()),
-        rule_files=stack.config.resolved_rule_files(),
-        evaluation_interval_s=duration_seconds(evaluation_interval(stack.config.resolved_root())),
-        external_labels=stack.config.external_labels(),
-        otlp_http=stack.otlp_http_endpoint,
-        victorialogs_url=stack.victorialogs_url,
-        jaeger_url=stack.jaeger_url,
-        interval_s=args.interval,
-    )
+    summary = replay_into(Stack.attach(state), args.paths, interval_s=args.interval)
     print(json.dumps(summary, indent=2))
     for problem in summary["problems"]:
         print(f"otel-rl: not replayed: {problem}", file=sys.stderr)

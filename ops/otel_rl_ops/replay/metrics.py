@@ -209,3 +209,20 @@ def backfill(
         raise ValueError(f"{tool.name} failed (exit status {run.returncode}): {run.stderr.strip()[-2000:]}")
     summary: dict[str, Any] = json.loads(run.stdout)
     return summary
+
+
+def upload_blocks(thanos: Path, bucket: Path, folder: Path, labels: dict[str, str]) -> None:
+    """Upload the blocks in ``folder`` to the bucket ``bucket`` (an objstore configuration file) with the external
+    ``labels``, by Thanos's own ``thanos tools bucket upload-blocks``."""
+    argv = [
+        str(thanos),
+        "tools",
+        "bucket",
+        "upload-blocks",
+        f"--objstore.config-file={bucket}",
+        f"--path={folder}",
+        *(f'--label={name}="{value}"' for name, value in sorted(labels.items())),
+    ]
+    run = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+    if run.returncode != 0:
+        raise ValueError(f"uploading the replayed blocks failed (exit status {run.returncode}): {run.stderr[-2000:]}")
