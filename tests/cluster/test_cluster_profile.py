@@ -72,7 +72,8 @@ TSDB_COMPONENTS = ("thanos-receive-0", "thanos-receive-1", "thanos-store", "than
 def test_tsdb_cluster_profile_replaces_prometheus_by_thanos(tmp_path: Path) -> None:
     """With tsdb_cluster, two receivers (own TSDB folder and ports, one hashring of both gRPC endpoints, replication
     factor 1), a store gateway over the stack's bucket (a folder), a querier over the receivers and the store gateway
-    (strict endpoints, no partial responses) and the ruler run instead of Prometheus; the collector remote-writes to the first receiver's /api/v1/receive and the stack's query URL is the querier."""
+    (strict endpoints, no partial responses) and the ruler run instead of Prometheus; the collector remote-writes to
+    the first receiver's /api/v1/receive and the stack's query URL is the querier."""
     ports = StackPorts.free()
     config = StackConfig(ports=ports, state_dir=tmp_path, tsdb_cluster=True)
     assert active_components(config) == ("alertmanager", "victorialogs", "jaeger", *TSDB_COMPONENTS, "collector")
