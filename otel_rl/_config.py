@@ -29,7 +29,7 @@ from otel_rl._record.inputs import describe
 
 _logger = logging.getLogger(__name__)
 
-ExporterKind = Literal["otlp", "console", "file", "none"]
+ExporterKind = Literal["otlp", "console", "file", "otlp+file", "none"]
 OtlpProtocol = Literal["grpc", "http/protobuf"]
 
 _DEFAULT_ENDPOINTS = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
@@ -86,8 +86,9 @@ class TelemetryConfig:
     dashboard and ``otel-rl report --group`` draw as their mean with a min-max band; env ``OTEL_RL_GROUP``; default
     none. Every rank of a run must give the same group."""
     exporter: ExporterKind | None = None
-    """Destination: ``otlp``, ``console`` (a readable summary per step), ``file`` (JSON lines) or ``none``;
-    env ``OTEL_RL_EXPORTER``; default ``otlp``."""
+    """Destination: ``otlp``, ``console`` (a readable summary per step), ``file`` (OTLP files in ``output_dir`` for
+    ``otel-rl replay``, on nodes that cannot reach a collector), ``otlp+file`` (both) or ``none``; env
+    ``OTEL_RL_EXPORTER``; default ``otlp``."""
     console_self_telemetry: bool | None = None
     """With ``exporter="console"``, also print otel-rl's own telemetry (the merge canary, sample export and value
     rejection counters); env ``OTEL_RL_CONSOLE_SELF_TELEMETRY`` (``true`` or ``false``); default off."""
@@ -109,8 +110,15 @@ class TelemetryConfig:
     ``OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE``."""
     client_key_file: str | None = None
     """PEM private key of ``client_certificate_file``; env ``OTEL_EXPORTER_OTLP_CLIENT_KEY``."""
-    output_file: str | None = None
-    """JSON-lines output for ``exporter="file"``; env ``OTEL_RL_OUTPUT_FILE``; default ``otel-rl-<rank>.jsonl``."""
+    output_dir: str | None = None
+    """Folder of the OTLP files of ``exporter="file"`` (and ``"otlp+file"``): per signal, JSON lines of OTLP
+    (opentelemetry-specification ``protocol/file-exporter.md``) in files named by the otel-rl version, rank, process
+    and signal (:mod:`otel_rl_contract.files`); env ``OTEL_RL_OUTPUT_DIR``; default ``otel-rl-files``."""
+    output_max_bytes: int = 64 * 1024 * 1024
+    """Size at which a signal's file is closed and the next one begun."""
+    output_max_files: int = 16
+    """Files kept per signal and process: beyond them the oldest is deleted, its sample records and spans counted as
+    dropped (``reason="rotated"``); a metrics file holds cumulative snapshots, so the newest always has the totals."""
     export_interval_s: float | None = None
     """Seconds between exports; env ``OTEL_METRIC_EXPORT_INTERVAL`` (ms); default 2. Keep it at most half the
     collector's aggregation interval (5 s by default), so every flush of the collector holds every rank."""
@@ -217,7 +225,7 @@ class ResolvedConfig(TelemetryConfig):
     endpoint: str
     protocol: OtlpProtocol
     headers: Mapping[str, str]
-    output_file: str
+    output_dir: str
     export_interval_s: float
     export_timeout_s: float
     reward_bounds: tuple[float, ...]
@@ -268,7 +276,7 @@ def _resolve(config: TelemetryConfig) -> ResolvedConfig:
     exporter = pick("exporter", config.exporter, _env.read_first((_env.OTEL_RL_EXPORTER,)), "otlp")
     _check_choice(label("exporter"), exporter, get_args(ExporterKind))
     endpoint = pick("endpoint", config.endpoint, _env.read_first((_env.OTEL_EXPORTER_OTLP_ENDPOINT,)), None)
-    if exporter == "otlp":
+    if exporter in ("otlp", "otlp+file"):
         endpoint = otlp_endpoint(endpoint, protocol, label=label("endpoint"))
     elif endpoint is None:
         endpoint = _DEFAULT_ENDPOINTS[protocol]
@@ -322,9 +330,7 @@ def _resolve(config: TelemetryConfig) -> ResolvedConfig:
         client_key_file=pick(
             "client_key_file", config.client_key_file, _env.read_first((_env.OTEL_EXPORTER_OTLP_CLIENT_KEY,)), None
         ),
-        output_file=pick(
-            "output_file", config.output_file, _env.read_first((_env.OTEL_RL_OUTPUT_FILE,)), f"otel-rl-{rank}.jsonl"
-        ),
+        output_dir=pick("output_dir", config.output_dir, _env.read_first((_env.OTEL_RL_OUTPUT_DIR,)), "otel-rl-files"),
         export_interval_s=pick(
             "export_interval_s",
             config.export_interval_s,
@@ -388,9 +394,19 @@ def otlp_endpoint(value: object, protocol: str, *, label: str = '"endpoint"') ->
     return url
 
 
+def sends_otlp(config: ResolvedConfig) -> bool:
+    """Whether ``config`` sends to a collector (``otlp`` or ``otlp+file``)."""
+    return config.exporter in ("otlp", "otlp+file")
+
+
+def writes_files(config: ResolvedConfig) -> bool:
+    """Whether ``config`` writes the offline files (``file`` or ``otlp+file``)."""
+    return config.exporter in ("file", "otlp+file")
+
+
 def _warn_plaintext_headers(config: ResolvedConfig) -> None:
     """Warn once per endpoint when headers (tokens) would go over plain ``http://`` to another host."""
-    if config.exporter != "otlp" or not config.headers or config.certificate_file is not None:
+    if not sends_otlp(config) or not config.headers or config.certificate_file is not None:
         return
     parts = urlsplit(config.endpoint)
     if parts.scheme != "http" or _is_loopback(parts.hostname or "") or config.endpoint in _warned_plaintext:
@@ -415,7 +431,7 @@ def _is_loopback(host: str) -> bool:
 
 def _validate(config: ResolvedConfig, label: _Labels) -> None:
     _check_choice(label("exporter"), config.exporter, get_args(ExporterKind))
-    for name in ("service_name", "run_id", "role"):
+    for name in ("service_name", "run_id", "role", "output_dir"):
         value = getattr(config, name)
         if not isinstance(value, str) or not value:
             raise ValueError(f"{label(name)} must be a non-empty string, got {describe(value)}")
@@ -447,6 +463,8 @@ def _validate(config: ResolvedConfig, label: _Labels) -> None:
         ("sample_text_budget_bytes", 0),
         ("sample_queue_size", 1),
         ("span_queue_size", 1),
+        ("output_max_bytes", 1),
+        ("output_max_files", 1),
     ):
         _check_integer(label(name), getattr(config, name), minimum)
     if not _finite(config.solved_reward):
@@ -481,7 +499,7 @@ def _validate(config: ResolvedConfig, label: _Labels) -> None:
         )
     _check_bounds("reward_bounds", config.reward_bounds, integer=False)
     _check_bounds("staleness_bounds", config.staleness_bounds, integer=True)
-    if config.exporter == "otlp" and otlp_endpoint(config.endpoint, config.protocol, label=label("endpoint")) != (
+    if sends_otlp(config) and otlp_endpoint(config.endpoint, config.protocol, label=label("endpoint")) != (
         config.endpoint
     ):
         raise ValueError(f"{label('endpoint')} must be resolved to a URL, got {describe(config.endpoint)}")

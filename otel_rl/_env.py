@@ -34,12 +34,12 @@ OTEL_METRIC_EXPORT_INTERVAL = "OTEL_METRIC_EXPORT_INTERVAL"
 OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
 #: Extra resource attributes, ``key=value`` pairs (read by the OpenTelemetry SDK itself).
 OTEL_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
-#: Where telemetry goes: ``otlp`` (default), ``console``, ``file`` or ``none``.
+#: Where telemetry goes: ``otlp`` (default), ``console``, ``file``, ``otlp+file`` or ``none``.
 OTEL_RL_EXPORTER = "OTEL_RL_EXPORTER"
 #: ``true``: with ``OTEL_RL_EXPORTER=console``, also print otel-rl's own telemetry (canary, export, rejections).
 OTEL_RL_CONSOLE_SELF_TELEMETRY = "OTEL_RL_CONSOLE_SELF_TELEMETRY"
-#: The JSON-lines file written when ``OTEL_RL_EXPORTER=file``.
-OTEL_RL_OUTPUT_FILE = "OTEL_RL_OUTPUT_FILE"
+#: The folder of the OTLP files written when ``OTEL_RL_EXPORTER`` is ``file`` or ``otlp+file``.
+OTEL_RL_OUTPUT_DIR = "OTEL_RL_OUTPUT_DIR"
 #: The run id shared by every rank of one run (wins over the launcher's ids below).
 OTEL_RL_RUN_ID = "OTEL_RL_RUN_ID"
 #: The process's role: ``trainer``, ``rollout``, ...
@@ -67,7 +67,7 @@ VARIABLES: tuple[str, ...] = (
     OTEL_RESOURCE_ATTRIBUTES,
     OTEL_RL_EXPORTER,
     OTEL_RL_CONSOLE_SELF_TELEMETRY,
-    OTEL_RL_OUTPUT_FILE,
+    OTEL_RL_OUTPUT_DIR,
     OTEL_RL_ROLE,
     OTEL_RL_GROUP,
     *RANK_VARS,

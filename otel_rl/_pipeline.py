@@ -14,7 +14,6 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO
 
 import otel_rl_contract as contract
 import torch
@@ -26,7 +25,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from otel_rl._config import ResolvedConfig
 from otel_rl._export.console import PhaseSummary
 from otel_rl._export.exporters import Exporters, build_exporters, destination
+from otel_rl._export.files import OfflineFiles
 from otel_rl._export.health import ExportHealth
+from otel_rl._export.outbox import DROPPED_ROTATED
 from otel_rl._export.worker import ExportWorker, QueueLogProcessor, QueueSpanProcessor
 from otel_rl._record.buckets import Layouts
 from otel_rl._record.rollouts import RolloutSummarizer
@@ -38,6 +39,9 @@ from otel_rl._state.self_telemetry import LabelCap, SelfTelemetry
 from otel_rl._state.steps import StepSamples
 from otel_rl._state.store import MetricStore
 
+_ROTATED = {"logs": contract.SAMPLES_DROPPED, "traces": contract.SPANS_DROPPED}
+"""The counter of the items a rotation of the offline files deletes (a metrics file holds none: cumulative
+snapshots)."""
 _CONSOLE_INTERVAL_S = 1e9
 """Console mode exports at each ``step()`` (and flush and shutdown) only, never halfway through a step."""
 
@@ -83,8 +87,8 @@ class Pipeline:
     """Exports spans on a thread of their own, so a failing trace path never holds metrics back (None: no spans, or
     the console's, which print with the step)."""
     tracer_provider: TracerProvider | None
-    output: IO[str] | None
-    """The file the file exporter writes (closed at shutdown)."""
+    output: OfflineFiles | None
+    """The offline files the file exporters write (closed at shutdown)."""
 
 
 def build_resource(config: ResolvedConfig) -> Resource:
@@ -144,7 +148,9 @@ def build_pipeline(
         phases=LabelCap(contract.PHASES.name, "max_phases", settings.max_phases, self_telemetry),
     )
     _record_run_start(store, settings, clock)
-    exporters = build_exporters(settings, injected)
+    exporters = build_exporters(
+        settings, injected, dropped=lambda signal, items: store.add(_ROTATED[signal], DROPPED_ROTATED, items)
+    )
     traced = (settings.trace_phases or settings.samples_as_span_events) and exporters.spans is not None
     workers: list[ExportWorker] = []
     health = ExportHealth(

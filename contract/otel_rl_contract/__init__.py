@@ -13,6 +13,8 @@ OpenTelemetry semantic conventions are one package that the API, the SDK and eve
 * :mod:`otel_rl_contract.foreign`: the series of other programs otel-rl reads (the collector's own, ``ALERTS``,
   vLLM's and SGLang's), and NeMo Lens's metric names.
 * :mod:`otel_rl_contract.catalog`: every Prometheus series name of the three, in one mapping (:data:`KNOWN_SERIES`).
+* :mod:`otel_rl_contract.files`: the offline files a rank writes (``exporter="file"``) and ``otel-rl replay`` reads:
+  their names (version, rank, process, signal, rotation) and OTLP/JSON's hex ids.
 """
 
 from otel_rl_contract import foreign, rules

@@ -1,5 +1,5 @@
 """The ``otel-rl`` command line (the console script's entry point): ``otel-rl stack ...``, ``otel-rl report``,
-``otel-rl status``, ``otel-rl samples``, ``otel-rl alerts`` and ``otel-rl agent ...``.
+``otel-rl status``, ``otel-rl samples``, ``otel-rl replay``, ``otel-rl alerts`` and ``otel-rl agent ...``.
 
 Each subcommand module registers its subparser with an ``add_*_command(subparsers)`` function that sets a
 ``handler`` default (a function of the parsed arguments returning the exit status); :func:`main` parses and calls
@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from otel_rl_ops.alerts.cli import add_alerts_command
+from otel_rl_ops.replay.cli import add_replay_command
 from otel_rl_ops.report.cli import add_report_command
 from otel_rl_ops.samples import add_samples_command
 from otel_rl_ops.stack.agent import add_agent_command
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_command(subparsers)
     add_status_command(subparsers)
     add_samples_command(subparsers)
+    add_replay_command(subparsers)
     add_alerts_command(subparsers)
     add_agent_command(subparsers)
     return parser

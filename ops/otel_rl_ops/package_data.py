@@ -3,9 +3,10 @@
 The data root is ``otel_rl_ops/data/``, laid out as the repository's top level: ``collector_config/`` (the builder
 manifest, patches, processors' Go sources and every collector configuration), ``prometheus/`` (configuration and
 rules), ``alertmanager/``, ``jaeger/``, ``grafana/dashboards/`` and ``grafana/provisioning/``, ``deploy/slurm/`` and
-``docs/`` (the runbooks the alerts link to). In a source checkout its folders are symbolic links to the repository's
-own, the single sources; a built wheel carries copies and ``data-manifest.json`` (``ops/hatch_build.py``: every
-file's SHA-256 digest and the version), which :func:`data_root` checks before anything is built or started.
+``docs/`` (the runbooks the alerts link to), ``backfill/`` (the Go program ``otel-rl replay`` writes blocks with).
+In a source checkout its folders are symbolic links to the repository's own, the single sources; a built wheel carries
+copies and ``data-manifest.json`` (``ops/hatch_build.py``: every file's SHA-256 digest and the version), which
+:func:`data_root` checks before anything is built or started.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ REQUIRED = (
     "alertmanager/alertmanager.yml",
     "jaeger/jaeger.yaml",
     "grafana/dashboards/rl-run.json",
+    "backfill/go.mod",
 )
 """Files whose absence means the data folder is not otel-rl's at all, whatever a manifest says."""
 

@@ -4,8 +4,10 @@ an agent (prime-rl's monitor-run skill is the model: what a watcher needs to dec
 Everything is read from the stores with the dashboards' own queries (:mod:`otel_rl_ops.promql`): the step and how
 long ago it changed, the ranks reporting, the total reward's mean and 10-minute trend, its p10, p50 and p90, the
 ground truth's, staleness p50, p99 and max, the slowest phase, the alerts firing and pending (the audit's included)
-with their runbooks, the cost so far, and the run's best and worst samples. A value the run does not record is
-``null`` (JSON) or ``-`` (text); the screen shows numbers to 3 significant digits, the JSON as they are.
+with their runbooks, the cost so far, the run's best and worst samples, and every alert the run raised over its life
+with when (for a replayed run, those the shipped rules raise over its past: ``otel-rl replay``). A value the run does
+not record is ``null`` (JSON) or ``-`` (text); the screen shows numbers to 3 significant digits, the JSON as they
+are.
 
 Any run answers, of any length, live or finished. Prometheus's values are read at the run's last report (a live run's
 latest flush, a finished run's last; :func:`otel_rl_ops.promql.last_report`), so a run that ended an hour ago answers
@@ -27,6 +29,7 @@ import otel_rl_contract as contract
 
 from otel_rl_ops import promql
 from otel_rl_ops.alerts.client import Alertmanager, run_alerts
+from otel_rl_ops.alerts.history import alert_history
 from otel_rl_ops.query import Prometheus, QueryError, VictoriaLogs
 from otel_rl_ops.report.summary import Sources, number, samples
 
@@ -78,6 +81,32 @@ def _alerts(sources: Sources, alertmanager: Alertmanager) -> list[dict[str, Any]
             "runbook_url": alert.annotations.get("runbook_url"),
         }
         for alert in run_alerts(sources.prometheus, alertmanager, sources.run_id)
+    ]
+
+
+def alerts_over_run(prometheus: Prometheus, run_id: str, at: float) -> list[dict[str, Any]]:
+    """Every alert the run raised up to ``at``, when first pending, first and last firing (unix seconds;
+    ``fired_at`` null: it never fired), from the rule engine's ``ALERTS`` series
+    (:func:`otel_rl_ops.alerts.history.alert_history`)."""
+    return [
+        {
+            "name": alert.name,
+            "severity": alert.labels.get("severity"),
+            "signal": alert.labels.get("signal"),
+            "pending_at": alert.pending_at,
+            "fired_at": alert.fired_at,
+            "last_firing_at": alert.last_firing_at,
+            "title": alert.title,
+            "when": alert.when,
+        }
+        for alert in alert_history(prometheus, run_id, at=at)
+    ]
+
+
+def _render_history(history: list[dict[str, Any]]) -> list[str]:
+    """The lines of the alerts-over-the-run section."""
+    return [f"  alerts over the run  {len(history) or 'none'}"] + [
+        f"    {alert['title']} {alert['when']}" for alert in history
     ]
 
 
@@ -200,6 +229,7 @@ def status(
             "top": [_sample(r) for r in samples(sources, "top", _SAMPLES)],
             "bottom": [_sample(r) for r in samples(sources, "bottom", _SAMPLES)],
         },
+        "alerts_over_run": alerts_over_run(prometheus, sources.run_id, at),
     }
 
 
@@ -254,6 +284,7 @@ def render(found: dict[str, Any]) -> str:
                 continue
             text = f"{_short(sample['prompt'])} -> {_short(sample['response'])}"
             lines.append(f"    step {number(sample['step'])} reward {number(sample['reward'])}: {text}")
+    lines += _render_history(found["alerts_over_run"])
     return "\n".join(lines)
 
 

@@ -1,38 +1,57 @@
-"""The exporters of one process: OTLP over gRPC or HTTP (TLS, client certificates, headers), a file of JSON lines,
-the console, or none, each signal replaceable by an injected exporter (tests pass the SDK's in-memory ones)."""
+"""The exporters of one process: OTLP over gRPC or HTTP (TLS, client certificates, headers), the offline OTLP files
+(:mod:`otel_rl._export.files`), both, the console, or none, each signal replaceable by an injected exporter (tests pass
+the SDK's in-memory ones)."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
 import requests
-from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter, LogRecordExporter
-from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk._logs.export import LogRecordExporter
+from opentelemetry.sdk.metrics.export import MetricExporter
+from opentelemetry.sdk.trace.export import SpanExporter
+from otel_rl_contract import SCOPE_VERSION
+from otel_rl_contract.files import Signal
 
-from otel_rl._config import ResolvedConfig
+from otel_rl._config import ResolvedConfig, sends_otlp, writes_files
 from otel_rl._export.console import console_exporters
+from otel_rl._export.files import (
+    FileLogExporter,
+    FileMetricExporter,
+    FileSpanExporter,
+    OfflineFiles,
+    TeeLogExporter,
+    TeeMetricExporter,
+    TeeSpanExporter,
+)
+
+Dropped = Callable[[Signal, int], None]
+"""Told how many sample records (``logs``) or spans (``traces``) a rotation of the offline files deleted."""
 
 
 @dataclass(frozen=True)
 class Exporters:
-    """The exporters of one process, and the file they write to (closed on shutdown)."""
+    """The exporters of one process, and the offline files they write to (closed on shutdown)."""
 
     metrics: MetricExporter | None
     logs: LogRecordExporter | None
     spans: SpanExporter | None = None
-    output: IO[str] | None = None
+    output: OfflineFiles | None = None
 
 
-def build_exporters(config: ResolvedConfig, injected: Exporters = Exporters(None, None)) -> Exporters:
-    """The ``injected`` exporters, and for each signal without one, the exporter ``config`` asks for."""
+def build_exporters(
+    config: ResolvedConfig, injected: Exporters = Exporters(None, None), *, dropped: Dropped = lambda signal, n: None
+) -> Exporters:
+    """The ``injected`` exporters, and for each signal without one, the exporter ``config`` asks for; ``dropped``
+    counts what a rotation of the offline files deletes."""
     if None not in (injected.metrics, injected.logs, injected.spans):
         return injected
-    built = _configured(config)
+    built = _configured(config, dropped)
     for mine, theirs in ((built.metrics, injected.metrics), (built.logs, injected.logs), (built.spans, injected.spans)):
         if mine is not None and theirs is not None:
             mine.shutdown()
@@ -43,30 +62,46 @@ def build_exporters(config: ResolvedConfig, injected: Exporters = Exporters(None
 
 def destination(config: ResolvedConfig) -> str:
     """Where ``config`` sends telemetry, as log lines name it: ``http://localhost:4317 (OTLP/gRPC, plain text)``."""
-    if config.exporter == "otlp":
+    places = []
+    if sends_otlp(config):
         tls = "TLS" if config.endpoint.startswith("https://") or config.certificate_file is not None else "plain text"
-        return f"{config.endpoint} (OTLP/{'gRPC' if config.protocol == 'grpc' else 'HTTP'}, {tls})"
-    if config.exporter == "file":
-        return f"the file {config.output_file}"
+        places.append(f"{config.endpoint} (OTLP/{'gRPC' if config.protocol == 'grpc' else 'HTTP'}, {tls})")
+    if writes_files(config):
+        places.append(f"OTLP files in {config.output_dir}")
+    if places:
+        return " and ".join(places)
     return "the console (stdout)" if config.exporter == "console" else "nowhere (exporter none)"
 
 
-def _configured(config: ResolvedConfig) -> Exporters:
+def _configured(config: ResolvedConfig, dropped: Dropped) -> Exporters:
     """The exporters ``config`` asks for."""
     if config.exporter == "none":
         return Exporters(None, None)
     if config.exporter == "console":
         printed = console_exporters(sys.stdout, self_telemetry=config.console_self_telemetry)
         return Exporters(printed.metrics, printed.logs, printed.spans)
-    if config.exporter == "file":
-        out = open(config.output_file, "a", encoding="utf-8")  # noqa: SIM115 - closed by Telemetry.shutdown
-        return Exporters(
-            ConsoleMetricExporter(out=out, formatter=lambda data: data.to_json(indent=None) + "\n"),
-            ConsoleLogRecordExporter(out=out, formatter=lambda record: record.to_json(indent=None) + "\n"),
-            ConsoleSpanExporter(out=out, formatter=lambda span: span.to_json(indent=None) + "\n"),
-            out,
-        )
-    return _otlp_exporters(config)
+    if not writes_files(config):
+        return Exporters(*_otlp_exporters(config))
+    files = OfflineFiles(
+        config.output_dir,
+        version=SCOPE_VERSION,
+        rank=config.rank,
+        instance=config.instance_id,
+        max_bytes=config.output_max_bytes,
+        max_files=config.output_max_files,
+        dropped=dropped,
+    )
+    metrics, logs, spans = (
+        FileMetricExporter(files.metrics),
+        FileLogExporter(files.logs),
+        FileSpanExporter(files.traces),
+    )
+    if not sends_otlp(config):
+        return Exporters(metrics, logs, spans, files)
+    to_metrics, to_logs, to_spans = _otlp_exporters(config)
+    return Exporters(
+        TeeMetricExporter(metrics, to_metrics), TeeLogExporter(logs, to_logs), TeeSpanExporter(spans, to_spans), files
+    )
 
 
 class _PinnedCASession(requests.Session):
@@ -80,7 +115,8 @@ class _PinnedCASession(requests.Session):
         return settings
 
 
-def _otlp_exporters(config: ResolvedConfig) -> Exporters:
+def _otlp_exporters(config: ResolvedConfig) -> tuple[MetricExporter, LogRecordExporter, SpanExporter]:
+    """The OTLP exporters of metrics, logs and spans."""
     endpoint, timeout = config.endpoint, config.export_timeout_s
     # gRPC refuses metadata keys with capitals ("Invalid metadata", every export fails); HTTP header names are
     # case-insensitive, so lower-casing is right for both.
@@ -108,7 +144,7 @@ def _otlp_exporters(config: ResolvedConfig) -> Exporters:
                 "client_key_file": config.client_key_file,
             }
 
-        return Exporters(
+        return (
             HttpMetricExporter(endpoint=f"{base}/v1/metrics", **common()),
             HttpLogExporter(endpoint=f"{base}/v1/logs", **common()),
             HttpSpanExporter(endpoint=f"{base}/v1/traces", **common()),
@@ -134,7 +170,7 @@ def _otlp_exporters(config: ResolvedConfig) -> Exporters:
         "headers": headers,
         "timeout": timeout,
     }
-    return Exporters(GrpcMetricExporter(**grpc_common), GrpcLogExporter(**grpc_common), GrpcSpanExporter(**grpc_common))
+    return GrpcMetricExporter(**grpc_common), GrpcLogExporter(**grpc_common), GrpcSpanExporter(**grpc_common)
 
 
 def _read(path: str | None) -> bytes | None:

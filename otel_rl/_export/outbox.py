@@ -31,6 +31,8 @@ REFUSALS = 5
 DROPPED_QUEUE_FULL = attributes(**{contract.SELF_REASON: "queue_full"})
 DROPPED_SHUTDOWN = attributes(**{contract.SELF_REASON: "shutdown"})
 DROPPED_OVERSIZED = attributes(**{contract.SELF_REASON: "oversized"})
+DROPPED_ROTATED = attributes(**{contract.SELF_REASON: "rotated"})
+"""Deleted with the oldest of the offline files (``output_max_files``)."""
 _DROPPED_REFUSED = attributes(**{contract.SELF_REASON: "refused"})
 _DROPPED_UNENCODABLE = attributes(**{contract.SELF_REASON: "unencodable"})
 

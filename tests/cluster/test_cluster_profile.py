@@ -66,13 +66,14 @@ def test_cluster_profile_routes_the_front_to_two_storage_nodes(tmp_path: Path) -
         assert f"-httpListenAddr=127.0.0.1:{port}" in argv and "-inmemoryDataFlushInterval=1s" in argv
 
 
-TSDB_COMPONENTS = ("thanos-receive-0", "thanos-receive-1", "thanos-query", "thanos-rule")
+TSDB_COMPONENTS = ("thanos-receive-0", "thanos-receive-1", "thanos-store", "thanos-query", "thanos-rule")
 
 
 def test_tsdb_cluster_profile_replaces_prometheus_by_thanos(tmp_path: Path) -> None:
     """With tsdb_cluster, two receivers (own TSDB folder and ports, one hashring of both gRPC endpoints, replication
-    factor 1), a querier over both (strict endpoints, no partial responses) and the ruler run instead of Prometheus; the
-    collector remote-writes to the first receiver's /api/v1/receive and the stack's query URL is the querier."""
+    factor 1), a store gateway over the stack's bucket (a folder), a querier over the receivers and the store gateway
+    (strict endpoints, no partial responses) and the ruler run instead of Prometheus; the collector remote-writes to
+    the first receiver's /api/v1/receive and the stack's query URL is the querier."""
     ports = StackPorts.free()
     config = StackConfig(ports=ports, state_dir=tmp_path, tsdb_cluster=True)
     assert active_components(config) == ("alertmanager", "victorialogs", "jaeger", *TSDB_COMPONENTS, "collector")
@@ -99,7 +100,16 @@ def test_tsdb_cluster_profile_replaces_prometheus_by_thanos(tmp_path: Path) -> N
     )
     endpoints = yaml.safe_load(query.inputs[0].read_text())["endpoints"]
     ruler = {"address": f"127.0.0.1:{ports.thanos_rule_grpc}"}  # not strict: it starts after the querier
-    assert endpoints == [*({"address": address, "strict": True} for address in grpc), ruler]
+    store = {"address": f"127.0.0.1:{ports.thanos_store_grpc}", "strict": True}
+    assert endpoints == [*({"address": address, "strict": True} for address in grpc), store, ruler]
+    gateway = SPECS["thanos-store"].command(config, THANOS, tmp_path)
+    assert (
+        gateway.argv[:2] == ("/bin/thanos", "store") and f"--objstore.config-file={gateway.inputs[0]}" in gateway.argv
+    )
+    assert yaml.safe_load(gateway.inputs[0].read_text()) == {
+        "type": "FILESYSTEM",
+        "config": {"directory": str(tmp_path / "data" / "thanos-bucket")},
+    }
     assert collector_environment(config)["OTEL_RL_REMOTE_WRITE_URL"] == (
         f"http://127.0.0.1:{ports.thanos_receive_0_write}/api/v1/receive"
     )

@@ -215,6 +215,7 @@ def test_tsdb_cluster_profile_components(tsdb_cluster: tuple[Any, list[Collector
         "jaeger",
         "thanos-receive-0",
         "thanos-receive-1",
+        "thanos-store",
         "thanos-query",
         "thanos-rule",
         "collector",

@@ -172,7 +172,7 @@ def telemetry(tmp_path: Path) -> Iterator[otel_rl.Telemetry]:
         otel_rl.TelemetryConfig(
             run_id="fuzz",
             exporter="file",
-            output_file=str(tmp_path / "out.jsonl"),
+            output_dir=str(tmp_path / "out"),
             export_interval_s=60,
             top_k=2,
             bottom_k=2,
@@ -185,47 +185,76 @@ def telemetry(tmp_path: Path) -> Iterator[otel_rl.Telemetry]:
     assert _exports(instance)[-1].get(("rl.run.finished", ())) == 1
 
 
-_READ: dict[str, tuple[int, list[dict[tuple[str, tuple[tuple[str, Any], ...]], float]]]] = {}
-"""Per output file: how far it was read, and the metrics exports read so far (the file only grows)."""
+_READ: dict[str, list[dict[tuple[str, tuple[tuple[str, Any], ...]], float]]] = {}
+"""Per output folder: the last metrics exports read so far (the files only grow)."""
+
+
+def _new_lines(telemetry: otel_rl.Telemetry, signal: str) -> list[Any]:
+    """The OTLP messages of ``signal`` written since the last call (the offline files: otel_rl_contract.files)."""
+    from google.protobuf.json_format import ParseDict
+    from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
+    from opentelemetry.proto.metrics.v1.metrics_pb2 import MetricsData
+    from otel_rl_contract.files import ids_from_hex
+
+    kind = MetricsData if signal == "metrics" else LogsData
+    messages = []
+    for path in sorted(Path(telemetry.config.resolved.output_dir).glob(f"*_{signal}_*.jsonl")):
+        offset = _OFFSETS.get(str(path), 0)
+        with open(path, "rb") as out:
+            out.seek(offset)
+            chunk = out.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        _OFFSETS[str(path)] = offset + len(complete)
+        messages += [
+            ParseDict(ids_from_hex(json.loads(line)), kind()) for line in complete.decode("utf-8").splitlines()
+        ]
+    return messages
+
+
+_OFFSETS: dict[str, int] = {}
+"""Per offline file: how far it was read."""
+
+
+def _value(value: Any) -> Any:
+    """An OTLP ``AnyValue`` as Python (a map as a dict)."""
+    kind = value.WhichOneof("value")
+    if kind == "kvlist_value":
+        return {item.key: _value(item.value) for item in value.kvlist_value.values}
+    return None if kind is None else getattr(value, kind)
 
 
 def _exports(telemetry: otel_rl.Telemetry) -> list[dict[tuple[str, tuple[tuple[str, Any], ...]], float]]:
-    """Every metrics export the file holds: (metric, attributes) -> the point's value (histograms: their count)."""
-    path = telemetry.config.resolved.output_file
-    offset, exports = _READ.get(path, (0, []))
-    with open(path, "rb") as out:
-        out.seek(offset)
-        chunk = out.read()
-    complete = chunk[: chunk.rfind(b"\n") + 1]
-    for line in complete.decode("utf-8").splitlines():
-        data = json.loads(line)
-        if "resource_metrics" not in data:
-            continue
+    """The last two metrics exports the files hold: (metric, attributes) -> the point's value (histograms: count)."""
+    key = telemetry.config.resolved.output_dir
+    exports = _READ.get(key, [])
+    for message in _new_lines(telemetry, "metrics"):
         points: dict[tuple[str, tuple[tuple[str, Any], ...]], float] = {}
-        for rm in data["resource_metrics"]:
-            for sm in rm["scope_metrics"]:
-                for metric in sm["metrics"]:
-                    for point in metric["data"]["data_points"]:
-                        key = (metric["name"], tuple(sorted(point["attributes"].items())))
-                        points[key] = point["count"] if "count" in point else point["value"]
+        for rm in message.resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    data = getattr(metric, metric.WhichOneof("data"))
+                    for point in data.data_points:
+                        attributes = tuple(sorted((item.key, _value(item.value)) for item in point.attributes))
+                        value = point.count if hasattr(point, "count") else getattr(point, point.WhichOneof("value"))
+                        points[(metric.name, attributes)] = value
         exports.append(points)
-    _READ[path] = (offset + len(complete), exports[-2:])
+    _READ[key] = exports[-2:]
     return exports[-2:]
 
 
-_RECORDS_READ: dict[str, int] = {}
-
-
 def _records(telemetry: otel_rl.Telemetry) -> list[dict[str, Any]]:
-    """The sample records written since the last call."""
-    path = telemetry.config.resolved.output_file
-    with open(path, "rb") as out:
-        out.seek(_RECORDS_READ.get(path, 0))
-        chunk = out.read()
-    complete = chunk[: chunk.rfind(b"\n") + 1]
-    _RECORDS_READ[path] = _RECORDS_READ.get(path, 0) + len(complete)
-    lines = complete.decode("utf-8").splitlines()
-    return [record for record in map(json.loads, lines) if "resource_metrics" not in record and "body" in record]
+    """The sample records written since the last call: attributes, the resource's attributes and the body."""
+    return [
+        {
+            "attributes": {item.key: _value(item.value) for item in record.attributes},
+            "resource": {"attributes": {item.key: _value(item.value) for item in rl.resource.attributes}},
+            "body": _value(record.body),
+        }
+        for message in _new_lines(telemetry, "logs")
+        for rl in message.resource_logs
+        for sl in rl.scope_logs
+        for record in sl.log_records
+    ]
 
 
 def _tally(telemetry: otel_rl.Telemetry, metric: str) -> tuple[float, float]:
@@ -576,9 +605,9 @@ def test_trl_callback_hooks_never_raise(telemetry: otel_rl.Telemetry, logs: Any,
 def test_module_functions_never_raise_after_setup(tmp_path: Path, timeout: Any) -> None:
     """otel_rl.setup, get_telemetry and reset with any timeout: reset returns, and unless it was given less than the
     default five seconds to export in (then the export may be cut), the final export marks the run finished."""
-    output = tmp_path / f"module-{uuid.uuid4().hex}.jsonl"
+    output = tmp_path / f"module-{uuid.uuid4().hex}"
     telemetry = otel_rl.setup(
-        otel_rl.TelemetryConfig(run_id="module", exporter="file", output_file=str(output), export_interval_s=60)
+        otel_rl.TelemetryConfig(run_id="module", exporter="file", output_dir=str(output), export_interval_s=60)
     )
     assert otel_rl.get_telemetry() is telemetry
     telemetry.record_rewards([1.0])

@@ -155,7 +155,7 @@ def test_torchrun_default_rendezvous_id_is_not_a_run_id(monkeypatch: pytest.Monk
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"exporter": "kafka"}, r'"exporter" must be one of otlp, console, file, none, got \'kafka\''),
+        ({"exporter": "kafka"}, r'"exporter" must be one of otlp, console, file, otlp\+file, none, got \'kafka\''),
         ({"protocol": "udp"}, r'"protocol" must be one of grpc, http/protobuf, got \'udp\''),
         ({"rank": -1}, r'"rank" must be an integer >= 0, got -1'),
         ({"rank": 2, "world_size": 2}, r'"rank" must be < "world_size" \(2\), got 2'),

@@ -370,16 +370,21 @@ def test_console_mode_prints_a_readable_line_per_step(capsys: pytest.CaptureFixt
 
 
 def test_file_mode_writes_json_lines(tmp_path: Path) -> None:
-    """exporter="file" appends metrics and samples as JSON lines."""
-    path = tmp_path / "telemetry.jsonl"
-    telemetry = Telemetry(TelemetryConfig(run_id="file-run", exporter="file", output_file=str(path)))
+    """exporter="file" writes metrics and samples as OTLP/JSON lines, one file per signal."""
+    telemetry = Telemetry(TelemetryConfig(run_id="file-run", exporter="file", output_dir=str(tmp_path)))
     telemetry.step(1)
     telemetry.record_rewards([0.5])
     telemetry.record_sample(EpisodeSample(reward=0.5, response="r"))
     telemetry.shutdown()
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert any(line.get("event_name") == "rl.sample" for line in lines)
-    assert any("resource_metrics" in line for line in lines)
+    (logs,) = tmp_path.glob("*_logs_*.jsonl")
+    (metrics,) = tmp_path.glob("*_metrics_*.jsonl")
+    records = [
+        r
+        for line in logs.read_text().splitlines()
+        for r in json.loads(line)["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
+    ]
+    assert [record["eventName"] for record in records] == ["rl.sample"]
+    assert all("resourceMetrics" in json.loads(line) for line in metrics.read_text().splitlines())
 
 
 def test_resource_carries_run_and_rank() -> None:
@@ -504,19 +509,19 @@ def test_metric_keys_have_their_own_cap(metric_exporter: RecordingMetricExporter
 def test_exporters_fall_back_one_by_one(tmp_path: Path) -> None:
     """Passing only a metric exporter keeps the configured exporter for samples (passing it alone disabled log and
     span export: no samples at all)."""
-    output = tmp_path / "samples.jsonl"
     metrics = RecordingMetricExporter()
     telemetry = Telemetry(
-        TelemetryConfig(run_id="fallback", exporter="file", output_file=str(output), export_interval_s=60),
+        TelemetryConfig(run_id="fallback", exporter="file", output_dir=str(tmp_path), export_interval_s=60),
         metric_exporter=metrics,
     )
     telemetry.step(1)
     telemetry.record_sample(EpisodeSample(reward=1.0, response="kept"))
     telemetry.step(2)
     assert telemetry.shutdown(EXPORT_WAIT_S)
-    records = [json.loads(line) for line in output.read_text().splitlines()]
-    assert [record["body"]["response"] for record in records if "body" in record] == ["kept"]
-    assert not [record for record in records if "resource_metrics" in record]
+    (logs,) = tmp_path.glob("*_logs_*.jsonl")
+    body = json.loads(logs.read_text())["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]["body"]
+    assert {item["key"]: item["value"] for item in body["kvlistValue"]["values"]}["response"] == {"stringValue": "kept"}
+    assert not list(tmp_path.glob("*_metrics_*.jsonl"))
     assert metrics.exports
 
 

@@ -23,6 +23,7 @@ import otel_rl_contract as contract
 from otel_rl_contract import Distribution
 
 from otel_rl_ops import promql
+from otel_rl_ops.alerts.history import alert_history
 from otel_rl_ops.query import Jaeger, Prometheus, VictoriaLogs
 
 _TIMEOUT_S = 10
@@ -403,7 +404,22 @@ def summary_between(sources: Sources, begin: float, end: float, *, service: str,
         "performance": performance(sources, begin, end, service=service, counted=counted),
         "cost": cost(sources, end),
         "samples": {"top": samples(sources, "top", 3), "bottom": samples(sources, "bottom", 3)},
+        "alerts": alerts_raised(sources, end),
     }
+
+
+ALERT_TAIL_S = 900
+"""How long after a run's last point its alerts are read: the rules go on for minutes after it (RLTelemetryAbsent
+waits 5 minutes of silence and its ``for``; ``otel-rl replay`` evaluates 10 minutes past a run's end)."""
+
+
+def alerts_raised(sources: Sources, end: float) -> list[dict[str, Any]]:
+    """Every alert the run raised (``ALERTS``, :mod:`otel_rl_ops.alerts.history`), live or replayed, up to
+    :data:`ALERT_TAIL_S` after ``end``: its title and when it was pending and firing."""
+    return [
+        {"title": alert.title, "when": alert.when}
+        for alert in alert_history(sources.prometheus, sources.run_id, at=end + ALERT_TAIL_S)
+    ]
 
 
 def cost(sources: Sources, at: float) -> dict[str, float | None]:
@@ -524,4 +540,5 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     for selection, label in (("top", "best sample"), ("bottom", "worst sample")):
         found = samples_.get(selection) or []
         rows.append((label, _sample(found[0]) if found else "-"))
+    rows += [(f"alert {alert['title']}", alert["when"]) for alert in summary.get("alerts") or ()]
     return rows

@@ -29,6 +29,7 @@ ComponentName = Literal[
     "jaeger",
     "thanos-receive-0",
     "thanos-receive-1",
+    "thanos-store",
     "thanos-query",
     "thanos-rule",
     "prometheus",
@@ -384,21 +385,52 @@ def _thanos_receive_command(index: int) -> CommandBuilder:
     return command
 
 
+def bucket_config(state_dir: Path) -> Path:
+    """Write and return ``<state_dir>/thanos-bucket.yml``: the TSDB cluster profile's object storage, a folder
+    (Thanos's ``FILESYSTEM`` type, ``<state_dir>/data/thanos-bucket``), which the store gateway serves and
+    ``thanos tools bucket upload-blocks`` (``otel-rl replay``) uploads into."""
+    folder = state_dir / "data" / "thanos-bucket"
+    folder.mkdir(parents=True, exist_ok=True)
+    bucket = {"type": "FILESYSTEM", "config": {"directory": str(folder)}}
+    return _write_if_changed(state_dir / "thanos-bucket.yml", yaml.safe_dump(bucket, sort_keys=False))
+
+
+def _thanos_store_command(config: StackConfig, binaries: Binaries, state_dir: Path) -> Command:
+    """The Thanos store gateway of the TSDB cluster profile: the bucket's blocks (offline runs that ``otel-rl replay``
+    uploaded, with their external labels) through the Store API to the querier. It looks for new blocks every 30 s
+    (``--sync-block-duration``; Thanos's default is 15 minutes)."""
+    if binaries.thanos is None:
+        raise ValueError('"binaries.thanos" must be set to run thanos-store (install_all(cluster=True)), got None')
+    bucket = bucket_config(state_dir)
+    argv = (
+        str(binaries.thanos),
+        "store",
+        f"--data-dir={_data_dir(state_dir, 'thanos-store')}",
+        f"--objstore.config-file={bucket}",
+        f"--http-address={config.host}:{config.ports.thanos_store_http}",
+        f"--grpc-address={config.host}:{config.ports.thanos_store_grpc}",
+        "--sync-block-duration=30s",
+    )
+    return Command(argv=argv, environment={}, inputs=(bucket,))
+
+
 def _thanos_query_command(config: StackConfig, binaries: Binaries, state_dir: Path) -> Command:
     """The Thanos querier of the TSDB cluster profile: the Prometheus query API over both receivers.
 
     Both receivers are ``strict`` endpoints (``<state_dir>/thanos-endpoints.yml``): they stay in the querier's set
     while down instead of being dropped after a failed health check, and partial responses are off, so a query
     while a receiver is down fails instead of answering from half the series (a partial total looks like a loss).
-    Thanos Ruler is the third endpoint, not strict: the series it records (recording rules, ``ALERTS``) are read
-    from it, and it starts after the querier (it queries it), so the querier adds it once it answers.
+    The store gateway (the bucket: replayed offline runs) is strict too. Thanos Ruler is the last endpoint, not
+    strict: the series it records (recording rules, ``ALERTS``) are read from it, and it starts after the querier (it
+    queries it), so the querier adds it once it answers.
     """
     if binaries.thanos is None:
         raise ValueError('"binaries.thanos" must be set to run thanos-query (install_all(cluster=True)), got None')
     state_dir.mkdir(parents=True, exist_ok=True)
     receivers = [{"address": _receiver_endpoint(config, p), "strict": True} for _, p in THANOS_RECEIVERS]
     ruler = {"address": f"{config.host}:{config.ports.thanos_rule_grpc}"}
-    endpoints = {"endpoints": [*receivers, ruler]}
+    store = {"address": f"{config.host}:{config.ports.thanos_store_grpc}", "strict": True}
+    endpoints = {"endpoints": [*receivers, store, ruler]}
     endpoints_file = _write_if_changed(state_dir / "thanos-endpoints.yml", yaml.safe_dump(endpoints, sort_keys=False))
     argv = (
         str(binaries.thanos),
@@ -411,7 +443,7 @@ def _thanos_query_command(config: StackConfig, binaries: Binaries, state_dir: Pa
     return Command(argv=argv, environment={}, inputs=(endpoints_file,))
 
 
-def _evaluation_interval(root: Path) -> str:
+def evaluation_interval(root: Path) -> str:
     """Return ``global.evaluation_interval`` of the data root's Prometheus template (Prometheus's default 1m
     when it has none): Thanos Ruler evaluates the rules as often as Prometheus does."""
     data: Any = yaml.safe_load(layout.prometheus_config(root).read_text(encoding="utf-8"))
@@ -439,7 +471,7 @@ def _thanos_rule_command(config: StackConfig, binaries: Binaries, state_dir: Pat
         f"--data-dir={data_dir}",
         f"--tsdb.retention={config.prometheus_retention}",
         *(f"--rule-file={path}" for path in rule_files),
-        f"--eval-interval={_evaluation_interval(config.resolved_root())}",
+        f"--eval-interval={evaluation_interval(config.resolved_root())}",
         f"--query={query_url(config)}",
         f"--alertmanagers.url={alertmanager_url(config)}",
         f"--alert.query-url={query_url(config)}",
@@ -582,6 +614,14 @@ SPECS: Final[Mapping[ComponentName, ComponentSpec]] = {
             for index, (name, prefix) in enumerate(THANOS_RECEIVERS)
         ),
         ComponentSpec(
+            name="thanos-store",
+            listen_ports=("thanos_store_http", "thanos_store_grpc"),
+            health_port="thanos_store_http",
+            health_path="/-/ready",
+            command=_thanos_store_command,
+            enabled=_tsdb_cluster_only,
+        ),
+        ComponentSpec(
             name="thanos-query",
             listen_ports=("thanos_query", "thanos_query_grpc"),
             health_port="thanos_query",
@@ -617,9 +657,9 @@ SPECS: Final[Mapping[ComponentName, ComponentSpec]] = {
     )
 }
 """Every component's spec, in start order (Alertmanager before the Prometheus or Thanos Ruler that sends to it;
-storage nodes before the VictoriaLogs front that writes to them; receivers before the querier that reads them, the
-querier before the ruler that queries it; VictoriaLogs, Jaeger, Prometheus and the receivers before the collector that
-writes to them)."""
+storage nodes before the VictoriaLogs front that writes to them; receivers and the store gateway before the querier
+that reads them, the querier before the ruler that queries it; VictoriaLogs, Jaeger, Prometheus and the receivers
+before the collector that writes to them)."""
 
 ALL_COMPONENTS: Final[tuple[ComponentName, ...]] = tuple(SPECS)
 """Every component of every profile, in start order."""

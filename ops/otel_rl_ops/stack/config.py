@@ -94,6 +94,11 @@ class StackPorts:
     thanos_rule_grpc: int = 10905
     """Thanos Ruler's gRPC (Store API): the querier reads the series the ruler records (recording rules,
     ``ALERTS``) from it."""
+    thanos_store_http: int = 10908
+    """Thanos store gateway's HTTP (``/-/ready``; TSDB cluster profile only): it serves the stack's bucket, where
+    ``otel-rl replay`` uploads the blocks of offline runs."""
+    thanos_store_grpc: int = 10907
+    """Thanos store gateway's gRPC (Store API), read by the querier."""
     alertmanager: int = 9093
     """Alertmanager's web API (``/api/v2/alerts``, ``/api/v2/silences``), to which Prometheus (or Thanos Ruler)
     sends alerts. Its cluster (gossip) port is off: one Alertmanager, no peers."""

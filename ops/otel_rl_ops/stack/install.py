@@ -8,6 +8,8 @@ What the demo and ``otel-rl stack up`` run is always installed:
   ``$OTEL_RL_HOME/bin`` with a version stamp (:func:`~otel_rl_ops.stack.gotools.ensure_go_binary`).
 * Alertmanager (``go build`` in a copy of its module, which lacks the web UI's assets).
 * Jaeger v2, the trace store (``go build`` in a copy of its module, whose go.mod has a ``replace`` directive).
+* ``otel-rl-backfill``, which ``otel-rl replay`` writes TSDB blocks with: the package's ``backfill/`` Go program, cached
+  by the digest of its sources (:mod:`otel_rl_ops.stack.backfill_build`).
 
 The rest only when asked, since nothing the stack starts runs them and each takes minutes cold:
 
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from otel_rl_ops.package_data import data_root
 from otel_rl_ops.stack import layout, versions
+from otel_rl_ops.stack.backfill_build import ensure_backfill
 from otel_rl_ops.stack.collector_build import ensure_collector
 from otel_rl_ops.stack.env import otel_rl_home
 from otel_rl_ops.stack.gotools import ensure_go_binary
@@ -53,6 +56,9 @@ class Binaries:
     :attr:`promtool`)."""
     jaeger: Path
     """Jaeger v2, the trace store of the collector's traces pipeline (one trace per step across ranks)."""
+    backfill: Path | None = None
+    """``otel-rl-backfill`` (TSDB blocks and the rules' series of replayed runs), or ``None`` in a :class:`Binaries`
+    not made by :func:`install_all`."""
     thanos: Path | None = None
     """Thanos (``receive``, ``query`` and ``rule`` of the TSDB cluster profile), or ``None`` when it was not built
     (the default install skips it: :func:`install_all` with ``cluster=False``)."""
@@ -81,5 +87,6 @@ def install_all(
         amtool=ensure_go_binary(versions.AMTOOL, home=home) if tools else None,
         jaeger=ensure_go_binary(versions.JAEGER, home=home),
         collector=ensure_collector(layout.collector_manifest(root), home=home),
+        backfill=ensure_backfill(layout.backfill_source(root), home=home),
         thanos=ensure_go_binary(versions.THANOS, home=home) if cluster else None,
     )

@@ -48,6 +48,16 @@ def runbooks(root: Path) -> Path:
     return root / "docs" / "runbooks.md"
 
 
+def backfill_source(root: Path) -> Path:
+    """Return the sources of ``otel-rl-backfill`` (the Go program ``otel-rl replay`` writes TSDB blocks with)."""
+    return root / "backfill"
+
+
+def backfill_dir(home: Path) -> Path:
+    """Return the folder holding one built ``otel-rl-backfill`` per digest of its sources."""
+    return home / "backfill"
+
+
 def bin_dir(home: Path) -> Path:
     """Return the folder for Go-installed tools (``GOBIN``): the collector builder and VictoriaLogs."""
     return home / "bin"
