@@ -1,51 +1,75 @@
-"""One compiled pass over a large input, run on several CPU threads.
+"""One compiled pass over a large input, on the calling thread and, when it helps, pool threads beside it.
 
-The kernels in ``otel_rl._kernels`` release the GIL, so an input split into contiguous chunks is summarized on
-several cores at once; each chunk keeps its own bucket counts and the caller combines the partial results (sums
-add, extremes take min and max). The thread count follows torch's intra-op setting (``torch.get_num_threads``,
-which honours ``OMP_NUM_THREADS`` and ``torch.set_num_threads``), the same cores ``x.sum()`` uses. Inputs below
-:data:`MIN_CHUNK` values per thread run in the calling thread: handing work to a thread costs tens of
-microseconds.
+The kernels in ``otel_rl._kernels`` release the GIL and take their work in chunks from a shared counter (an atomic
+increment), so a pool thread helps exactly as much as it runs: started at once on a free core it takes half the
+chunks, started late it takes the rest of them, never started it takes none. The caller never waits for a thread
+that has not claimed a chunk, and waits at most for the chunk a helper is in the middle of (:data:`MIN_CHUNK`
+values, tens of microseconds). Handing out whole halves instead made the times bimodal: a helper that started late (its
+core busy, or woken on the caller's own core) made the caller wait for a whole half.
+
+Inputs of fewer than :data:`PARALLEL_CHUNKS` chunks run on the calling thread alone: below that, waking a helper (a
+futex wake-up, tens of microseconds before it runs) costs more than it saves. The thread count follows torch's intra-op
+setting (``torch.get_num_threads``, which honours ``OMP_NUM_THREADS`` and ``torch.set_num_threads``), the cores
+``x.sum()`` uses.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy as np
 import torch
 
 T = TypeVar("T")
 
-MIN_CHUNK = 1 << 17
-"""The fewest values worth a thread of their own."""
+MIN_CHUNK = 1 << 15
+"""Values per chunk, the unit of work a thread claims: small enough that waiting for a helper's last chunk is short,
+large enough that claiming is free (one atomic increment per chunk)."""
+PARALLEL_CHUNKS = 4
+"""The fewest chunks worth a helper thread (measured: see docs/performance.md, "Threads")."""
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def chunks(length: int) -> list[slice]:
-    """Contiguous slices covering ``range(length)``, one per thread to use (a single slice for small inputs)."""
-    parts = max(1, min(torch.get_num_threads(), length // MIN_CHUNK))
-    edges = [length * i // parts for i in range(parts + 1)]
-    return [slice(start, stop) for start, stop in itertools.pairwise(edges)]
+@dataclass(frozen=True)
+class Plan:
+    """How one input is split: ``threads`` kernel calls (the caller's and ``threads - 1`` helpers') claiming
+    ``chunks`` chunks of ``chunk`` values from ``counter``."""
+
+    threads: int
+    chunk: int
+    chunks: int
+    counter: np.ndarray
 
 
-def run_all(tasks: Sequence[Callable[[], T]]) -> list[T]:
-    """The results of ``tasks`` in order: the first runs in the calling thread, the others on the shared pool; a
-    task no pool thread has started by the time the caller is free runs in the caller too, so a busy machine
-    never makes the caller wait for a thread to be scheduled (no worse than running them all itself)."""
-    if len(tasks) <= 1:
-        return [task() for task in tasks]
-    futures = [_executor().submit(task) for task in tasks[1:]]
-    results = [tasks[0]()]
-    for task, future in zip(tasks[1:], futures, strict=True):
-        results.append(task() if future.cancel() else future.result())
-    return results
+def plan(length: int, *, unit: int = 1) -> Plan:
+    """The split of ``length`` values whose chunks are whole multiples of ``unit`` (a row of a 2-D input)."""
+    unit = max(1, unit)
+    threads = max(1, torch.get_num_threads()) if length >= PARALLEL_CHUNKS * MIN_CHUNK else 1
+    chunk = max(unit, MIN_CHUNK // unit * unit) if threads > 1 else max(unit, length)
+    return Plan(threads, chunk, max(1, -(-length // chunk)), np.zeros(1, dtype=np.int64))
+
+
+def run(tasks: Sequence[Callable[[], int]], chunks: int) -> list[int]:
+    """Run ``tasks[0]`` on the calling thread and the others on the pool; each is one kernel call claiming chunks and
+    returning how many it did. Returns those counts, 0 for a task that never ran: when the caller did every chunk it
+    returns at once (a helper that starts later finds none left and writes nothing); otherwise it cancels the helpers
+    that have not started and waits for the others, which hold the chunks it did not do."""
+    if len(tasks) == 1:
+        return [tasks[0]()]
+    futures: list[Future[int]] = [_executor().submit(task) for task in tasks[1:]]
+    done = [tasks[0]()]
+    if done[0] == chunks:
+        for future in futures:
+            future.cancel()
+        return done + [0] * len(futures)
+    return done + [0 if future.cancel() else future.result() for future in futures]
 
 
 def _executor() -> ThreadPoolExecutor:
