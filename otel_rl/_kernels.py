@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +75,8 @@ _LN2_HIGH = 6.93147180369123816490e-01
 _LN2_LOW = 1.90821492927058770002e-10
 _EXP_TERMS = tuple(1.0 / math.factorial(k) for k in range(14))
 _NO_MASK = np.empty(0, dtype=np.bool_)
+_START = np.array([0, 0, _LOW_KEY, _HIGH_KEY], dtype=np.int64)
+"""Each distribution's integer accumulators before any value (:data:`INTEGERS`)."""
 _NO_VALUES = np.empty(0, dtype=np.float32)
 
 
@@ -262,14 +265,14 @@ def _exp(d):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
 def key_of(value: float) -> int:
     """The order-preserving int64 key of a float64: keys compare as the values do (``-0.0`` below ``0.0``); the kernels
     keep extremes as keys because integer min/max reductions vectorize."""
-    bits = int(np.float64(value).view(np.int64))
-    return bits ^ ((bits >> 63) & _MAGNITUDE)
+    (bits,) = struct.unpack("<q", struct.pack("<d", value))
+    return int(bits ^ ((bits >> 63) & _MAGNITUDE))
 
 
 def value_of(key: int) -> float:
     """The float64 of a key (see :func:`key_of`)."""
-    bits = key ^ ((key >> 63) & _MAGNITUDE)
-    return float(np.int64(bits).view(np.float64))
+    (value,) = struct.unpack("<d", struct.pack("<q", key ^ ((key >> 63) & _MAGNITUDE)))
+    return float(value)
 
 
 @njit(cache=True, nogil=True, fastmath=_FAST, inline="always")
@@ -397,10 +400,7 @@ def narrow(dtype: np.dtype[Any], scale: int) -> bool:
 
 def accumulators(fields: int) -> tuple[np.ndarray, np.ndarray]:
     """Fresh ``(integers, floats)`` accumulators of ``fields`` distributions (see :data:`INTEGERS`, :data:`FLOATS`)."""
-    integers = np.zeros((fields, len(INTEGERS)), dtype=np.int64)
-    integers[:, 2] = _LOW_KEY
-    integers[:, 3] = _HIGH_KEY
-    return integers, np.zeros((fields, len(FLOATS)), dtype=np.float64)
+    return np.tile(_START, (fields, 1)), np.zeros((fields, len(FLOATS)), dtype=np.float64)
 
 
 @functools.cache
@@ -687,16 +687,24 @@ class Summary:
     @classmethod
     def combine(cls, integers: np.ndarray, floats: np.ndarray, tallies: np.ndarray, size: int) -> Summary:
         """The summary of per-thread accumulators of one distribution (one row per thread)."""
-        count = int(integers[:, 0].sum())
+        if integers.shape[0] == 1:  # one thread: no reductions (they cost more than a small call's kernel)
+            count, nonfinite, low, high = integers[0].tolist()
+            positive, negative, squares = floats[0].tolist()
+            counts = tallies[0, :size]
+        else:
+            count, nonfinite = (int(n) for n in integers[:, :2].sum(axis=0))
+            low, high = int(integers[:, 2].min()), int(integers[:, 3].max())
+            positive, negative, squares = floats.sum(axis=0).tolist()
+            counts = tallies[:, :size].sum(axis=0)
         return cls(
             count=count,
-            nonfinite=int(integers[:, 1].sum()),
-            minimum=value_of(int(integers[:, 2].min())) if count else math.nan,
-            maximum=value_of(int(integers[:, 3].max())) if count else math.nan,
-            positive=float(floats[:, 0].sum()),
-            negative=float(floats[:, 1].sum()),
-            squares=float(floats[:, 2].sum()),
-            counts=tallies[:, :size].sum(axis=0),
+            nonfinite=nonfinite,
+            minimum=value_of(low) if count else math.nan,
+            maximum=value_of(high) if count else math.nan,
+            positive=positive,
+            negative=negative,
+            squares=squares,
+            counts=counts,
         )
 
 
@@ -824,30 +832,27 @@ def summarize_staleness(
     kernel = staleness_kernel(layout.scale, keep is not None)
     fine = np.zeros((split.threads, table + 4 + TRASH), dtype=np.int64)
     tallies = layout.tallies(split.threads)
-    results: list[tuple[int, int, int, int, int]] = []
     kept = _NO_MASK if keep is None else keep
+    arguments = (versions, kept, current)
+    tables = (layout.bounds, layout.lookup, layout.fractions)
+    if split.threads == 1:  # one thread: no reductions
+        _, count, total, minimum, maximum = kernel(*arguments, fine[0], *tables, tallies[0], split.counter, split.chunk)
+        return fine[0, : table + 4], (count, total, minimum, maximum), tallies[0, : layout.size]
+    results: list[tuple[int, int, int, int, int]] = []
 
     def task(i: int) -> int:
-        result = kernel(
-            versions,
-            kept,
-            current,
-            fine[i],
-            layout.bounds,
-            layout.lookup,
-            layout.fractions,
-            tallies[i],
-            split.counter,
-            split.chunk,
-        )
+        result = kernel(*arguments, fine[i], *tables, tallies[i], split.counter, split.chunk)
         results.append(result)
         return int(result[0])
 
     _parallel.run([functools.partial(task, i) for i in range(split.threads)], split.chunks)
-    above = (
-        sum(r[1] for r in results),
-        sum(r[2] for r in results),
-        min((r[3] for r in results), default=_INT64_MAX),
-        max((r[4] for r in results), default=-1),
+    return (
+        fine[:, : table + 4].sum(axis=0),
+        (
+            sum(r[1] for r in results),
+            sum(r[2] for r in results),
+            min((r[3] for r in results), default=_INT64_MAX),
+            max((r[4] for r in results), default=-1),
+        ),
+        tallies[:, : layout.size].sum(axis=0),
     )
-    return fine[:, : table + 4].sum(axis=0), above, tallies[:, : layout.size].sum(axis=0)
