@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -502,3 +502,50 @@ def test_the_caller_waits_for_chunks_a_helper_claimed() -> None:
 
     done = _parallel.run([caller, helper], 6)
     assert finished == ["helper"] and sum(done) == 6 and done[1] >= 1
+
+
+def _claiming(counter: list[int], lock: threading.Lock, chunks: int, seconds: float) -> Callable[[], int]:
+    """A stand-in kernel: claims chunks until none is left, ``seconds`` each."""
+
+    def task() -> int:
+        done = 0
+        while True:
+            with lock:
+                if counter[0] >= chunks:
+                    return done
+                counter[0] += 1
+            done += 1
+            time.sleep(seconds)
+
+    return task
+
+
+def test_helpers_that_made_the_caller_wait_are_backed_off_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call whose helper held the caller up (here: a helper 20x slower per chunk, as a descheduled one is) makes
+    the next large inputs run on the caller alone; a call the helper sped up hands work out again at once."""
+    monkeypatch.setattr(_parallel, "_backoff", _parallel._Backoff())
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    large = _parallel.PARALLEL_CHUNKS * _parallel.MIN_CHUNK
+    assert _parallel.plan(large).threads == 2
+    lock = threading.Lock()
+    counter = [0]
+    first_claimed = threading.Event()
+    slow_helper = _claiming(counter, lock, 4, 0.2)
+
+    def helper() -> int:
+        first_claimed.set()
+        return slow_helper()
+
+    def caller() -> int:
+        first_claimed.wait(5)
+        return _claiming(counter, lock, 4, 0.01)()
+
+    assert _parallel.run([caller, helper], 4) == [3, 1]
+    assert _parallel.plan(large).threads == 1  # backed off
+    monkeypatch.setattr(_parallel._backoff, "until", 0)
+    assert _parallel.plan(large).threads == 2
+    counter[0] = 0
+    alike = _claiming(counter, lock, 8, 0.02)
+    done = _parallel.run([alike, alike], 8)
+    assert sum(done) == 8 and min(done) >= 2
+    assert _parallel.plan(large).threads == 2 and _parallel._backoff.misses == 0
