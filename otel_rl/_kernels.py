@@ -155,7 +155,7 @@ claim: Any = intrinsic(_claim)
 # -- one value ------------------------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _bucket(x, bounds):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """The first index i with ``x <= bounds[i]`` (``len(bounds)`` when x is above every bound)."""
     lo, hi = 0, bounds.shape[0]
@@ -168,7 +168,7 @@ def _bucket(x, bounds):  # type: ignore[no-untyped-def]  # pragma: no cover - co
     return lo
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _exact_slot(x, scale, bounds, lookup, fractions):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """The slot of finite float64 ``x`` in the layout the arguments describe (explicit ``bounds`` when ``scale < 0``,
     else ``otel_rl._buckets.ExponentialLayout(scale)``): the boundaries' exact mantissas decide, through a table on
@@ -188,7 +188,7 @@ def _exact_slot(x, scale, bounds, lookup, fractions):  # type: ignore[no-untyped
     return index + (width + 1) * (1 + (bits >> 63))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _slot64(bits, scale):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """The exponential slot of the float64 whose bits are ``bits`` (finite), or -1 when it is too close to a boundary
     for the squarings to decide (see the module docstring)."""
@@ -209,7 +209,7 @@ def _slot64(bits, scale):  # type: ignore[no-untyped-def]  # pragma: no cover - 
     return -1 if near & (not power) else slot
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _slot32(bits, scale):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """:func:`_slot64` for a float32's bits, in int32 arithmetic (scales up to 6: ``m**64`` stays a float32)."""
     lowest = np.int32(-(WINDOW_OCTAVES << scale))
@@ -229,12 +229,12 @@ def _slot32(bits, scale):  # type: ignore[no-untyped-def]  # pragma: no cover - 
     return np.int32(-1) if near & (not power) else slot
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, fastmath=False)
 def _exp(d):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """``exp(d)`` in float64 within about one unit in the last place, branch-free so that it vectorizes (numba's
     ``math.exp`` is a call per value): ``d = k ln 2 + r`` (Cody-Waite), a degree-13 Taylor polynomial of ``exp(r)``
-    for ``|r| <= ln 2 / 2``, and ``2**k`` from the exponent bits in two halves (subnormal results too). Only for
-    callers compiled without fastmath (:func:`_mismatch`): reassociation would undo the two-part reduction."""
+    for ``|r| <= ln 2 / 2``, and ``2**k`` from the exponent bits in two halves (subnormal results too). Never with
+    fastmath: reassociation would undo the two-part reduction."""
     c = d if d > -746.0 else -746.0
     c = c if c < 710.0 else 710.0
     k = math.floor(c * _LOG2E + 0.5)
@@ -275,7 +275,7 @@ def value_of(key: int) -> float:
     return float(value)
 
 
-@njit(cache=True, nogil=True, fastmath=_FAST, inline="always")
+@njit(cache=True, nogil=True, fastmath=_FAST)
 def _statistics(values, keep, masked, integers, floats):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """Stage 1 over one block, added to one distribution's accumulators (``integers``: :data:`INTEGERS`, ``floats``:
     :data:`FLOATS`)."""
@@ -310,7 +310,7 @@ def _statistics(values, keep, masked, integers, floats):  # type: ignore[no-unty
     floats[2] += squares
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _above(x, bounds, t):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """How many of ``bounds[t:t + 8]`` lie below ``x``, in int32."""
     pairs = _add32(_add32(x > bounds[t], x > bounds[t + 1]), _add32(x > bounds[t + 2], x > bounds[t + 3]))
@@ -319,7 +319,7 @@ def _above(x, bounds, t):  # type: ignore[no-untyped-def]  # pragma: no cover - 
     )
 
 
-@njit(cache=True, nogil=True, fastmath=_FAST, inline="always")
+@njit(cache=True, nogil=True, fastmath=_FAST)
 def _slots(values, keep, masked, narrow, scale, bounds, thresholds, size, slots):  # type: ignore[no-untyped-def]  # pragma: no cover
     """Stage 2 over one block: each value's slot into ``slots`` (-1: decide exactly in stage 3; rejected values:
     ``size + j % TRASH``). ``narrow``: the values are exact in float32. Explicit layouts count the bounds below each
@@ -352,7 +352,7 @@ def _slots(values, keep, masked, narrow, scale, bounds, thresholds, size, slots)
         slots[j] = slot if ok else _add32(size, _and32(j, TRASH - 1))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _tally(values, slots, scale, bounds, lookup, fractions, tally):  # type: ignore[no-untyped-def]  # pragma: no cover
     """Stage 3 over one block: one increment per value, at its slot (computed exactly here when stage 2 flagged it)."""
     for j in range(values.shape[0]):

@@ -295,14 +295,22 @@ class Tokens:
 
 @st.composite
 def tokens(draw: st.DrawFn) -> Tokens:
+    """Log-probabilities whose difference is 0, NaN, ±inf, ±800 or at least 1e-3 in magnitude: below that, k3 =
+    (r - 1) - d is all rounding of r (as on every path), and which exp rounds it decides its bucket."""
     rows, columns = draw(st.integers(1, 12)), draw(st.integers(0, 400))
     dtype = draw(st.sampled_from([np.float32, np.float64]))
-    logits = st.floats(-30, 0, width=32) | st.sampled_from([math.nan, -math.inf, -800.0, 0.0])
     shape = (rows, columns)
+    logits = st.floats(-30, 0, width=32) | st.sampled_from([math.nan, -math.inf, 0.0])
+    differences = (
+        st.floats(1e-3, 30) | st.floats(-30, -1e-3) | st.sampled_from([0.0, math.nan, math.inf, 800.0, -800.0])
+    )
+    train = draw(arrays(dtype, shape, elements=logits))
+    with np.errstate(invalid="ignore", over="ignore"):
+        inference = (train - draw(arrays(np.float64, shape, elements=differences))).astype(dtype)
     return Tokens(
         entropy=draw(arrays(dtype, shape, elements=st.floats(0, 10, width=32) | st.just(math.nan))),
-        train=draw(arrays(dtype, shape, elements=logits)),
-        inference=draw(arrays(dtype, shape, elements=logits)),
+        train=train,
+        inference=inference,
         mask=draw(arrays(np.bool_, shape)),
     )
 
