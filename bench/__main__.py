@@ -35,7 +35,7 @@ def run(
     started = time.perf_counter()
     results: dict[str, Any] = {"quick": quick, "machine": machine()}
     if "hotpath" in only:
-        from bench.hotpath import hotpath, thread_threshold
+        from bench.hotpath import breakdown, hotpath, thread_threshold
 
         results["hotpath"] = (
             hotpath(rounds=3, rollouts=32, tokens=512, baseline=baseline, threads=threads)
@@ -47,6 +47,7 @@ def run(
             if quick
             else thread_threshold([1 << k for k in range(15, 21)])
         )
+        results["hotpath"]["breakdown"] = breakdown(rollouts=32, tokens=512, repeats=3) if quick else breakdown()
     if "ingest" in only:
         results["ingest"] = ingest(rollouts=32, tokens=512, repeats=3, sample_size=500) if quick else ingest(repeats=15)
     if "growth" in only:

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
 import torch
 
-from bench.timing import median, percentile
+from bench.timing import interleaved, median, percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 """This checkout: its ``otel_rl`` is the one measured as ``current``."""
@@ -323,3 +324,89 @@ def thread_threshold(sizes: list[int], *, repeats: int = 41) -> list[dict[str, A
         _parallel.PARALLEL_CHUNKS, _parallel.BACKOFF_NS = minimum, backoff
         torch.set_num_threads(threads)
     return rows
+
+
+def breakdown(*, rollouts: int = 512, tokens: int = 2048, repeats: int = 21) -> dict[str, Any]:
+    """Where a warm call's time goes, on the calling thread alone (``torch.set_num_threads(1)``): for the 1-D rewards
+    each stage of the value kernel over the same block loop (statistics, slots, increments), the whole kernel, and
+    the call around it; the staleness kernel; the token pass of ``record_rollouts`` and the call around it. Medians
+    of ``repeats`` interleaved rounds, nanoseconds per value where it says so."""
+    import numba
+
+    from bench.workload import CURRENT_VERSION, flat_values, make_rollouts, make_step
+    from otel_rl import _kernels
+    from otel_rl._buckets import ExponentialLayout
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    layout = _kernels.LayoutArguments.of(ExponentialLayout(5))
+    values, keep = (t.numpy() for t in flat_values(rollouts * tokens))
+    slots = np.empty(values.shape[0], dtype=np.int32)
+    tally = layout.tallies(1)[0]
+    integers, floats = _kernels.accumulators(1)
+    block = _kernels.BLOCK
+    fast = {"reassoc", "nsz", "contract"}
+
+    @numba.njit(nogil=True, fastmath=fast)
+    def statistics(values, keep, integers, floats):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+        for start in range(0, values.shape[0], block):
+            stop = min(start + block, values.shape[0])
+            _kernels._statistics(  # noqa: SLF001 - one stage alone
+                values[start:stop], keep[start:stop], True, integers[0], floats[0]
+            )
+
+    @numba.njit(nogil=True, fastmath=fast)
+    def slot_stage(values, keep, bounds, thresholds, size, slots):  # type: ignore[no-untyped-def]  # pragma: no cover
+        for start in range(0, values.shape[0], block):
+            stop = min(start + block, values.shape[0])
+            _kernels._slots(  # noqa: SLF001 - one stage alone
+                values[start:stop], keep[start:stop], True, True, 5, bounds, thresholds, size, slots[start:stop]
+            )
+
+    @numba.njit(nogil=True)
+    def increments(values, slots, bounds, lookup, fractions, tally):  # type: ignore[no-untyped-def]  # pragma: no cover
+        for start in range(0, values.shape[0], block):
+            stop = min(start + block, values.shape[0])
+            _kernels._tally(  # noqa: SLF001 - one stage alone
+                values[start:stop], slots[start:stop], 5, bounds, lookup, fractions, tally
+            )
+
+    step = make_step(rollouts, tokens)
+    fields: dict[str, Any] = dict(make_rollouts(step))
+    found, close = workloads(rollouts, tokens)
+    versions, mask = step.versions.reshape(-1).numpy(), step.mask.reshape(-1).numpy()
+    token_layouts = _kernels.TokenLayouts.of((layout, layout, layout, layout))
+    flat = {name: fields[name].reshape(-1).numpy() for name in ("entropy", "logprobs", "inference_logprobs")}
+    parts: dict[str, Callable[[], object]] = {
+        "rewards_1d: statistics (stage 1)": lambda: statistics(values, keep, integers, floats),
+        "rewards_1d: slots (stage 2)": lambda: slot_stage(
+            values, keep, layout.bounds, layout.thresholds, layout.size, slots
+        ),
+        "rewards_1d: increments (stage 3)": lambda: increments(
+            values, slots, layout.bounds, layout.lookup, layout.fractions, tally
+        ),
+        "rewards_1d: value kernel": lambda: _kernels.summarize_values(layout, values, keep),
+        "rewards_1d: whole call": found["rewards_1d"].call,
+        "staleness_2d: staleness kernel": lambda: _kernels.summarize_staleness(
+            layout, versions, mask, CURRENT_VERSION, 4096
+        ),
+        "step_2d: whole call": found["step_2d"].call,
+        "rollouts_2d: token pass": lambda: _kernels.summarize_tokens(
+            token_layouts,
+            (flat["entropy"], mask),
+            (flat["logprobs"], flat["inference_logprobs"], mask),
+            step.mask.numpy(),
+        ),
+        "rollouts_2d: whole call": found["rollouts_2d"].call,
+    }
+    try:
+        samples = interleaved(parts, repeats=repeats)
+    finally:
+        close()
+        torch.set_num_threads(threads)
+    size = values.shape[0]
+    return {
+        name: {"median_ns": median(times), "p25_ns": percentile(times, 25), "p75_ns": percentile(times, 75)}
+        | ({"ns_per_value": median(times) / size} if name.startswith("rewards_1d") else {})
+        for name, times in samples.items()
+    }

@@ -47,6 +47,7 @@ def test_hot_path_reports_cold_and_warm_against_the_floor(results: dict[str, Any
     assert set(hot["targets_met"]) == set(hot["targets"]) == {"rewards_1d", "step_2d", "rollouts_2d"}
     assert _positive_finite(current["read_bandwidth_gb_s"]["median"])
     assert [row["values"] for row in hot["threads"]] == sorted(row["values"] for row in hot["threads"])
+    assert all(_positive_finite(part["median_ns"]) for part in hot["breakdown"].values())
 
 
 def test_ingest_reports_positive_times_and_ratios(results: dict[str, Any]) -> None:
