@@ -16,12 +16,20 @@ Helpers are used only when they help:
   times that; on a saturated machine a helper descheduled in the middle of its chunk made the caller wait
   milliseconds for it. A helper that started too late to take any chunk costs the caller only its wake-up.
 
+A helper never runs on the caller's core: before handing work out, the caller moves the pool's threads off the core it
+is on (``sched_setaffinity`` of their thread ids to the others; one system call when the caller has moved since the
+last call). Woken on the caller's own core, a helper preempted the caller and then ran the whole input while the
+caller, runnable, waited for that core: the same time as one thread, the other core idle or busy elsewhere (12 calls
+of 1M values at load 3: 7 ran in 760-800 us either way; with the helpers placed away, 10 ran in 440-540 us). A caller
+with no other core allowed hands no work out.
+
 The thread count follows torch's intra-op setting (``torch.get_num_threads``, which honours ``OMP_NUM_THREADS`` and
 ``torch.set_num_threads``), the cores ``x.sum()`` uses.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import time
@@ -42,7 +50,23 @@ BACKOFF_NS = 20_000_000
 _MAX_BACKOFF_DOUBLINGS = 10
 
 _pool: ThreadPoolExecutor | None = None
+_workers = 0
 _pool_lock = threading.Lock()
+_helpers: list[int] = []
+"""The native thread ids of the pool's threads."""
+_placed: list[frozenset[int] | None] = [None]
+"""The cores the helpers were last restricted to."""
+
+
+def _current_core() -> Callable[[], int] | None:
+    try:
+        found: Callable[[], int] = ctypes.CDLL(None).sched_getcpu
+        return found
+    except (OSError, AttributeError):
+        return None
+
+
+_core = _current_core()
 
 
 @dataclass(frozen=True)
@@ -92,9 +116,10 @@ def run(tasks: Sequence[Callable[[], int]], chunks: int) -> list[int]:
     returns at once (a helper that starts later finds none left and writes nothing); otherwise it cancels the helpers
     that have not started and waits for the others, which hold the chunks it did not do. Whether the helpers made
     the call faster decides whether the next calls use them (see the module docstring)."""
-    if len(tasks) == 1:
-        return [tasks[0]()]
-    futures: list[Future[int]] = [_executor().submit(task) for task in tasks[1:]]
+    if len(tasks) == 1 or not _away_from_caller():
+        return [tasks[0]()] + [0] * (len(tasks) - 1)
+    pool, _ = _executor()
+    futures: list[Future[int]] = [pool.submit(task) for task in tasks[1:]]
     start = time.perf_counter_ns()
     done = [tasks[0]()]
     caller = time.perf_counter_ns() - start
@@ -108,18 +133,49 @@ def run(tasks: Sequence[Callable[[], int]], chunks: int) -> list[int]:
     return done
 
 
-def _executor() -> ThreadPoolExecutor:
-    global _pool
+def _away_from_caller() -> bool:
+    """Restrict the pool's threads to the cores allowed to the caller other than the one it is on; False when there
+    is none, so that no work is handed out. Where cores cannot be told apart (no ``sched_getcpu``, an affinity call
+    refused) the helpers are left where they are: the backoff still keeps them from holding the caller up."""
+    if _core is None or not hasattr(os, "sched_setaffinity"):
+        return True
+    others = frozenset(os.sched_getaffinity(0)) - {_core()}
+    if not others:
+        return False
+    pool, workers = _executor()
+    if len(_helpers) < workers:  # start the pool's threads, so that every helper is placed
+        for future in [pool.submit(time.sleep, 0.001) for _ in range(workers)]:
+            future.result()
+    if _placed[0] != others:
+        try:
+            for helper in _helpers:
+                os.sched_setaffinity(helper, others)
+        except OSError:
+            return True
+        _placed[0] = others
+    return True
+
+
+def _register() -> None:
+    _helpers.append(threading.get_native_id())
+
+
+def _executor() -> tuple[ThreadPoolExecutor, int]:
+    """The pool and how many threads it has."""
+    global _pool, _workers
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads() - 1), thread_name_prefix="otel-rl")
-        return _pool
+            _workers = max(1, torch.get_num_threads() - 1)
+            _pool = ThreadPoolExecutor(max_workers=_workers, thread_name_prefix="otel-rl", initializer=_register)
+        return _pool, _workers
 
 
 def _forget_pool() -> None:
     """A forked child has none of the parent's threads: it starts its own pool when it needs one."""
     global _pool, _pool_lock
     _pool, _pool_lock = None, threading.Lock()
+    _helpers.clear()
+    _placed[0] = None
 
 
 os.register_at_fork(after_in_child=_forget_pool)

@@ -6,6 +6,7 @@ Counts, buckets and extremes are exact; float64 sums within 1e-12 relative of th
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -447,8 +448,8 @@ def test_a_helper_that_never_starts_is_not_waited_for() -> None:
     queued helper is cancelled and never runs."""
     blocker = threading.Event()
     started = threading.Event()
-    pool = _parallel._executor()
-    busy = [pool.submit(blocker.wait) for _ in range(pool._max_workers)]  # every thread of the pool busy
+    pool, workers = _parallel._executor()
+    busy = [pool.submit(blocker.wait) for _ in range(workers)]  # every thread of the pool busy
     release = threading.Timer(2.0, blocker.set)
     release.start()
     counter = [0]
@@ -557,3 +558,30 @@ def test_helpers_that_made_the_caller_wait_are_backed_off_from(monkeypatch: pyte
     done = _parallel.run([alike, alike], 8)
     assert sum(done) == 8 and min(done) >= 2
     assert _parallel.plan(large).threads == 2 and _parallel._backoff.misses == 0
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2 or _parallel._core is None,
+    reason="needs two cores and Linux's affinity calls",
+)
+def test_helpers_run_off_the_callers_core() -> None:
+    """Before it hands work out, the caller moves the pool's threads off the core it is on (woken there, a helper
+    preempted it and did everything while the caller waited): the helper's allowed cores exclude the caller's."""
+    allowed = os.sched_getaffinity(0)
+    core = _parallel._core
+    assert core is not None
+    for _ in range(5):  # the caller may move between cores during a call; then the check is retried
+        seen: list[set[int]] = []
+        started = threading.Event()
+
+        def helper() -> int:
+            seen.append(os.sched_getaffinity(0))
+            started.set()
+            return 1
+
+        before = core()
+        assert _parallel.run([lambda: started.wait(5) and 0, helper], 1) == [0, 1]
+        if core() == before:
+            assert seen == [allowed - {before}]
+            return
+    pytest.fail("the caller moved between cores in every attempt")
