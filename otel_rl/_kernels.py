@@ -560,26 +560,29 @@ def staleness_kernel(scale: int, masked: bool) -> Callable[..., tuple[int, int, 
                 stop = min(start + BLOCK, end)
                 block = versions[start:stop]
                 kept = keep[start:stop] if masked else keep
-                dropped = np.int64(0)
-                unversioned = np.int64(0)
-                future = np.int64(0)
-                beyond = np.int64(0)
-                low = table
-                high = -1
+                table32 = np.int32(table)
+                dropped = np.int32(0)
+                unversioned = np.int32(0)
+                future = np.int32(0)
+                beyond = np.int32(0)
+                low = table32
+                high = np.int32(-1)
                 for j in range(block.shape[0]):
                     version = np.int64(block[j])
-                    staleness = current - version
+                    # int64 only to clamp (-1: from the future, table: above it; max keeps the subtraction exact),
+                    # the rest in int32 lanes, twice as many per instruction
+                    lag = np.int32(min(max(current - max(version, 0), -1), table))
                     selected = kept[j] if masked else True
                     versioned = selected & (version >= 0)
-                    fine_value = versioned & (staleness >= 0) & (staleness < table)
-                    dropped += not selected
-                    unversioned += selected & (version < 0)
-                    future += versioned & (staleness < 0)
-                    beyond += versioned & (staleness >= table)
-                    code = staleness if fine_value else -1
+                    dropped = _add32(dropped, not selected)
+                    unversioned = _add32(unversioned, selected & (version < 0))
+                    future = _add32(future, versioned & (lag < np.int32(0)))
+                    beyond = _add32(beyond, versioned & (lag == table32))
+                    fine_value = versioned & (lag >= np.int32(0)) & (lag < table32)
+                    code = lag if fine_value else np.int32(-1)
                     codes[j] = code
-                    low = min(low, staleness if fine_value else table)
-                    high = max(high, code)
+                    low = _min32(low, lag if fine_value else table32)
+                    high = _max32(high, code)
                 fine[table] += dropped
                 fine[table + 1] += unversioned
                 fine[table + 2] += future
@@ -598,8 +601,8 @@ def staleness_kernel(scale: int, masked: bool) -> Callable[..., tuple[int, int, 
                 if beyond:
                     for j in range(m):
                         version = np.int64(block[j])
-                        staleness = current - version
-                        if (kept[j] if masked else True) and version >= 0 and staleness >= table:
+                        if (kept[j] if masked else True) and version >= 0 and current - version >= table:
+                            staleness = current - version
                             above += 1
                             above_total += staleness
                             above_minimum = min(above_minimum, staleness)

@@ -372,7 +372,7 @@ def test_token_pass_matches_a_per_value_reference(
 @settings(max_examples=80, deadline=None)
 @given(
     lags=arrays(np.int64, st.integers(0, 3000), elements=st.integers(0, 12) | st.integers(-3, 5000)),
-    current=st.sampled_from([20, 5000, 2**62]),
+    current=st.sampled_from([20, 5000, 2**62, 2**63 - 1]),
     layout=st.sampled_from([ExplicitLayout((0, 1, 2, 4, 8, 100)), ExponentialLayout(5)]),
     threads=st.booleans(),
     data=st.data(),
@@ -380,10 +380,12 @@ def test_token_pass_matches_a_per_value_reference(
 def test_staleness_blocks_count_like_a_per_value_loop(
     lags: np.ndarray, current: int, layout: Layout, threads: bool, data: st.DataObject
 ) -> None:
-    """Blocks of a few lags (SIMD counting) and of many (one increment each), negative versions (unversioned),
-    future versions and lags above the per-integer table, masked or not: the same counts as a per-value loop."""
+    """Blocks of a few lags (SIMD counting) and of many (one increment each), negative versions (unversioned, down to
+    -2**63, whose lag would overflow), future versions and lags above the per-integer table, masked or not: the same
+    counts as a per-value loop."""
     versions = current - lags
-    versions[lags < 0] = data.draw(st.sampled_from([-1, current + 1]))
+    odd = [-1, -(2**63), 2**63 - 1] + ([current + 1] if current < 2**63 - 1 else [])
+    versions[lags < 0] = data.draw(st.sampled_from(odd))
     keep = data.draw(arrays(np.bool_, versions.shape)) if data.draw(st.booleans()) else None
     arguments = _kernels.LayoutArguments.of(layout)
     table = 64
