@@ -20,8 +20,8 @@ A helper never runs on the caller's core: before handing work out, the caller mo
 is on (``sched_setaffinity`` of their thread ids to the others; one system call when the caller has moved since the
 last call). Woken on the caller's own core, a helper preempted the caller and then ran the whole input while the
 caller, runnable, waited for that core: the same time as one thread, the other core idle or busy elsewhere (12 calls
-of 1M values at load 3: 7 ran in 760-800 us either way; with the helpers placed away, 10 ran in 440-540 us). A caller
-with no other core allowed hands no work out.
+of 1M values at load 3: none beat one thread's 750-830 us; with the helpers placed away, 8 took 443-541 us). A
+caller with no other core allowed hands no work out.
 
 The thread count follows torch's intra-op setting (``torch.get_num_threads``, which honours ``OMP_NUM_THREADS`` and
 ``torch.set_num_threads``), the cores ``x.sum()`` uses.
