@@ -697,7 +697,7 @@ class Summary:
         else:
             count, nonfinite = (int(n) for n in integers[:, :2].sum(axis=0))
             low, high = int(integers[:, 2].min()), int(integers[:, 3].max())
-            positive, negative, squares = floats.sum(axis=0).tolist()
+            positive, negative, squares = (sum(column) for column in zip(*floats.tolist(), strict=True))
             counts = tallies[:, :size].sum(axis=0)
         return cls(
             count=count,
