@@ -76,6 +76,13 @@ def _hotpath_tables(hot: dict[str, Any]) -> list[Table]:
         out.append(
             ("0. One distribution's kernel: one thread or two", ["values", "1 thread", "2 threads", "1 / 2"], rows)
         )
+    parts = hot.get("breakdown")
+    if parts:
+        rows = [
+            [name, _quartiles(entry, _time, "ns"), f"{entry['ns_per_value']:.2f}" if "ns_per_value" in entry else ""]
+            for name, entry in parts.items()
+        ]
+        out.append(("0. Where a warm call's time goes (one thread)", ["part", "median [p25-p75]", "ns/value"], rows))
     return out
 
 
