@@ -5,12 +5,12 @@ by block (:data:`BLOCK` values, so a block's intermediates stay in the L1 cache)
 
 1. statistics, vectorized (SIMD) over the block: validity (masked out, NaN/inf) counted, count, sums in float64
    (positive and negative parts, squares), extremes (as order-preserving integer keys of the float64 bits, whose
-   min/max reductions vectorize), counts of positive and zero values;
+   min/max reductions vectorize);
 2. each value's slot in the bucket layout, vectorized: for exponential buckets the exponent bits give the octave
    and repeated squaring of the mantissa gives the sub-bucket (``m**(2**scale)``'s exponent is
    ``floor(2**scale * log2(m))``); a value whose squared mantissa lands within ``2**-11`` (float32) or ``2**-22``
    (float64) of a power of two, about one in a thousand, is flagged instead, because rounding could put it on the
-   wrong side of a boundary. Explicit bounds are counted with one comparison per bound (up to
+   wrong side of a boundary. Explicit bounds below a value are counted eight at a time (up to
    :data:`LINEAR_BOUNDS`; beyond that, flagged). Rejected values go to one of :data:`TRASH` spare slots;
 3. the bucket increments, in order, one per value; a flagged value's slot is computed exactly there, from the
    exponent and the correctly rounded float64 boundaries (``otel_rl._buckets``), as it always was.
