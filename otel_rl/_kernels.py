@@ -50,7 +50,7 @@ one shared slot would chain every increment to the previous one through memory."
 LINEAR_BOUNDS = 64
 """Explicit layouts up to this many bounds count the bounds below each value in SIMD; longer ones binary-search."""
 INTEGERS = ("count", "nonfinite", "low", "high")
-"""The integer accumulators of one distribution (``low``/``high``: extremes as keys, see :func:`key_of`)."""
+"""The integer accumulators of one distribution (``low``/``high``: extremes as keys, see :func:`value_of`)."""
 FLOATS = ("positive", "negative", "squares")
 """The float64 accumulators of one distribution (``negative`` is the sum of the negative values, negated)."""
 
@@ -262,15 +262,10 @@ def _exp(d):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
 # -- the three stages over one block ---------------------------------------------------------------------------------
 
 
-def key_of(value: float) -> int:
-    """The order-preserving int64 key of a float64: keys compare as the values do (``-0.0`` below ``0.0``); the kernels
-    keep extremes as keys because integer min/max reductions vectorize."""
-    (bits,) = struct.unpack("<q", struct.pack("<d", value))
-    return int(bits ^ ((bits >> 63) & _MAGNITUDE))
-
-
 def value_of(key: int) -> float:
-    """The float64 of a key (see :func:`key_of`)."""
+    """The float64 of a key: the kernels keep extremes as order-preserving int64 keys of the float64 bits (``bits ^
+    ((bits >> 63) & 0x7FF...F)``: keys compare as the values do, ``-0.0`` below ``0.0``), because integer min/max
+    reductions vectorize."""
     (value,) = struct.unpack("<d", struct.pack("<q", key ^ ((key >> 63) & _MAGNITUDE)))
     return float(value)
 
