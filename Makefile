@@ -116,7 +116,7 @@ test: lint typecheck test-otel-lowest chart-check stack-install $(VERL_INSTALLED
 	$(PY) -m pytest -q $(XDIST) $(TEST_WORKERS)
 
 bench: venv
-	$(PY) -m bench
+	$(PY) -m bench $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE))
 
 # The long soak (~3.5 min): 4 ranks x 360 steps (30 minutes of a job stepping every 5 s, 10x accelerated) with
 # periodic faults; report in soak-report.json. `make test` runs a ~30 s version (tests/reliability/test_soak.py).

@@ -1,4 +1,5 @@
-"""``python -m bench [--quick] [--out PATH] [--only SECTION ...]``: run the benchmarks, print, write JSON."""
+"""``python -m bench [--quick] [--out PATH] [--only SECTION ...] [--baseline CHECKOUT]``: run the benchmarks, print,
+write JSON."""
 
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ import torch
 from bench import report
 from bench.machine import machine
 
-SECTIONS = ("ingest", "growth", "training_thread", "phases", "memory", "cuda", "collector", "capacity")
+SECTIONS = ("hotpath", "ingest", "growth", "training_thread", "phases", "memory", "cuda", "collector", "capacity")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
 
 
-def run(*, quick: bool, only: tuple[str, ...] = SECTIONS, threads: int = 2) -> dict[str, Any]:
-    """Every selected section's results; ``quick`` shrinks sizes and counts to a seconds-long smoke run."""
+def run(
+    *, quick: bool, only: tuple[str, ...] = SECTIONS, threads: int = 2, baseline: Path | None = None
+) -> dict[str, Any]:
+    """Every selected section's results; ``quick`` shrinks sizes and counts to a seconds-long smoke run;
+    ``baseline``: another checkout whose ``otel_rl`` the hot path is measured against in the same run."""
     from bench.cuda_check import cuda_check
     from bench.ingest import growth, ingest
     from bench.memory import memory_growth
@@ -30,6 +34,20 @@ def run(*, quick: bool, only: tuple[str, ...] = SECTIONS, threads: int = 2) -> d
     torch.set_num_threads(threads)
     started = time.perf_counter()
     results: dict[str, Any] = {"quick": quick, "machine": machine()}
+    if "hotpath" in only:
+        from bench.hotpath import breakdown, hotpath, thread_threshold
+
+        results["hotpath"] = (
+            hotpath(rounds=3, rollouts=32, tokens=512, baseline=baseline, threads=threads)
+            if quick
+            else hotpath(baseline=baseline, threads=threads)
+        )
+        results["hotpath"]["threads"] = (
+            thread_threshold([1 << 15, 1 << 17], repeats=3)
+            if quick
+            else thread_threshold([1 << k for k in range(15, 21)])
+        )
+        results["hotpath"]["breakdown"] = breakdown(rollouts=32, tokens=512, repeats=3) if quick else breakdown()
     if "ingest" in only:
         results["ingest"] = ingest(rollouts=32, tokens=512, repeats=3, sample_size=500) if quick else ingest(repeats=15)
     if "growth" in only:
@@ -90,9 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results file (default {DEFAULT_OUT})")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="sections to run")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another checkout (git worktree add /tmp/base <commit>): the hot path before and after in one run",
+    )
     args = parser.parse_args(argv)
     with _quiet({"opentelemetry": logging.CRITICAL, "otel_rl": logging.ERROR}):
-        results = run(quick=args.quick, only=tuple(args.only), threads=args.threads)
+        results = run(quick=args.quick, only=tuple(args.only), threads=args.threads, baseline=args.baseline)
     report.show(results)
     report.write(results, args.out)
     print(f"\nwrote {args.out} ({results['elapsed_s']:.1f} s)")

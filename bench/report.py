@@ -24,9 +24,74 @@ def _ok(flag: bool) -> str:
     return "yes" if flag else "NO"
 
 
+def _quartiles(entry: dict[str, float], render: Any, key: str = "") -> str:
+    """``median [p25-p75]`` of a spread."""
+    suffix = f"_{key}" if key else ""
+    return f"{render(entry[f'median{suffix}'])} [{render(entry[f'p25{suffix}'])}-{render(entry[f'p75{suffix}'])}]"
+
+
+def _hotpath_tables(hot: dict[str, Any]) -> list[Table]:
+    """The hot path against the bandwidth floor, cold and warm, per tree; the thread threshold."""
+    out: list[Table] = []
+    trees = [name for name in ("baseline", "current") if name in hot]
+    load = hot["load_average_1min"]
+    for tree in trees:
+        summary = hot[tree]
+        bandwidth = summary["read_bandwidth_gb_s"]
+        rows = []
+        for name in summary["workloads"]:
+            entry = summary[name]
+            row = [name, f"{entry['bytes'] / 1e6:.1f} MB", _time(entry["floor_ns"]["median"])]
+            for mode in ("cold", "warm"):
+                found = entry[mode]
+                limit = hot["targets"].get(name, {}).get(mode)
+                met = "" if limit is None else f" (<= {limit:g}x: {_ok(found['x_floor']['median'] <= limit)})"
+                row += [_quartiles(found, _time, "ns"), _quartiles(found["x_floor"], _ratio) + met]
+            cold_sum, warm_sum = (entry[mode]["x_sum_reference"]["median"] for mode in ("cold", "warm"))
+            row.append(f"{_ratio(cold_sum)} / {_ratio(warm_sum)}")
+            rows.append(row)
+        out.append(
+            (
+                f"0. Hot path, {tree} ({hot['trees'][tree]['otel_rl']}): {hot['rounds']} rounds, read bandwidth "
+                f"{bandwidth['median']:.1f} GB/s [{bandwidth['p25']:.1f}-{bandwidth['p75']:.1f}], load "
+                f"{load['min']}-{load['max']}",
+                ["workload", "bytes", "floor", "cold", "cold x floor", "warm", "warm x floor", "x x.sum() (ref)"],
+                rows,
+            )
+        )
+    if "speedup" in hot:
+        rows = [[name, _ratio(modes["cold"]), _ratio(modes["warm"])] for name, modes in hot["speedup"].items()]
+        out.append(("0. Hot path: baseline / current (medians, same run)", ["workload", "cold", "warm"], rows))
+    threads = hot.get("threads")
+    if threads:
+        rows = [
+            [
+                f"{row['values']:,}",
+                _quartiles(row["one_thread"], _time, "ns"),
+                _quartiles(row["two_threads"], _time, "ns"),
+                _ratio(row["speedup"]),
+            ]
+            for row in threads
+        ]
+        out.append(
+            ("0. One distribution's kernel: one thread or two", ["values", "1 thread", "2 threads", "1 / 2"], rows)
+        )
+    parts = hot.get("breakdown")
+    if parts:
+        rows = [
+            [name, _quartiles(entry, _time, "ns"), f"{entry['ns_per_value']:.2f}" if "ns_per_value" in entry else ""]
+            for name, entry in parts.items()
+        ]
+        out.append(("0. Where a warm call's time goes (one thread)", ["part", "median [p25-p75]", "ns/value"], rows))
+    return out
+
+
 def tables(results: dict[str, Any]) -> list[Table]:
     """The report as (title, header, rows) tables."""
     out: list[Table] = []
+    hot = results.get("hotpath")
+    if hot:
+        out += _hotpath_tables(hot)
     ingest = results.get("ingest")
     if ingest:
         rows = [

@@ -18,10 +18,12 @@ once (groups too: sorted and segmented on the device, no ``unique`` and its hidd
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import otel_rl_contract as contract
 import torch
 from otel_rl_contract import Distribution
@@ -41,7 +43,7 @@ from otel_rl._record.inputs import (
     combined,
     numpy_view,
 )
-from otel_rl._record.stats import Statistics, ValueSummarizer, first_unmasked
+from otel_rl._record.stats import Statistics, ValueSummarizer, first_unmasked, statistics_of, with_dropped
 
 Attributes = tuple[tuple[str, str], ...]
 
@@ -83,6 +85,12 @@ class Rollouts:
 _OUTCOMES = ("none", "some", "all")
 _SIGNS = ("positive", "negative", "zero")
 _NONFINITE = REASONS.index("nonfinite") + 1
+_MISMATCH: tuple[tuple[Distribution, Attributes], ...] = (
+    (contract.IMPORTANCE_RATIO, ()),
+    (contract.MISMATCH_KL, ((contract.KL_ESTIMATOR, "k1"),)),
+    (contract.MISMATCH_KL, ((contract.KL_ESTIMATOR, "k3"),)),
+)
+"""The distributions derived from the two log-probabilities, in :func:`_mismatch`'s order."""
 _GROUP_REASONS: tuple[Reason, ...] = ("incomplete_group", *REASONS)
 """The reasons of the rollouts ``_groups`` leaves out, in the order it counts them."""
 _FIELDS: tuple[tuple[str, str], ...] = (
@@ -126,37 +134,54 @@ class _Pending:
     finish: Callable[[Any], None]
 
 
-@dataclass(frozen=True)
 class _Masks:
-    """The call's mask as given (``tokens``: per token, or per rollout when it is 1-D) and which rollouts have any
-    selected token (``rows``); both None without a mask."""
+    """The call's mask as given (``tokens``: per token, or per rollout when it is 1-D; None without a mask) and which
+    rollouts have any selected token (``rows``: computed when first needed, unless the per-token pass over the same
+    mask found it already)."""
 
-    tokens: torch.Tensor | None
-    rows: torch.Tensor | None
+    def __init__(self, tokens: torch.Tensor | None) -> None:
+        self.tokens = tokens
+        self._rows: torch.Tensor | None = None if tokens is None or tokens.dim() == 2 else tokens
 
     @classmethod
     def of(cls, mask: Any) -> _Masks:
         if mask is None:
-            return cls(None, None)
+            return cls(None)
         tokens = as_selection(mask)
         if tokens.dim() not in (1, 2):
             raise BadInput(
                 "shape", f'"mask" must be (rollouts, tokens) or (rollouts,), got shape {tuple(tokens.shape)}'
             )
-        if tokens.dim() == 1:
-            return cls(tokens, tokens)
-        if tokens.device.type == "cpu":  # numpy's any is ten times faster than torch's on the CPU (512 x 2048: 0.02 ms)
-            return cls(tokens, torch.from_numpy(numpy_view(tokens).any(axis=1)))
-        return cls(tokens, tokens.any(dim=1))
+        return cls(tokens)
+
+    @property
+    def rows(self) -> torch.Tensor | None:
+        """Per rollout, whether it has a selected token (None without a mask)."""
+        if self.tokens is not None and self._rows is None:
+            # on the CPU numpy's any of the bool view (512 x 2048: 0.02 ms; never a float copy of the mask)
+            cpu = self.tokens.device.type == "cpu"
+            self._rows = torch.from_numpy(self.tokens.numpy().any(axis=1)) if cpu else self.tokens.any(dim=1)
+        return self._rows
+
+    @property
+    def rows_pending(self) -> bool:
+        """Whether :attr:`rows` is still to be computed from a 2-D mask on the CPU."""
+        return self.tokens is not None and self._rows is None and self.tokens.device.type == "cpu"
+
+    def found(self, rows: np.ndarray) -> None:
+        """The rows the per-token pass found (what :attr:`rows` would compute)."""
+        self._rows = torch.from_numpy(rows)
 
     def per_rollout(self, values: Values, argument: str) -> torch.Tensor | None:
         """The selection of a per-rollout field: one value per rollout, as many as the mask has rollouts."""
         tensor = values.tensor
         if tensor.dim() != 1:
             raise BadInput("shape", f'"{argument}" must be one value per rollout, got shape {tuple(tensor.shape)}')
-        if self.rows is not None and self.rows.shape != tensor.shape:
-            raise BadInput("shape", f'"{argument}" has {tensor.shape[0]} rollouts, the mask {self.rows.shape[0]}')
-        return combined(values.usable, None if self.rows is None else self.rows.to(device=tensor.device))
+        rollouts = None if self.tokens is None else self.tokens.shape[0]
+        if rollouts is not None and rollouts != tensor.shape[0]:
+            raise BadInput("shape", f'"{argument}" has {tensor.shape[0]} rollouts, the mask {rollouts}')
+        rows = self.rows
+        return combined(values.usable, None if rows is None else rows.to(device=tensor.device))
 
     def per_token(self, values: Values, argument: str) -> torch.Tensor | None:
         """The selection of a per-token field: any shape without a mask, else the mask's."""
@@ -182,6 +207,15 @@ class RolloutSummarizer:
             )
         }
         self._solved_reward = solved_reward
+        self._kernel_devices = summarizer.kernel_devices
+        self._token_layouts = kernels.TokenLayouts.of(
+            (
+                kernels.LayoutArguments.of(layouts.of(contract.ENTROPY)),
+                kernels.LayoutArguments.of(layouts.of(contract.IMPORTANCE_RATIO)),
+                kernels.LayoutArguments.of(layouts.of(contract.MISMATCH_KL)),
+                kernels.LayoutArguments.of(layouts.of(contract.MISMATCH_KL)),
+            )
+        )
 
     def warm_up(self) -> None:
         """Compile the kernels of every field now, as :meth:`ValueSummarizer.warm_up` does for rewards: one step of
@@ -244,6 +278,8 @@ class RolloutSummarizer:
             pending.append(_Pending(value, unpack, lambda s: out.distributions.append((dist, attrs, s))))
             return True
 
+        if entropy is not None or logprobs is not None or inference_logprobs is not None:
+            self._per_token(entropy, logprobs, inference_logprobs, masks, out, field_of)
         if advantages is not None:
             self._advantages(advantages, masks, out, pending, field_of)
         if response_lengths is not None:
@@ -264,22 +300,6 @@ class RolloutSummarizer:
                     contract.TRAJECTORY_VERSIONS, versions_spanned, "versions_spanned", masks, out, pending
                 ),
             )
-        if entropy is not None:
-            field_of(
-                contract.ENTROPY, (), entropy, lambda: self._per_token(contract.ENTROPY, entropy, masks, "entropy")
-            )
-        if logprobs is not None or inference_logprobs is not None:
-            try:
-                ratio, k1, k3, keep = _mismatch(logprobs, inference_logprobs, masks)
-            except BadInput as error:
-                out.rejected.append((contract.IMPORTANCE_RATIO.histogram.name, error, logprobs))
-            else:
-                for dist, attrs, values in (
-                    (contract.IMPORTANCE_RATIO, (), ratio),
-                    (contract.MISMATCH_KL, ((contract.KL_ESTIMATOR, "k1"),), k1),
-                    (contract.MISMATCH_KL, ((contract.KL_ESTIMATOR, "k3"),), k3),
-                ):
-                    field_of(dist, attrs, logprobs, self._tokens_of(dist, values, keep))
         if group_ids is not None:
             try:
                 groups = self._groups(group_ids, rewards, masks)
@@ -338,18 +358,98 @@ class RolloutSummarizer:
         if field_of(contract.ADVANTAGES, (), advantages, make):
             self._signs(as_values(advantages, argument="advantages").tensor, selection[0], out, pending)
 
-    def _tokens_of(
-        self, dist: Distribution, values: Values | torch.Tensor, keep: torch.Tensor | None
-    ) -> Callable[[], Statistics | torch.Tensor]:
-        """Summarizes flat per-token ``values`` (already selected on the CPU) into ``dist`` when called."""
-        return lambda: self._summarizers[dist].prepare(values, keep, argument="logprobs", per_token=True)
+    def _per_token(
+        self,
+        entropy: Any,
+        logprobs: Any,
+        inference_logprobs: Any,
+        masks: _Masks,
+        out: RolloutStatistics,
+        field_of: Callable[[Distribution, Attributes, Any, Callable[[], Statistics | torch.Tensor]], bool],
+    ) -> None:
+        """Entropy, the importance ratio and the mismatch KL estimators: on the CPU in one fused pass over the tokens
+        (``otel_rl._record.kernels.token_kernel``), which also finds the rollouts that have a selected token; on other
+        devices with tensor operations there. Each field is validated on its own."""
+        fused_entropy: tuple[Values, torch.Tensor | None] | None = None
+        fused_logprobs: tuple[Values, Values, torch.Tensor | None] | None = None
+        if entropy is not None:
+            try:
+                values = as_values(entropy, argument="entropy")
+                keep = masks.per_token(values, "entropy")
+            except BadInput as error:
+                out.rejected.append((contract.ENTROPY.histogram.name, error, entropy))
+            else:
+                if values.tensor.device.type in self._kernel_devices:
+                    fused_entropy = (values, keep)
+                else:
+                    plain = Values(values.tensor, None, values.dropped)
+                    make = functools.partial(self._on_device, contract.ENTROPY, plain, keep, "entropy")
+                    field_of(contract.ENTROPY, (), entropy, make)
+        if logprobs is not None or inference_logprobs is not None:
+            try:
+                train, inference, keep = _mismatch_inputs(logprobs, inference_logprobs, masks)
+            except BadInput as error:
+                out.rejected.append((contract.IMPORTANCE_RATIO.histogram.name, error, logprobs))
+            else:
+                if train.tensor.device.type in self._kernel_devices:
+                    fused_logprobs = (train, inference, keep)
+                else:
+                    for (dist, attrs), derived in zip(_MISMATCH, _mismatch(train, inference), strict=True):
+                        make = functools.partial(self._on_device, dist, derived, keep, "logprobs")
+                        field_of(dist, attrs, logprobs, make)
+        if fused_entropy is not None or fused_logprobs is not None:
+            self._fused(fused_entropy, fused_logprobs, masks, out)
 
-    def _per_token(self, dist: Distribution, raw: Any, masks: _Masks, argument: str) -> Statistics | torch.Tensor:
-        values = as_values(raw, argument=argument)
-        tensor, keep = _selected_tokens(values.tensor, masks.per_token(values, argument))
-        return self._summarizers[dist].prepare(
-            Values(tensor, None, values.dropped), keep, argument=argument, per_token=True
+    def _on_device(
+        self, dist: Distribution, values: Values, keep: torch.Tensor | None, argument: str
+    ) -> Statistics | torch.Tensor:
+        """Summarize per-token ``values`` (any shape, ``keep`` of the same) with tensor operations on their device."""
+        return self._summarizers[dist].prepare(values, keep, argument=argument, per_token=True)
+
+    def _fused(
+        self,
+        entropy: tuple[Values, torch.Tensor | None] | None,
+        logprobs: tuple[Values, Values, torch.Tensor | None] | None,
+        masks: _Masks,
+        out: RolloutStatistics,
+    ) -> None:
+        """The CPU fields in one kernel call (two when they differ in length, which only a call without a mask
+        allows); the rollouts' ``any`` of a 2-D CPU mask comes with it."""
+        entropy_arrays = None if entropy is None else (_flat(entropy[0].tensor), _flat_keep(entropy[1]))
+        logprob_arrays = (
+            None
+            if logprobs is None
+            else (_flat(logprobs[0].tensor), _flat(logprobs[1].tensor), _flat_keep(logprobs[2]))
         )
+        mask = masks.tokens.numpy() if masks.rows_pending and masks.tokens is not None else None
+        if (
+            entropy_arrays is not None
+            and logprob_arrays is not None
+            and len(entropy_arrays[0]) != len(logprob_arrays[0])
+        ):
+            calls = [(entropy_arrays, None), (None, logprob_arrays)]
+        else:
+            calls = [(entropy_arrays, logprob_arrays)]
+        summaries: list[kernels.Summary | None] = [None] * 4
+        for entropy_call, logprob_call in calls:
+            found, rows = kernels.summarize_tokens(self._token_layouts, entropy_call, logprob_call, mask)
+            if rows is not None:
+                masks.found(rows)
+                mask = None
+            if entropy_call is not None:
+                summaries[0] = found[0]
+            if logprob_call is not None:
+                summaries[1:] = found[1:]
+        if entropy is not None and summaries[0] is not None:
+            statistics = statistics_of(self._summarizers[contract.ENTROPY].layout, summaries[0])
+            out.distributions.append((contract.ENTROPY, (), with_dropped(statistics, dict(entropy[0].dropped))))
+        if logprobs is not None:
+            dropped = dict(logprobs[0].dropped)
+            for reason, n in logprobs[1].dropped.items():
+                dropped[reason] = dropped.get(reason, 0) + n
+            for (dist, attrs), summary in zip(_MISMATCH, summaries[1:], strict=True):
+                statistics = statistics_of(self._summarizers[dist].layout, cast(kernels.Summary, summary))
+                out.distributions.append((dist, attrs, with_dropped(statistics, dropped) if not attrs else statistics))
 
     def _counts_per_rollout(
         self,
@@ -400,7 +500,8 @@ class RolloutSummarizer:
         ``incomplete_group``. An offered rollout whose reward is unusable (NaN, inf, None, ...) leaves its group's
         outcome unknown: the rest of that group is left out as ``incomplete_group``. Each rollout is counted once,
         under its id's reason when the id is unusable, else its reward's. Tensor operations only (no copy to the
-        host); per-rollout reason codes are built only for inputs that have any (lists, float or uint64 ids)."""
+        host); per-rollout reason codes are built only for inputs that have any (lists, float or uint64 ids). On the
+        CPU the sort and the segments are one compiled call (``otel_rl._record.kernels.group_counts``)."""
         if rewards is None:
             raise BadInput("missing", '"group_ids" needs "rewards" (one per rollout) to tell solved groups')
         id_values = as_values(group_ids, argument="group_ids", integers=True)
@@ -427,6 +528,19 @@ class RolloutSummarizer:
             )
             bad = code != 0
         placed = offered if id_codes is None else offered & (id_codes == 0)
+        if device.type in self._kernel_devices:
+            found = np.zeros(5 + len(REASONS) + 1, dtype=np.int64)
+            kernels.group_counts(
+                ids.numpy(),
+                x.numpy(),
+                (torch.where(bad, _NONFINITE, 0) if code is None else code).to(torch.int8).numpy(),
+                offered.numpy(),
+                placed.numpy(),
+                self._solved_reward,
+                id_codes is not None and bool((offered & (id_codes != 0)).any()),
+                found,
+            )
+            return torch.from_numpy(found)
         order = torch.argsort(ids)
         ids, x, bad, placed = ids[order], x[order], bad[order], placed[order]
         starts = torch.ones_like(ids, dtype=torch.bool)
@@ -463,12 +577,11 @@ def _group_counts(counts: list[int], out: RolloutStatistics) -> None:
             out.rejected_parts.append((contract.GROUPS.name, reason, count))
 
 
-def _mismatch(
+def _mismatch_inputs(
     logprobs: Any, inference_logprobs: Any, masks: _Masks
-) -> tuple[Values, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Per token, with ``d = logprobs - inference_logprobs``: the importance ratio ``r = exp(d)`` (carrying what the
-    conversion of either input dropped), ``k1 = -d`` and ``k3 = (r - 1) - d``, in float64 on the tensors' device,
-    and the flat mask still to apply (see :func:`_selected_tokens`)."""
+) -> tuple[Values, Values, torch.Tensor | None]:
+    """Both log-probabilities (the inference ones on the trainer ones' device) and the tokens selected: the mask's,
+    where both are usable; the ratio counts what the conversion of either input dropped."""
     if logprobs is None or inference_logprobs is None:
         raise BadInput("missing", '"logprobs" and "inference_logprobs" go together (trainer and inference per token)')
     train = as_values(logprobs, argument="logprobs")
@@ -480,26 +593,29 @@ def _mismatch(
             "must have one shape",
         )
     selected = combined(inference.usable, masks.per_token(train, "logprobs"))
-    train_tokens, keep = _selected_tokens(train.tensor, selected)
-    inference_tokens, _ = _selected_tokens(inference.tensor.to(device=train.tensor.device), selected)
-    d = train_tokens.to(torch.float64) - inference_tokens.to(torch.float64)
+    moved = Values(inference.tensor.to(device=train.tensor.device), None, inference.dropped)
+    return train, moved, selected
+
+
+def _mismatch(train: Values, inference: Values) -> tuple[Values, Values, Values]:
+    """Per token on the tensors' device, with ``d = logprobs - inference_logprobs`` in float64: the importance ratio
+    ``r = exp(d)`` (carrying what the conversion of either input dropped), ``k1 = -d`` and ``k3 = (r - 1) - d``."""
+    d = train.tensor.to(torch.float64) - inference.tensor.to(torch.float64)
     r = torch.exp(d)
     dropped = dict(train.dropped)
     for reason, n in inference.dropped.items():
         dropped[reason] = dropped.get(reason, 0) + n
-    return Values(r, None, dropped), -d, (r - 1).sub_(d), keep
+    return Values(r, None, dropped), Values(-d), Values((r - 1).sub_(d))
 
 
-def _selected_tokens(tensor: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A per-token field as flat values and the flat mask still to apply. On the CPU the selected values are picked
-    here, once (cheaper than testing the mask per value in each of the four passes); on other devices the mask
-    stays a mask, since selecting there would synchronize with the host."""
-    if keep is None:
-        return tensor.reshape(-1), None
-    if tensor.device.type != "cpu":
-        return tensor.reshape(-1), keep.reshape(-1)
-    selected = kernels.select(numpy_view(tensor).reshape(-1), keep.reshape(-1).numpy())
-    return torch.from_numpy(selected), None
+def _flat(tensor: torch.Tensor) -> np.ndarray:
+    """A CPU tensor of values as a flat numpy array (a view; see ``numpy_view``)."""
+    return numpy_view(tensor).reshape(-1)
+
+
+def _flat_keep(keep: torch.Tensor | None) -> np.ndarray | None:
+    """A CPU bool selection as a flat numpy bool array (a view: never a float copy)."""
+    return None if keep is None else keep.numpy().reshape(-1)
 
 
 def _as_list(counts: torch.Tensor) -> list[int]:

@@ -27,6 +27,7 @@ _BINCOUNT_LIMIT = 1 << 16
 _EXPONENTIAL_TABLE = 4096
 _INT64_MAX = torch.iinfo(torch.int64).max
 _WIDE_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
+_NO_KEEP = np.empty((0, 0), dtype=np.bool_)
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Statistics:
     input either (``rl.staleness.unversioned``)."""
 
 
-def _with_dropped(statistics: Statistics, dropped: dict[Reason, int]) -> Statistics:
+def with_dropped(statistics: Statistics, dropped: dict[Reason, int]) -> Statistics:
     """``statistics`` with the values the input conversion dropped counted among the rejected."""
     if not dropped:
         return statistics
@@ -61,13 +62,6 @@ def _with_dropped(statistics: Statistics, dropped: dict[Reason, int]) -> Statist
     for reason, n in dropped.items():
         rejected[reason] = rejected.get(reason, 0) + n
     return Statistics(**{**vars(statistics), "rejected": rejected})
-
-
-def keep_arrays(keep: torch.Tensor | None, ndim: int) -> tuple[np.ndarray, bool]:
-    """The mask as a numpy bool array and whether to use it (an empty placeholder when there is none)."""
-    if keep is None:
-        return np.empty((0,) * ndim, dtype=np.bool_), False
-    return keep.numpy(), True
 
 
 def _histogram(index: torch.Tensor, accepted: torch.Tensor, buckets: int) -> torch.Tensor:
@@ -105,6 +99,7 @@ class ValueSummarizer:
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
+        self._arguments = kernels.LayoutArguments.of(layout)
 
     def summarize(self, values: Any, mask: Any, *, argument: str = "rewards", per_token: bool = False) -> Statistics:
         """The statistics of ``values`` where ``mask`` is set. A 2-D input counts once per rollout (its first
@@ -131,7 +126,7 @@ class ValueSummarizer:
             rewards = rewards.reshape(-1)
             selected = selected.reshape(-1) if selected is not None else None
         if rewards.device.type in self.kernel_devices:
-            return _with_dropped(self._summarize_on_cpu(rewards, selected), dict(converted.dropped))
+            return with_dropped(self._summarize_on_cpu(rewards, selected), dict(converted.dropped))
         if rewards.dim() == 2:
             rewards, selected = first_unmasked(rewards, selected)
         x = rewards.reshape(-1).to(torch.float64)
@@ -168,30 +163,54 @@ class ValueSummarizer:
 
     def warm_up(self) -> None:
         """Compile the CPU kernels for the common dtypes now (once per machine: numba caches them), so the first
-        record call of a training loop does not pay for it. Bools too: ``pred == target`` is a common reward."""
+        record call of a training loop does not pay for it. Bools too: ``pred == target`` is a common reward. With
+        and without a mask: the kernels are compiled for each (a run-time flag would make their loops branch)."""
         for dtype in (torch.float32, torch.float64, torch.bool):
-            self.summarize(torch.zeros(1, dtype=dtype), torch.ones(1, dtype=torch.bool))
-            self.summarize(torch.zeros((1, 1), dtype=dtype), torch.ones((1, 1), dtype=torch.bool))
+            for shape in ((1,), (1, 1)):
+                self.summarize(torch.zeros(shape, dtype=dtype), torch.ones(shape, dtype=torch.bool))
+                self.summarize(torch.zeros(shape, dtype=dtype), None)
 
     def _summarize_on_cpu(self, rewards: torch.Tensor, selected: torch.Tensor | None) -> Statistics:
-        """The same statistics in one compiled pass (see ``otel_rl._record.kernels``)."""
+        """The same statistics in one compiled pass over values and mask together (see ``otel_rl._record.kernels``)."""
         values = numpy_view(rewards)
-        keep, use_keep = keep_arrays(selected, values.ndim)
+        keep = None if selected is None else selected.numpy()
         if values.ndim == 2:
             first = np.zeros(values.shape[0], dtype=np.float64)
             present = np.zeros(values.shape[0], dtype=np.bool_)
-            kernels.first_unmasked(values, keep, use_keep, first, present)
-            values, keep, use_keep = first, present, True
-        if use_keep:
-            # Selecting first (branch-free, 0.3 ms for 1M values) is cheaper than testing the mask in the loop, which
-            # a random mask makes the CPU mispredict (1M values, 70% kept: 7.6 ms).
-            values = kernels.select(values.reshape(-1), keep.reshape(-1))
-        counts = np.zeros(self.layout.size, dtype=np.int64)
-        bounds, scale, lookup, fractions = self.layout.kernel_arguments
-        count, positive, negative, squares, minimum, maximum, nonfinite = kernels.summarize_values(
-            values.reshape(-1), scale, bounds, lookup, fractions, counts
-        )
-        return _value_statistics(self.layout, count, positive, negative, squares, minimum, maximum, nonfinite, counts)
+            kernels.first_unmasked(values, _NO_KEEP if keep is None else keep, keep is not None, first, present)
+            values, keep = first, present
+        keep = None if keep is None else keep.reshape(-1)
+        return statistics_of(self.layout, kernels.summarize_values(self._arguments, values.reshape(-1), keep))
+
+
+def statistics_of(layout: Layout, summary: kernels.Summary) -> Statistics:
+    """The statistics of a kernel's summary of signed values in ``layout``."""
+    return _value_statistics(
+        layout,
+        summary.count,
+        summary.positive,
+        summary.negative,
+        summary.squares,
+        summary.minimum,
+        summary.maximum,
+        summary.nonfinite,
+        summary.counts,
+    )
+
+
+def _fold(
+    fine: np.ndarray, above: tuple[int, int, int, int], lookup: np.ndarray, counts: np.ndarray
+) -> tuple[int, int, int, int]:
+    """Count, exact sum and extremes of the staleness counted per integer in ``fine`` (``fine[s]``: how many were
+    ``s``) and of the ``above`` ones (count, sum, min, max); ``fine`` is added into ``counts`` at ``lookup[s]``."""
+    used = np.flatnonzero(fine)
+    np.add.at(counts, lookup[used], fine[used])
+    above_count, above_total, above_minimum, above_maximum = above
+    count = int(fine[used].sum()) + above_count
+    total = int((fine[used] * used).sum()) + above_total
+    minimum = int(used[0]) if used.size else above_minimum
+    maximum = above_maximum if above_count else int(used[-1]) if used.size else -1
+    return count, total, minimum, maximum
 
 
 def _empty(layout: Layout) -> Statistics:
@@ -260,6 +279,7 @@ class StalenessSummarizer:
         self._table_on_device = explicit and table <= _BINCOUNT_LIMIT
         self._lookup = layout.slots(torch.arange(min(table, _BINCOUNT_LIMIT), dtype=torch.float64))
         self._cpu_lookup = self._lookup.numpy()
+        self._arguments = kernels.LayoutArguments.of(layout)
         self._on_device: dict[torch.device, torch.Tensor] = {}
 
     def _lookup_on(self, device: torch.device) -> torch.Tensor:
@@ -297,25 +317,17 @@ class StalenessSummarizer:
             keep = usable if keep is None else keep & usable
             generated = torch.where(integral & fits, wide, torch.full_like(wide, -1)).to(torch.int64)
         if generated.device.type in self.kernel_devices:
-            counts = np.zeros(self.layout.size, dtype=np.int64)
-            fine = np.zeros(len(self._cpu_lookup), dtype=np.int64)
-            bounds, scale, lookup, fractions = self.layout.kernel_arguments
-            keep_array, use_keep = keep_arrays(keep, 1)
-            count, total, minimum, maximum, future, unversioned = kernels.summarize_staleness(
+            fine, above, bucket_counts = kernels.summarize_staleness(
+                self._arguments,
                 numpy_view(generated),
-                keep_array,
-                use_keep,
+                None if keep is None else keep.numpy(),
                 current_version,
-                fine,
-                scale,
-                bounds,
-                lookup,
-                fractions,
-                counts,
+                len(self._cpu_lookup),
             )
-            used = np.flatnonzero(fine)
-            np.add.at(counts, self._cpu_lookup[used], fine[used])
-            bucket_counts = counts
+            count, total, minimum, maximum = _fold(
+                fine[: len(self._cpu_lookup)], above, self._cpu_lookup, bucket_counts
+            )
+            future, unversioned = int(fine[-2]), int(fine[-3])
             nonint, beyond = int(nonintegral), int(out_of_range)
         else:
             count, total, minimum, maximum, future, nonint, beyond, unversioned, bucket_counts = (
@@ -323,7 +335,7 @@ class StalenessSummarizer:
             )
         reasons: tuple[tuple[Reason, int], ...] = (("negative", future), ("nonintegral", nonint), ("range", beyond))
         rejected = {reason: n for reason, n in reasons if n}
-        return _with_dropped(
+        return with_dropped(
             Statistics(
                 layout=self.layout,
                 count=count,

@@ -31,6 +31,25 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return results
 
 
+def test_hot_path_reports_cold_and_warm_against_the_floor(results: dict[str, Any]) -> None:
+    """Every hot-path workload has cold and warm medians and quartiles, as times and as ratios to the bandwidth floor
+    (the x.sum() ratio beside them for reference); the acceptance targets are judged; the thread table has rows."""
+    hot = results["hotpath"]
+    current = hot["current"]
+    assert {"rewards_1d", "step_2d", "rollouts_2d"} <= set(current["workloads"])
+    for name in current["workloads"]:
+        entry = current[name]
+        assert entry["bytes"] > 0 and _positive_finite(entry["floor_ns"]["median"])
+        for mode in ("cold", "warm"):
+            found = entry[mode]
+            assert found["p25_ns"] <= found["median_ns"] <= found["p75_ns"]
+            assert _positive_finite(found["x_floor"]["median"]) and _positive_finite(found["x_sum_reference"]["median"])
+    assert set(hot["targets_met"]) == set(hot["targets"]) == {"rewards_1d", "step_2d", "rollouts_2d"}
+    assert _positive_finite(current["read_bandwidth_gb_s"]["median"])
+    assert [row["values"] for row in hot["threads"]] == sorted(row["values"] for row in hot["threads"])
+    assert all(_positive_finite(part["median_ns"]) for part in hot["breakdown"].values())
+
+
 def test_ingest_reports_positive_times_and_ratios(results: dict[str, Any]) -> None:
     """Every ingest operation and baseline has a positive finite median, x-floor and ratio."""
     ingest = results["ingest"]
