@@ -112,7 +112,7 @@ chart-check:
 
 # The whole suite in one pytest run (one summary line: passed, failed, reruns), after the checks that fail fast.
 test: lint typecheck test-otel-lowest chart-check stack-install $(VERL_INSTALLED)
-	$(VENV)/bin/otel-rl stack install --tools --cluster
+	$(VENV)/bin/otel-rl stack install --tools --cluster --replay
 	$(PY) -m pytest -q $(XDIST) $(TEST_WORKERS)
 
 bench: venv

@@ -33,6 +33,7 @@ def _found(**changes: Any) -> dict[str, Any]:
         "staleness_max": 4.0,
         "slowest_phase": {"name": "train", "mean_s": 0.012345678},
         "alerts": [],
+        "alerts_over_run": [],
         "cost": {
             "gpu_hours": None,
             "so_far": None,

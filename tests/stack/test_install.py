@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from otel_rl_ops import cli
 from otel_rl_ops.package_data import data_root
-from otel_rl_ops.stack import collector_build, install, layout, versions
+from otel_rl_ops.stack import backfill_build, collector_build, install, layout, versions
 from otel_rl_ops.stack.env import OTEL_RL_HOME
 from otel_rl_ops.stack.gotools import InstallError, ensure_go_binary, go_cache_dir
 from otel_rl_ops.stack.versions import GoBinary
@@ -51,6 +51,15 @@ def _with_collector(home: Path) -> Path:
     collector.parent.mkdir(parents=True)
     collector.write_bytes(b"")
     return collector
+
+
+def _with_backfill(home: Path) -> Path:
+    """Put an (empty) otel-rl-backfill at the package sources' digest into ``home``; return its path."""
+    source = layout.backfill_source(data_root())
+    backfill = layout.backfill_dir(home) / backfill_build.backfill_digest(source) / backfill_build.BACKFILL_BINARY_NAME
+    backfill.parent.mkdir(parents=True)
+    backfill.write_bytes(b"")
+    return backfill
 
 
 DEMO_PINS = (versions.PROMETHEUS, versions.VICTORIALOGS, versions.ALERTMANAGER, versions.JAEGER)
@@ -107,6 +116,7 @@ def test_tools_and_cluster_add_their_binaries(tmp_path: Path) -> None:
         ((), {"collector", "victorialogs", "prometheus", "alertmanager", "jaeger"}),
         (("--tools",), {"collector", "victorialogs", "prometheus", "promtool", "alertmanager", "amtool", "jaeger"}),
         (("--cluster",), {"collector", "victorialogs", "prometheus", "alertmanager", "jaeger", "thanos"}),
+        (("--replay",), {"collector", "victorialogs", "prometheus", "alertmanager", "jaeger", "backfill"}),
     ],
 )
 def test_stack_install_command_lists_what_it_installed(
@@ -117,10 +127,12 @@ def test_stack_install_command_lists_what_it_installed(
     printed: set[str],
 ) -> None:
     """``otel-rl stack install`` installs and prints the stack's five binaries; --tools adds promtool and amtool,
-    --cluster adds Thanos."""
+    --cluster adds Thanos, --replay otel-rl-backfill (nothing is built: GOPROXY=off and every binary in place)."""
     monkeypatch.setenv(OTEL_RL_HOME, str(tmp_path))
+    monkeypatch.setenv("GOPROXY", "off")
     _stamp(tmp_path, *versions.GO_BINARIES)
     _with_collector(tmp_path)
+    _with_backfill(tmp_path)
     assert cli.main(["stack", "install", *flags]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert {line.split()[0] for line in lines[:-1]} == printed

@@ -139,13 +139,14 @@ def replay_into(stack: Stack, paths: Sequence[Path], *, interval_s: float = DEFA
     """
     from otel_rl_ops.alerts.client import duration_seconds
     from otel_rl_ops.stack.components import bucket_config, evaluation_interval
+    from otel_rl_ops.stack.install import install_all
 
     config = stack.config
     if config.secure:
         raise ValueError('otel-rl replay does not support the secure profile yet (docs/deploy.md, "Offline runs")')
-    binaries = stack.binaries()
-    if binaries.backfill is None:
-        raise ValueError("the stack's binaries lack otel-rl-backfill: run otel-rl stack install")
+    binaries = install_all(
+        root=config.resolved_root(), home=config.home, cluster=config.tsdb_cluster, replay=True
+    )  # builds otel-rl-backfill on first use
     state = config.resolved_state_dir()
 
     def run(data_dir: Path, upload: Callable[[Path], None] | None) -> dict[str, Any]:

@@ -119,7 +119,11 @@ def _stack_install(args: argparse.Namespace) -> int:
     config = _config_from(args)
     started = time.monotonic()
     binaries = install.install_all(
-        root=config.resolved_root(), home=config.home, tools=args.tools, cluster=config.tsdb_cluster
+        root=config.resolved_root(),
+        home=config.home,
+        tools=args.tools,
+        cluster=config.tsdb_cluster,
+        replay=args.replay,
     )
     for item in fields(binaries):
         if getattr(binaries, item.name) is not None:
@@ -204,7 +208,7 @@ _STACK_ACTIONS: dict[str, tuple[_Action, str]] = {
     "install": (
         _stack_install,
         "install the collector, Prometheus, VictoriaLogs, Alertmanager and Jaeger if missing (with --tools also "
-        "promtool and amtool, with --cluster also Thanos)",
+        "promtool and amtool, with --cluster also Thanos, with --replay also otel-rl-backfill)",
     ),
     "up": (_stack_up, "install what is missing, start the stack and wait until it is healthy"),
     "down": (_stack_down, "stop the stack (SIGTERM, then SIGKILL)"),
@@ -242,6 +246,12 @@ def add_stack_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
                 action="store_true",
                 help="also build promtool and amtool, which check configs, rules and routes (make test runs them; "
                 "minutes each cold, less after Prometheus and Alertmanager, whose Go caches they reuse)",
+            )
+            parser.add_argument(
+                "--replay",
+                action="store_true",
+                help="also build otel-rl-backfill, which otel-rl replay runs (it builds it on first use otherwise; "
+                "minutes cold)",
             )
         if action == "secrets":
             parser.add_argument("--out", type=Path, default=Path("secrets"), help="the folder (default: ./secrets)")

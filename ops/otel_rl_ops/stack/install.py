@@ -57,21 +57,27 @@ class Binaries:
     jaeger: Path
     """Jaeger v2, the trace store of the collector's traces pipeline (one trace per step across ranks)."""
     backfill: Path | None = None
-    """``otel-rl-backfill`` (TSDB blocks and the rules' series of replayed runs), or ``None`` in a :class:`Binaries`
-    not made by :func:`install_all`."""
+    """``otel-rl-backfill`` (TSDB blocks and the rules' series of replayed runs), or ``None`` when it was not built
+    (only ``otel-rl replay`` runs it: :func:`install_all` with ``replay=True``)."""
     thanos: Path | None = None
     """Thanos (``receive``, ``query`` and ``rule`` of the TSDB cluster profile), or ``None`` when it was not built
     (the default install skips it: :func:`install_all` with ``cluster=False``)."""
 
 
 def install_all(
-    *, root: Path | None = None, home: Path | None = None, tools: bool = False, cluster: bool = False
+    *,
+    root: Path | None = None,
+    home: Path | None = None,
+    tools: bool = False,
+    cluster: bool = False,
+    replay: bool = False,
 ) -> Binaries:
     """Ensure the binaries of the stack and return their paths.
 
     ``root`` defaults to :func:`layout.data_root`, ``home`` to ``$OTEL_RL_HOME``. promtool and amtool, which
     only tests and users run, are ensured only with ``tools=True``; Thanos, which only the TSDB cluster profile runs,
-    only with ``cluster=True``; the fields of those not ensured are ``None``.
+    only with ``cluster=True``; ``otel-rl-backfill``, which only ``otel-rl replay`` runs, only with ``replay=True``
+    (a cold build takes minutes, which ``make demo`` need not pay); the fields of those not ensured are ``None``.
 
     Raises:
         InstallError: when a build fails (:class:`~otel_rl_ops.stack.gotools.InstallError`).
@@ -87,6 +93,6 @@ def install_all(
         amtool=ensure_go_binary(versions.AMTOOL, home=home) if tools else None,
         jaeger=ensure_go_binary(versions.JAEGER, home=home),
         collector=ensure_collector(layout.collector_manifest(root), home=home),
-        backfill=ensure_backfill(layout.backfill_source(root), home=home),
+        backfill=ensure_backfill(layout.backfill_source(root), home=home) if replay else None,
         thanos=ensure_go_binary(versions.THANOS, home=home) if cluster else None,
     )
