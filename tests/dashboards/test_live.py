@@ -31,7 +31,15 @@ from otel_rl.ops import promql
 from otel_rl.ops.alerts.client import duration_seconds
 from otel_rl.ops.query import Prometheus, VictoriaLogs
 from otel_rl.ops.report.dashboard import substitute
-from tests.dashboards.conftest import LENS_ONLY, MALFORMED_ONLY, ROOT, dashboard_targets, metric_names, rules
+from tests.dashboards.conftest import (
+    LENS_ONLY,
+    MALFORMED_ONLY,
+    ROOT,
+    dashboard_targets,
+    metric_names,
+    rule_generator,
+    rules,
+)
 
 RUN_ID = "dashboards-live"
 CLASSIC_RUN_ID = "dashboards-live-classic"
@@ -66,7 +74,12 @@ class LiveRun:
 
 
 def _recorded_names() -> set[str]:
-    return {rule["record"] for rule in rules() if "record" in rule}
+    """Every recording rule but the step counts of the windows (rl:window_steps:increase<w>), recorded only once a
+    run is as old as the window: these runs last seconds (the pace tests prometheus/rules/tests/pace_*.yml pin
+    them)."""
+    return {
+        rule["record"] for rule in rules() if "record" in rule and not rule["record"].startswith("rl:window_steps:")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -415,6 +428,7 @@ def _provoked(expr: str, shift_ms: int) -> str:
     """The alert expression with every threshold made to pass (labels kept: -1e9 after ``>``, +1e9 after ``<``)
     and its look back ("an hour ago", "30 minutes ago") moved into the run: the longest offset to ``shift_ms``, the
     others in proportion."""
+    expr = _GATE.sub("", expr)
     expr = re.sub(
         r'(<[^=]*?)rl_alert_threshold\{threshold="(\w+)"\}', r'\1(rl_alert_threshold{threshold="\2"} * 0 + 1e9)', expr
     )
@@ -425,6 +439,18 @@ def _provoked(expr: str, shift_ms: int) -> str:
     offsets = {match: duration_seconds(match) for match in re.findall(r"offset (\d+[smh])", expr)}
     longest = max(offsets.values(), default=1)
     return re.sub(r"offset (\d+[smh])", lambda m: f"offset {round(shift_ms * offsets[m.group(1)] / longest)}ms", expr)
+
+
+def _floor(rule: dict[str, Any]) -> str | None:
+    """The smallest window of a windowed alert (prometheus/generate.py), None for another."""
+    generate = rule_generator()
+    tables = (*generate.HEALTH_ALERTS, *generate.AUDIT_ALERTS)
+    found = {(a.name, a.signal): a.floor for a in tables}
+    return found.get((rule["alert"], rule["labels"].get("signal")))
+
+
+_GATE = re.compile(r"\nand on \([^)]*\) \(rl:window_steps:increase\w+[^)]*\)")
+"""The clause of a windowed alert that waits until its window (and the one it compares with) held N steps."""
 
 
 def _recorded_span(prometheus: Prometheus, expr: str) -> tuple[float, float]:
@@ -441,7 +467,8 @@ def _recorded_span(prometheus: Prometheus, expr: str) -> tuple[float, float]:
     return max(firsts), max(lasts)
 
 
-ALERTS = [rule for rule in rules() if "alert" in rule]
+ALERTS = [rule for rule in rules() if "alert" in rule and rule["labels"].get("window") in (None, _floor(rule))]
+"""Every alert rule, one window each (its smallest: the rules of its other windows differ only in durations)."""
 
 
 ENDED = {"RLTelemetryAbsent", "RLRunEndedUncleanly"}
@@ -567,17 +594,22 @@ NOT_RATIOS_OF_COUNTERS = {
     ("Cost", "D"),
 }
 RATIO_RULES: dict[str, tuple[str, str]] = {
-    # recording rule -> (its bound, as RATIO_PANELS, its window)
-    "rl:importance_ratio_ess:rate5m": ("ess", "5m"),
-    "rl:groups_zero_variance_fraction:rate10m": ("fraction", "10m"),
-    "rl:reward_mean:rate1m": ("mean", "1m"),
-    "rl:reward_mean:rate10m": ("mean", "10m"),
+    # recording rule -> (its bound, as RATIO_PANELS, its window); the windowed ones at every window they have
     "rl:metric_mean:rate10m": ("mean", "10m"),
-    "rl:mismatch_kl_mean:rate5m": ("mean", "5m"),
-    "rl:entropy_mean:rate10m": ("mean", "10m"),
-    "rl:reward_stddev:rate10m": ("stddev", "10m"),
-    "rl:response_length_mean:rate10m": ("mean", "10m"),
-    "rl:stale_drop_fraction:rate10m": ("fraction", "10m"),
+    **{
+        name.format(w=w): (kind, w)
+        for name, kind, floor in (
+            ("rl:importance_ratio_ess:rate{w}", "ess", "5m"),
+            ("rl:groups_zero_variance_fraction:rate{w}", "fraction", "15s"),
+            ("rl:reward_mean:rate{w}", "mean", "15s"),
+            ("rl:mismatch_kl_mean:rate{w}", "mean", "15s"),
+            ("rl:entropy_mean:rate{w}", "mean", "15s"),
+            ("rl:reward_stddev:rate{w}", "stddev", "15s"),
+            ("rl:response_length_mean:rate{w}", "mean", "15s"),
+            ("rl:stale_drop_fraction:rate{w}", "fraction", "15s"),
+        )
+        for w in rule_generator().PRESETS[rule_generator().PRESETS.index(floor) :]
+    },
 }
 
 
