@@ -41,15 +41,15 @@ _UNITS = (("h", 3600), ("m", 60), ("s", 1))
 
 
 def seconds(duration: str) -> int:
-    """Seconds of a duration of :data:`PRESETS` (``"640m"`` -> 38400).
+    """Seconds of a duration as PromQL writes it (``"640m"`` -> 38400, ``"1h20m"`` -> 4800).
 
     Raises:
         ValueError: when ``duration`` is not such a duration.
     """
-    match = re.fullmatch(r"(\d+)([smh])", duration)
-    if match is None:
-        raise ValueError(f'a window must be like "15s", "10m" or "2h", got {duration!r}')
-    return int(match.group(1)) * dict(_UNITS)[match.group(2)]
+    parts = re.findall(r"(\d+)([hms])", duration)
+    if not parts or "".join(n + u for n, u in parts) != duration:
+        raise ValueError(f'a duration must be like "15s", "10m" or "1h20m", got {duration!r}')
+    return sum(int(n) * dict(_UNITS)[u] for n, u in parts)
 
 
 def duration(total: int) -> str:
@@ -580,9 +580,10 @@ AUDIT_ALERTS = (
         name="RLMismatchKLAccelerating",
         signal=None,
         audit="mismatch_kl_accelerating",
-        steps=10,
-        why="a ratio of two window means of the k3 KL, two windows (20 to 60 steps) apart, as the former 5-minute "
-        "window held 10 steps of 30 s; for: two windows, so that growth must last 20 more steps",
+        steps=20,
+        why="a ratio of two window means of the k3 KL two windows (40 to 120 steps) apart: the KL's batches are "
+        "heavy-tailed (a batch of long or rare sequences triples it), and with 10 steps two such batches in one "
+        "window made an honest run's KL 'double' (measured, ~30 s steps); for: two windows",
         floor="15s",
         lookback=2,
         hold=2,
@@ -1068,17 +1069,69 @@ def window_table() -> str:
         "|---|---|---|---|---|---|",
     ]
     for rule in (*HEALTH_ALERTS, *AUDIT_ALERTS):
-        name = rule.name + (f" (`{rule.signal}`)" if rule.signal else "")
+        name = f"`{rule.name}`" + (f" (`{rule.signal}`)" if rule.signal else "")
         compared = f"{rule.lookback} window{'s' if rule.lookback > 1 else ''} before" if rule.lookback else "-"
         hold = f"{rule.hold} window{'s' if rule.hold > 1 else ''}" if rule.hold else f"{rule.hold_floor} or 1 window"
         rows.append(
-            f"| `{name}` | {rule.steps} to {BAND * rule.steps} | {rule.floor} | {compared} | {hold} | {rule.why} |"
+            f"| {name} | {rule.steps} to {BAND * rule.steps} | {rule.floor} | {compared} | {hold} | {rule.why} |"
         )
     return "\n".join(rows)
 
 
+PACES = (("0.25 s (the demo)", 0.25), ("30 s", 30.0), ("5 min", 300.0))
+"""The step paces the runbooks' table of limits reads (the demo's 0.25 s steps, a small model's, a large one's)."""
+
+
+def _human(total: float) -> str:
+    """``5h20m``, ``45s``: a duration for people (to the minute above an hour)."""
+    total = round(total)
+    if total >= 3600:
+        total = round(total / 60) * 60
+    return duration(total)
+
+
+def limits(rule: Alert, pace: float) -> tuple[str, int, float, float] | None:
+    """At ``pace`` seconds a step: the smallest window ``rule`` judges, the steps it holds, the run's age from which it
+    can be judged (the window, and the one it compares with, full) and from which it can fire (plus ``for:``); None
+    when no window holds N steps at that pace."""
+    judged = [
+        w
+        for w in rule.windows()
+        if rule.steps <= seconds(w) / pace and (w == rule.floor or seconds(w) / pace < BAND * rule.steps)
+    ]
+    if not judged:
+        return None
+    w = judged[0]
+    judged_from = (rule.lookback + 1) * seconds(w)
+    return w, int(seconds(w) / pace), judged_from, judged_from + seconds(rule.hold_for(w))
+
+
+def limits_table() -> str:
+    """The runbooks' table of what each alert can do at three paces: its window (steps), and from which age of the
+    run (steps) it can be judged and fire (docs/runbooks.md, "Windows by pace")."""
+    head = " | ".join(f"{name} a step: window, judged from, fires from" for name, _ in PACES)
+    rows = [f"| alert | {head} |", "|---|" + "---|" * len(PACES)]
+    for rule in (*HEALTH_ALERTS, *AUDIT_ALERTS):
+        name = f"`{rule.name}`" + (f" (`{rule.signal}`)" if rule.signal else "")
+        cells = []
+        for _, pace in PACES:
+            found = limits(rule, pace)
+            if found is None:
+                cells.append("never (no window holds N steps)")
+                continue
+            w, held, judged, fires = found
+            cells.append(
+                f"{w} ({held} steps), {_human(judged)} ({int(judged / pace)}), {_human(fires)} ({int(fires / pace)})"
+            )
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str]) -> int:
-    """Write the files into ``argv[0]`` (default: prometheus/rules/)."""
+    """Write the files into ``argv[0]`` (default: prometheus/rules/); ``--tables``: print the runbooks' tables."""
+    if argv == ["--tables"]:
+        print(window_table(), limits_table(), sep="\n\n")
+        return 0
     folder = Path(argv[0]) if argv else RULES_DIR
     folder.mkdir(parents=True, exist_ok=True)
     for name, render in FILES.items():
