@@ -1,5 +1,5 @@
 """The rules whose windows hold steps, as code: ``python prometheus/generate.py`` writes
-``prometheus/rules/otel_rl_windows.yml`` and ``prometheus/rules/otel_rl_audit.yml``.
+``prometheus/rules/otel_rl_windows.yml`` (the health alerts whose windows hold steps, and the audit).
 
 An RL step takes 0.3 seconds in the demo and 1 to 10 minutes in a GRPO run of a large model, so a window of fixed
 wall-clock length holds thousands of steps in one run and one in another. These rules judge windows that hold a number
@@ -28,7 +28,6 @@ from pathlib import Path
 
 RULES_DIR = Path(__file__).resolve().parent / "rules"
 WINDOWS_FILE = "otel_rl_windows.yml"
-AUDIT_FILE = "otel_rl_audit.yml"
 
 PRESETS = ("15s", "30s", "1m", "2m", "5m", "10m", "20m", "40m", "80m", "160m", "320m", "640m")
 """The windows every statistic is recorded over. 15 s is the rules' evaluation interval (consecutive evaluations judge
@@ -307,7 +306,7 @@ WINDOW_RECORDS = (
         floor="5m",
     ),
 )
-"""Statistics shared by the health alerts and the audit (``otel_rl_windows.yml``)."""
+"""Statistics shared by the health alerts and the audit."""
 
 _JOINT = "rl:joint:increase{w}"
 
@@ -412,7 +411,7 @@ AUDIT_RECORDS = (
         "Rollouts dropped as too stale per rollout trained over {w}.",
     ),
 )
-"""The audit's own statistics (``otel_rl_audit.yml``)."""
+"""The audit's own statistics."""
 
 # ---------------------------------------------------------------------------------------------------------------
 # Alerts
@@ -657,7 +656,7 @@ AUDIT_ALERTS = (
         "the run trains on the short, easy problems.",
     ),
 )
-"""The audit (severity notify), ``otel_rl_audit.yml``."""
+"""The audit (severity notify, label ``audit``)."""
 
 
 def _collapse_drop(w: str) -> str:
@@ -908,7 +907,7 @@ HEALTH_ALERTS = (
         "than the threshold since six windows earlier.",
     ),
 )
-"""The health alerts whose windows hold steps (severity warning), ``otel_rl_windows.yml``."""
+"""The health alerts whose windows hold steps (severity warning)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1006,38 +1005,19 @@ _HEADER = """\
 
 
 def windows_file() -> str:
-    """``otel_rl_windows.yml``: the step counts, the shared statistics and the health alerts, per window."""
+    """``otel_rl_windows.yml``: one group holding, per window, the step counts, the statistics, the health alerts and
+    the audit."""
     header = _HEADER.format(
-        what="The statistics the health alerts and the audit share, per window, and the health alerts whose windows "
-        "hold steps:\n# staleness, importance ratios, mismatch KL, effective sample size, entropy, zero-variance "
-        "groups, reward collapse\n# (severity warning).",
-        ladder=", ".join(PRESETS),
-        band=BAND,
-    )
-    body = _records(WINDOW_RECORDS)
-    body.append(
-        _comment("Staleness p50 over 1 minute (dashboards' quick look), clamped as the p99.", 6)
-        + "\n      - record: rl:staleness_p50:rate1m\n        expr: |\n"
-        + _block(_quantile(0.5, "rl_staleness", "1m", ("rl:staleness_max:max1m", "rl:staleness_min:min1m")), 10)
-    )
-    body += _alerts(HEALTH_ALERTS)
-    return (
-        header + "groups:\n  # One group, recordings first: a group's rules run in order, so each alert reads this "
-        "evaluation's statistics.\n  - name: otel_rl_windows\n    rules:\n" + "\n".join(body) + "\n"
-    )
-
-
-def audit_file() -> str:
-    """``otel_rl_audit.yml``: the audit's joint statistics and its alerts, per window."""
-    header = _HEADER.format(
-        what="The audit: is the policy learning the task or gaming its reward, is it collapsing (docs/runbooks.md, "
-        '"Audit").\n# It reads the RL signals together: the total reward beside the ground-truth function, response '
-        "length beside reward\n# (rl_joint_total: sums over the same rollouts, merged exactly across ranks), each "
-        "reward function's share of the total's\n# variance, the entropy and mismatch-KL trends, the zero-variance "
-        "share of prompt groups, and the rollouts dropped as\n# too stale beside those kept. Published evidence "
-        "(marin #8955: a predictive AUROC of about 0.44 to 0.62) says such\n# signals audit a run well after the fact "
-        'and warn early badly, so every alert here is severity "notify", and its\n# runbook says how often it fired on '
-        "honest runs at three paces.",
+        what="Every rule whose window holds training steps, in one group: the health alerts (severity warning: "
+        "staleness,\n# importance ratios, mismatch KL, effective sample size, entropy, zero-variance groups, reward "
+        "collapse) and the audit\n# (severity notify, label audit): is the policy learning the task or gaming its "
+        'reward, is it collapsing\n# (docs/runbooks.md, "The audit"). The audit reads the RL signals together: the '
+        "total reward beside the ground-truth\n# function, response length beside reward (rl_joint_total: sums over "
+        "the same rollouts, merged exactly across\n# ranks), each reward function's share of the total's variance, the "
+        "entropy and mismatch-KL trends, the\n# zero-variance share of prompt groups, and the rollouts dropped as too "
+        "stale beside those kept. Published evidence\n# (marin #8955: a predictive AUROC of about 0.44 to 0.62) says "
+        "such signals audit a run well after the fact and warn\n# early badly, so the audit notifies, never pages, and "
+        "its runbook says how often it fired on honest runs.",
         ladder=", ".join(PRESETS),
         band=BAND,
     )
@@ -1050,15 +1030,23 @@ def audit_file() -> str:
         + "\n      - record: rl:reward_ground_truth\n        expr: |\n"
         + '          max by (rl_run_id, rl_reward_fn) (rl_reward_ground_truth{rl_rank=""}) == 1'
     )
-    body = [*_records(AUDIT_RECORDS), truth, *_alerts(AUDIT_ALERTS)]
+    p50 = (
+        _comment("Staleness p50 over 1 minute (dashboards' quick look), clamped as the p99.", 6)
+        + "\n      - record: rl:staleness_p50:rate1m\n        expr: |\n"
+        + _block(_quantile(0.5, "rl_staleness", "1m", ("rl:staleness_max:max1m", "rl:staleness_min:min1m")), 10)
+    )
+    body = [*_records(WINDOW_RECORDS), p50, *_records(AUDIT_RECORDS), truth]
+    body += [*_alerts(HEALTH_ALERTS), *_alerts(AUDIT_ALERTS)]
     return (
-        header + "groups:\n  # One group, recordings first (the reward, entropy, KL and group statistics come from "
-        "otel_rl_windows.yml's group,\n  # as evaluated 15 s earlier at most: groups run concurrently).\n"
-        "  - name: otel_rl_audit\n    rules:\n" + "\n".join(body) + "\n"
+        header + "groups:\n  # One group, recordings first: a group's rules run in order, so every alert reads this "
+        "evaluation's statistics\n  # (groups run concurrently: an alert reading another group's would read them up "
+        "to an evaluation late, a\n  # whole window at the demo's pace).\n  - name: otel_rl_windows\n    rules:\n"
+        + "\n".join(body)
+        + "\n"
     )
 
 
-FILES: dict[str, Callable[[], str]] = {WINDOWS_FILE: windows_file, AUDIT_FILE: audit_file}
+FILES: dict[str, Callable[[], str]] = {WINDOWS_FILE: windows_file}
 """Each generated file and what writes it."""
 
 

@@ -386,14 +386,14 @@ def _group(pace: Pace, series: dict[str, list[tuple[str, str]]], tests: str) -> 
 
 
 def _file(pace: Pace, groups: Iterable[str], header: str = "") -> str:
-    head = [header + "rule_files:", "  - ../otel_rl.yml", "  - ../otel_rl_windows.yml", "  - ../otel_rl_audit.yml"]
+    head = [header + "rule_files:", "  - ../otel_rl.yml", "  - ../otel_rl_windows.yml"]
     head += [f"evaluation_interval: {pace.eval_s}s", "group_eval_order:"]
     head += [f"  - {group}" for group in GROUP_ORDER]
     head.append("tests:")
     return "\n".join(head) + "\n" + "".join(groups)
 
 
-GROUP_ORDER = ("otel_rl_recording", "otel_rl_alerts", "otel_rl_windows", "otel_rl_audit")
+GROUP_ORDER = ("otel_rl_recording", "otel_rl_alerts", "otel_rl_windows")
 """The rule groups in the order promtool evaluates them here: Prometheus runs groups concurrently, so an alert may
 read another group's recording of this evaluation or of the one before; a fixed order makes the expectations exact."""
 _UNIT_S = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}

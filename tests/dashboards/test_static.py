@@ -40,7 +40,7 @@ def test_committed_dashboards_are_what_the_code_generates(tmp_path: Path) -> Non
 
 
 def test_committed_rules_are_what_the_code_generates(tmp_path: Path) -> None:
-    """prometheus/rules/otel_rl_windows.yml and otel_rl_audit.yml equal what ``python prometheus/generate.py
+    """prometheus/rules/otel_rl_windows.yml equals what ``python prometheus/generate.py
     <folder>`` writes (edit the generator, not the YAML)."""
     subprocess.run([sys.executable, ROOT / "prometheus" / "generate.py", tmp_path], check=True, capture_output=True)
     generate = rule_generator()
