@@ -49,8 +49,8 @@ def _trend(prometheus: Prometheus, query: str, now: float) -> dict[str, float | 
 
 def _alerts(sources: Sources, alertmanager: Alertmanager) -> list[dict[str, Any]]:
     """The run's firing and pending alerts (:func:`otel_rl.ops.alerts.client.run_alerts`: silenced and inhibited ones
-    too), firing first, each with its severity, summary and runbook (Alertmanager's annotations: none while
-    pending)."""
+    too), firing first, each with its severity, summary and runbook (Alertmanager's annotations, the rule
+    evaluator's while pending)."""
     return [
         {
             "name": alert.name,
