@@ -41,7 +41,7 @@ def test_committed_dashboards_are_what_the_code_generates(tmp_path: Path) -> Non
 
 def test_committed_rules_are_what_the_code_generates(tmp_path: Path) -> None:
     """prometheus/rules/otel_rl_windows.yml equals what ``python prometheus/generate.py
-    <folder>`` writes (edit the generator, not the YAML)."""
+    <folder>`` writes (edit the generator, not the YAML), and docs/runbooks.md holds its tables of windows."""
     subprocess.run([sys.executable, ROOT / "prometheus" / "generate.py", tmp_path], check=True, capture_output=True)
     generate = rule_generator()
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(generate.FILES)
@@ -50,6 +50,10 @@ def test_committed_rules_are_what_the_code_generates(tmp_path: Path) -> None:
         assert committed == (tmp_path / name).read_text(encoding="utf-8"), (
             f"{name} is stale: run .venv/bin/python prometheus/generate.py"
         )
+    runbooks = (ROOT / "docs" / "runbooks.md").read_text(encoding="utf-8")
+    assert generate.window_table() in runbooks and generate.limits_table() in runbooks, (
+        "docs/runbooks.md's tables of windows differ from prometheus/generate.py --tables"
+    )
 
 
 def test_each_alert_judges_one_window_or_two_at_any_pace() -> None:
