@@ -394,6 +394,7 @@ def test_recording_rule_recorded_the_run(live_run: LiveRun, name: str, run_id: s
             "stale_drop_length_ratio": 1.5,
             "stale_drop_fraction": 0.05,
             "zero_variance_share_rise": 0.2,
+            "step_seconds": 0,
         }
 
 
@@ -453,18 +454,19 @@ _GATE = re.compile(r"\nand on \([^)]*\) \(rl:window_steps:increase\w+[^)]*\)")
 """The clause of a windowed alert that waits until its window (and the one it compares with) held N steps."""
 
 
-def _recorded_span(prometheus: Prometheus, expr: str) -> tuple[float, float]:
+def _recorded_span(prometheus: Prometheus, expr: str, *, together: bool = False) -> tuple[float, float]:
     """The first time every recorded series used in ``expr`` holds a finite value for the run, and the last time any
     does: series begin at different times (rl:reward_ground_truth with the first export, each reward function's mean
-    with its first reward)."""
+        with its first reward); ``together``: the last time every one does (a window of seconds ends soon after the run,
+    the ground truth minutes later)."""
     firsts, lasts = [], []
     for name in {n for n in metric_names(expr) if ":" in n}:
-        for item in prometheus.query(f'{name}{{rl_run_id="{RUN_ID}"}}[10m]'):
+        for item in prometheus.query(f'{name}{{rl_run_id="{RUN_ID}"}}[1h]'):
             times = [float(t) for t, v in item["values"] if v not in ("NaN", "+Inf", "-Inf")]
             if times:
                 firsts.append(min(times))
                 lasts.append(max(times))
-    return max(firsts), max(lasts)
+    return max(firsts), min(lasts) if together else max(lasts)
 
 
 ALERTS = [rule for rule in rules() if "alert" in rule and rule["labels"].get("window") in (None, _floor(rule))]
@@ -484,8 +486,10 @@ BUG_COUNTERS = {"OtelRLUnencodableTelemetry"}
 def test_alert_expression_matches_the_run(live_run: LiveRun, rule: dict[str, Any]) -> None:
     """On real series every alert expression selects the run it is about: its joins and label sets match real data.
 
-    Thresholds are made to pass; "an hour ago" (or the audit's 10 and 30 minutes) becomes the first recorded point of
-    the run (the run is short) and "now" its last; RLNonFiniteRewards fires for real (the faulty rank's NaNs). The
+    Thresholds are made to pass; "an hour ago" becomes the first recorded point of the run (the run is short) and
+    "now" its last; a windowed alert (one rule per window) is checked at its smallest window, without the clause that
+    waits for its window to hold N steps, over the span its statistics were recorded, its comparisons reaching halfway
+    back; RLNonFiniteRewards fires for real (the faulty rank's NaNs). The
     lifecycle alerts select the crashed run, for real: RLTrainerStalled and RLRanksMissing while it hung,
     RLTelemetryAbsent and RLRunEndedUncleanly 400 s after its last point, and these two never select the demo run,
     which finished cleanly.
@@ -497,6 +501,16 @@ def test_alert_expression_matches_the_run(live_run: LiveRun, rule: dict[str, Any
         assert RUN_ID not in {item["metric"].get("rl_run_id") for item in clean}, (rule["alert"], clean)
     elif rule["alert"] in HUNG:
         at, run_id = live_run.crashed_span[1], CRASHED_RUN_ID
+    elif "window" in rule["labels"]:
+        # A window of seconds holds this short run only while it runs: evaluate the expression (its comparisons
+        # reaching halfway back) over the span the run's statistics were recorded.
+        earliest, latest = _recorded_span(live_run.prometheus, _GATE.sub("", rule["expr"]), together=True)
+        shift_ms = round((latest - earliest) * 500) if "offset " in rule["expr"] else 0
+        result = live_run.prometheus.range(
+            _provoked(rule["expr"], shift_ms), earliest + shift_ms / 1000, latest, step=STEP_S
+        )
+        assert RUN_ID in {item["metric"].get("rl_run_id") for item in result}, (rule["alert"], result)
+        return
     elif "offset " in rule["expr"] and any(":" in name for name in metric_names(rule["expr"])):
         earliest, at = _recorded_span(live_run.prometheus, rule["expr"])
         shift_ms = round((at - earliest) * 1000)
