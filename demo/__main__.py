@@ -7,7 +7,7 @@ Examples::
     python -m demo --endpoint http://collector:4317  # an existing collector (summary needs --prometheus-url ...)
     python -m demo --exporter console                # no stack at all: readable per-step output
     python -m demo --provoke-alert                   # then let staleness run away until RLStalenessHigh pages
-    python -m demo --reward-hack                     # from 30% of the steps on, the format reward pays length
+    python -m demo --reward-hack                     # 400 steps; from 30% on, the format reward pays length
 """
 
 from __future__ import annotations
@@ -38,6 +38,10 @@ _UNSAFE = re.compile(r"[^\w.-]|^\.")
 ``.`` (no ``..``, no hidden folder)."""
 _NAME_CHARS = 60
 """The longest run id kept whole as a folder name (at most 4 bytes a character: within the file systems' 255)."""
+_STEPS = 200
+_HACK_STEPS = 400
+"""The demo's steps with ``--reward-hack``: its policy finds the loophole (opened at 30%, step 120) by about step 140,
+and leaves the audit 260 steps of gaming; in 200 steps it finds it at about step 185, too late to audit."""
 _PROVOKE_LIMIT_S = 20 * 60
 """How long ``--provoke-alert`` lets staleness run away at most: RLStalenessHigh pages after 10 minutes above its
 threshold (its ``for:``), plus up to an evaluation interval and Alertmanager's group_wait."""
@@ -62,7 +66,13 @@ def _free_port() -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help=f"training steps (default {_STEPS}; {_HACK_STEPS} with --reward-hack: the policy finds the loophole about "
+        "20 steps after it opens at 30%%, and the audit's windows need 20 steps of it and 20 before)",
+    )
     parser.add_argument("--ranks", type=int, default=4, help="rank processes (default 4)")
     parser.add_argument("--step-seconds", type=float, default=0.25, help="minimum seconds per step (default 0.25)")
     parser.add_argument("--exporter", choices=("otlp", "console", "file"), default="otlp")
@@ -90,6 +100,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "length instead of sums, and the audit alerts should say so",
     )
     args = parser.parse_args(argv)
+    if args.steps is None:
+        args.steps = _HACK_STEPS if args.reward_hack else _STEPS
     if args.provoke_alert and (args.endpoint is not None or args.exporter != "otlp"):
         parser.error("--provoke-alert needs the local stack (no --endpoint, --exporter otlp)")
     for name in ("steps", "ranks"):

@@ -16,7 +16,8 @@ def _number(value: Any) -> str:
 
 def format_summary(summary: dict[str, Any]) -> str:
     """Markdown: reward early vs late, per reward function, staleness, health, where the time went (the time split,
-    the slowest phase, tokens and MFU, the slowest step's trace), and the top and bottom samples."""
+    the slowest phase, tokens and MFU, the slowest step's trace), the cost, the alerts raised for the run, and the top
+    and bottom samples."""
     reward = summary["reward"]
     lines = [
         f"# otel-rl demo run {summary['run_id']}",
@@ -49,6 +50,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         *_performance(summary["performance"]),
         "",
         *_cost(summary.get("cost") or {}),
+        *_alerts(summary.get("alerts") or []),
         "## Samples (from VictoriaLogs)",
         "",
         "| selection | reward | step | prompt | response | target |",
@@ -61,6 +63,28 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f"| {sample.get('_msg', '')} | {sample.get('target', '')} |"
             )
     return "\n".join(lines) + "\n"
+
+
+_SHOWN_LABELS = ("window", "signal", "rl_reward_fn", "rl_joint_x", "rl_phase_name")
+"""The labels that tell an alert's instances apart (the rest are the run's)."""
+
+
+def _alerts(alerts: list[dict[str, Any]]) -> list[str]:
+    """The alerts section: every alert raised for the run, how far it got, from which step, what it measured."""
+    lines = ["## Alerts raised for the run (Prometheus's ALERTS, the audit's included)", ""]
+    if not alerts:
+        return [*lines, "none", ""]
+    lines += [
+        "| alert | labels | got to | pending from step | firing from step | value | summary |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for alert in alerts:
+        labels = ", ".join(f"{key}={alert['labels'][key]}" for key in _SHOWN_LABELS if key in alert["labels"])
+        lines.append(
+            f"| {alert['name']} | {labels} | {alert['state']} | {_number(alert['since_step'])} "
+            f"| {_number(alert['fired_step'])} | {_number(alert['value'])} | {alert['summary'] or '-'} |"
+        )
+    return [*lines, ""]
 
 
 def _cost(cost: dict[str, Any]) -> list[str]:

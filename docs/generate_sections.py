@@ -162,7 +162,17 @@ def series() -> str:
         name = f"`{distribution.histogram.name}.exemplars`"
         lines.append(f"| (collector) {name} | histogram | | {_written(carrier, None)}: for exemplars only |")
     lines += ["", "Recorded by `prometheus/rules/` (`otel_rl_contract.rules`):", "", "| series | what |", "|---|---|"]
-    lines += [f"| `{rule.name}` | {rule.description} |" for rule in contract.rules.RECORDING_RULES]
+    windowed = {series.name for statistic in contract.rules.WINDOWED for series in statistic.series}
+    lines += [
+        f"| `{statistic.pattern}`, `{{w}}` one of {', '.join(f'`{w}`' for w in statistic.windows)} | "
+        f"{statistic.description} |"
+        for statistic in contract.rules.WINDOWED
+    ]
+    lines += [
+        f"| `{rule.name}` | {rule.description} |"
+        for rule in contract.rules.RECORDING_RULES
+        if rule.name not in windowed
+    ]
     lines += [
         "",
         "Read from other programs (`otel_rl_contract.foreign`):",

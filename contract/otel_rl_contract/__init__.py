@@ -9,7 +9,8 @@ OpenTelemetry semantic conventions are one package that the API, the SDK and eve
   collector merges each metric across ranks.
 * :mod:`otel_rl_contract.prometheus`: the Prometheus series and labels those names become (:func:`series`,
   :func:`label`), derived once.
-* :mod:`otel_rl_contract.rules`: the series the recording rules write (``contract.rules.REWARD_MEAN_1M``).
+* :mod:`otel_rl_contract.rules`: the series the recording rules write (``contract.rules.REWARD_MEAN.at("1m")``),
+  per window of a ladder where they must hold steps.
 * :mod:`otel_rl_contract.foreign`: the series of other programs otel-rl reads (the collector's own, ``ALERTS``,
   vLLM's and SGLang's), and NeMo Lens's metric names.
 * :mod:`otel_rl_contract.catalog`: every Prometheus series name of the three, in one mapping (:data:`KNOWN_SERIES`).

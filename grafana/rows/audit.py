@@ -1,6 +1,6 @@
-"""Row "Audit": the signals the audit rules read together (prometheus/rules/otel_rl_audit.yml): the total reward beside
-the ground truth, what correlates with the total, each function's share of its variance, what stale drops leave out,
-and what the run costs."""
+"""Row "Audit": the signals the audit rules read together (the audit of prometheus/rules/otel_rl_windows.yml): the
+total reward beside the ground truth, what correlates with the total, each function's share of its variance, what
+stale drops leave out, and what the run costs."""
 
 from __future__ import annotations
 

@@ -110,6 +110,32 @@ class Prometheus:
         """The label sets (``__name__`` included) of the series that the selector ``match`` selects."""
         return list(self._data("/api/v1/series", {"match[]": match}, query=match))
 
+    def alerts(self) -> list[dict[str, Any]]:
+        """The rule evaluator's active alerts, pending and firing (``GET /api/v1/alerts``; Thanos Query serves it
+        too): ``labels``, ``annotations`` rendered at its last evaluation, ``state``, ``activeAt``, ``value``."""
+        return list(self._get("/api/v1/alerts")["alerts"])
+
+    def alert_rules(self) -> list[dict[str, Any]]:
+        """Every alerting rule the evaluator runs (``GET /api/v1/rules?type=alert``): ``name``, ``query``,
+        ``labels``, ``annotations`` (templates), ``duration``."""
+        groups = self._get("/api/v1/rules", {"type": "alert"})["groups"]
+        return [rule for group in groups for rule in group["rules"]]
+
+    def _get(self, path: str, params: dict[str, str] | None = None) -> Any:
+        """The ``data`` of a successful GET of ``path`` (the API's read-only endpoints take no POST)."""
+        what = f"Prometheus GET {path}"
+        try:
+            response = (self.session or requests).get(f"{self.url}{path}", params=params, timeout=self.timeout_s)
+        except requests.RequestException as error:
+            raise QueryError(f"{what} failed: {error}") from error
+        try:
+            body = response.json()
+        except ValueError as error:
+            raise QueryError(f"{what} failed: HTTP {response.status_code} {response.text[:_BODY_CHARS]!r}") from error
+        if response.status_code != 200 or body.get("status") != "success":
+            raise QueryError(f"{what} failed: HTTP {response.status_code} {response.text[:_BODY_CHARS]!r}")
+        return body["data"]
+
     def exemplars(self, promql: str, start: float, end: float) -> list[dict[str, Any]]:
         """The exemplars of the series of ``promql`` between ``start`` and ``end``: one dict per series, with its
         ``seriesLabels`` and its ``exemplars`` (``labels``, ``value``, ``timestamp``)."""

@@ -299,7 +299,7 @@ def test_staleness_runaway_pages_then_resolves(world: World) -> None:
     assert run.crossed_at is not None
     recorded = _first_above(
         world.prometheus,
-        promql.selector(rules.STALENESS_P99_1M, rl_run_id=run.run_id),
+        promql.selector(rules.STALENESS_P99.at("1m"), rl_run_id=run.run_id),
         THRESHOLD,
         run.crossed_at - 30,
         notification.received_at,
@@ -328,7 +328,9 @@ def test_higher_per_run_threshold_keeps_its_run_silent(world: World) -> None:
     _notified(world.webhook, world.runs["runaway"].run_id, "RLStalenessHigh", "firing", timeout_s=300)
     threshold = promql.selector(rules.ALERT_THRESHOLD, rl_run_id=run.run_id, threshold="staleness_p99")
     assert world.prometheus.value(threshold) == TOLERANT_THRESHOLD
-    p99 = world.prometheus.value(f"max_over_time({promql.selector(rules.STALENESS_P99_1M, rl_run_id=run.run_id)}[5m])")
+    p99 = world.prometheus.value(
+        f"max_over_time({promql.selector(rules.STALENESS_P99.at('1m'), rl_run_id=run.run_id)}[5m])"
+    )
     assert p99 is not None and THRESHOLD < p99 < TOLERANT_THRESHOLD
     ever = world.prometheus.query(
         f"max_over_time({promql.selector(foreign.ALERTS, rl_run_id=run.run_id, alertname='RLStalenessHigh')}[30m])"

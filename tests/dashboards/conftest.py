@@ -18,7 +18,8 @@ RUN_DASHBOARD = ROOT / "grafana" / "dashboards" / "rl-run.json"
 """One run (variable ``run``): the dashboard whose queries the live tests run for the demo's run."""
 COMPARE_DASHBOARD = ROOT / "grafana" / "dashboards" / "rl-compare.json"
 """Several runs and seed groups by step (variables ``runs``, ``baseline``, ``group``)."""
-RULES = (ROOT / "prometheus" / "rules" / "otel_rl.yml", ROOT / "prometheus" / "rules" / "otel_rl_audit.yml")
+RULES = (ROOT / "prometheus" / "rules" / "otel_rl.yml", ROOT / "prometheus" / "rules" / "otel_rl_windows.yml")
+"""The rule files about runs: the hand-written one and the one prometheus/generate.py writes."""
 RULE_FILES = sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
 RULE_TESTS = sorted((ROOT / "prometheus" / "rules" / "tests").glob("*.yml"))
 
@@ -49,8 +50,23 @@ def dashboard_targets(
     return found
 
 
+def rule_generator() -> Any:
+    """prometheus/generate.py as a module (its window ladder and tables)."""
+    import importlib.util
+    import sys
+
+    name = "otel_rl_rules_generate"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "prometheus" / "generate.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 def rules() -> list[dict[str, Any]]:
-    """Every rule of prometheus/rules/otel_rl.yml and otel_rl_audit.yml, with its group name under ``_group``."""
+    """Every rule of :data:`RULES`, with its group name under ``_group``."""
     return [
         {**rule, "_group": group["name"]}
         for path in RULES

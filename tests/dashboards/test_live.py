@@ -32,7 +32,7 @@ from otel_rl_ops.alerts.client import duration_seconds
 from otel_rl_ops.query import Prometheus, VictoriaLogs
 from otel_rl_ops.report.dashboard import substitute
 
-from tests.dashboards.conftest import LENS_ONLY, MALFORMED_ONLY, ROOT, dashboard_targets, rules
+from tests.dashboards.conftest import LENS_ONLY, MALFORMED_ONLY, ROOT, dashboard_targets, rule_generator, rules
 from tests.promql_names import names
 
 METRIC = contract.series(contract.METRICS.histogram)
@@ -75,7 +75,12 @@ class LiveRun:
 
 
 def _recorded_names() -> set[str]:
-    return {rule["record"] for rule in rules() if "record" in rule}
+    """Every recording rule but the step counts of the windows (rl:window_steps:increase<w>), recorded only once a
+    run is as old as the window: these runs last seconds (the pace tests prometheus/rules/tests/pace_*.yml pin
+    them)."""
+    return {
+        rule["record"] for rule in rules() if "record" in rule and not rule["record"].startswith("rl:window_steps:")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -391,6 +396,7 @@ def test_recording_rule_recorded_the_run(live_run: LiveRun, name: str, run_id: s
             "stale_drop_length_ratio": 1.5,
             "stale_drop_fraction": 0.05,
             "zero_variance_share_rise": 0.2,
+            "step_seconds": 0,
         }
 
 
@@ -425,6 +431,7 @@ def _provoked(expr: str, shift_ms: int) -> str:
     """The alert expression with every threshold made to pass (labels kept: -1e9 after ``>``, +1e9 after ``<``)
     and its look back ("an hour ago", "30 minutes ago") moved into the run: the longest offset to ``shift_ms``, the
     others in proportion."""
+    expr = _GATE.sub("", expr)
     expr = re.sub(
         rf'(<[^=]*?){contract.rules.ALERT_THRESHOLD.name}\{{threshold="(\w+)"\}}',
         rf'\1({contract.rules.ALERT_THRESHOLD.name}{{threshold="\2"}} * 0 + 1e9)',
@@ -445,21 +452,35 @@ def _provoked(expr: str, shift_ms: int) -> str:
     return re.sub(r"offset (\d+[smh])", lambda m: f"offset {round(shift_ms * offsets[m.group(1)] / longest)}ms", expr)
 
 
-def _recorded_span(prometheus: Prometheus, expr: str) -> tuple[float, float]:
+def _floor(rule: dict[str, Any]) -> str | None:
+    """The smallest window of a windowed alert (prometheus/generate.py), None for another."""
+    generate = rule_generator()
+    tables = (*generate.HEALTH_ALERTS, *generate.AUDIT_ALERTS)
+    found = {(a.name, a.signal): a.floor for a in tables}
+    return found.get((rule["alert"], rule["labels"].get("signal")))
+
+
+_GATE = re.compile(r"\nand on \([^)]*\) \(rl:window_steps:increase\w+[^)]*\)")
+"""The clause of a windowed alert that waits until its window (and the one it compares with) held N steps."""
+
+
+def _recorded_span(prometheus: Prometheus, expr: str, *, together: bool = False) -> tuple[float, float]:
     """The first time every recorded series used in ``expr`` holds a finite value for the run, and the last time any
     does: series begin at different times (rl:reward_ground_truth with the first export, each reward function's mean
-    with its first reward)."""
+        with its first reward); ``together``: the last time every one does (a window of seconds ends soon after the run,
+    the ground truth minutes later)."""
     firsts, lasts = [], []
     for name in {n for n in names(expr).exact if ":" in n}:
-        for item in prometheus.query(f'{name}{{rl_run_id="{RUN_ID}"}}[10m]'):
+        for item in prometheus.query(f'{name}{{rl_run_id="{RUN_ID}"}}[1h]'):
             times = [float(t) for t, v in item["values"] if v not in ("NaN", "+Inf", "-Inf")]
             if times:
                 firsts.append(min(times))
                 lasts.append(max(times))
-    return max(firsts), max(lasts)
+    return max(firsts), min(lasts) if together else max(lasts)
 
 
-ALERTS = [rule for rule in rules() if "alert" in rule]
+ALERTS = [rule for rule in rules() if "alert" in rule and rule["labels"].get("window") in (None, _floor(rule))]
+"""Every alert rule, one window each (its smallest: the rules of its other windows differ only in durations)."""
 
 
 ENDED = {"RLTelemetryAbsent", "RLRunEndedUncleanly"}
@@ -475,8 +496,10 @@ BUG_COUNTERS = {"OtelRLUnencodableTelemetry"}
 def test_alert_expression_matches_the_run(live_run: LiveRun, rule: dict[str, Any]) -> None:
     """On real series every alert expression selects the run it is about: its joins and label sets match real data.
 
-    Thresholds are made to pass; "an hour ago" (or the audit's 10 and 30 minutes) becomes the first recorded point of
-    the run (the run is short) and "now" its last; RLNonFiniteRewards fires for real (the faulty rank's NaNs). The
+    Thresholds are made to pass; "an hour ago" becomes the first recorded point of the run (the run is short) and
+    "now" its last; a windowed alert (one rule per window) is checked at its smallest window, without the clause that
+    waits for its window to hold N steps, over the span its statistics were recorded, its comparisons reaching halfway
+    back; RLNonFiniteRewards fires for real (the faulty rank's NaNs). The
     lifecycle alerts select the crashed run, for real: RLTrainerStalled and RLRanksMissing while it hung,
     RLTelemetryAbsent and RLRunEndedUncleanly 400 s after its last point, and these two never select the demo run,
     which finished cleanly.
@@ -488,6 +511,16 @@ def test_alert_expression_matches_the_run(live_run: LiveRun, rule: dict[str, Any
         assert RUN_ID not in {item["metric"].get("rl_run_id") for item in clean}, (rule["alert"], clean)
     elif rule["alert"] in HUNG:
         at, run_id = live_run.crashed_span[1], CRASHED_RUN_ID
+    elif "window" in rule["labels"]:
+        # A window of seconds holds this short run only while it runs: evaluate the expression (its comparisons
+        # reaching halfway back) over the span the run's statistics were recorded.
+        earliest, latest = _recorded_span(live_run.prometheus, _GATE.sub("", rule["expr"]), together=True)
+        shift_ms = round((latest - earliest) * 500) if "offset " in rule["expr"] else 0
+        result = live_run.prometheus.range(
+            _provoked(rule["expr"], shift_ms), earliest + shift_ms / 1000, latest, step=STEP_S
+        )
+        assert RUN_ID in {item["metric"].get("rl_run_id") for item in result}, (rule["alert"], result)
+        return
     elif "offset " in rule["expr"] and any(":" in name for name in names(rule["expr"]).exact):
         earliest, at = _recorded_span(live_run.prometheus, rule["expr"])
         shift_ms = round((at - earliest) * 1000)
@@ -585,17 +618,22 @@ NOT_RATIOS_OF_COUNTERS = {
     ("Cost", "D"),
 }
 RATIO_RULES: dict[str, tuple[str, str]] = {
-    # recording rule -> (its bound, as RATIO_PANELS, its window)
-    contract.rules.IMPORTANCE_RATIO_ESS_5M.name: ("ess", "5m"),
-    contract.rules.ZERO_VARIANCE_FRACTION_10M.name: ("fraction", "10m"),
-    contract.rules.REWARD_MEAN_1M.name: ("mean", "1m"),
-    contract.rules.REWARD_MEAN_10M.name: ("mean", "10m"),
-    contract.rules.METRIC_MEAN_10M.name: ("mean", "10m"),
-    contract.rules.MISMATCH_KL_MEAN_5M.name: ("mean", "5m"),
-    contract.rules.ENTROPY_MEAN_10M.name: ("mean", "10m"),
-    contract.rules.REWARD_STDDEV_10M.name: ("stddev", "10m"),
-    contract.rules.RESPONSE_LENGTH_MEAN_10M.name: ("mean", "10m"),
-    contract.rules.STALE_DROP_FRACTION_10M.name: ("fraction", "10m"),
+    # recording rule -> (its bound, as RATIO_PANELS, its window); the windowed ones at every window they have
+    "rl:metric_mean:rate10m": ("mean", "10m"),
+    **{
+        name.format(w=w): (kind, w)
+        for name, kind, floor in (
+            ("rl:importance_ratio_ess:rate{w}", "ess", "5m"),
+            ("rl:groups_zero_variance_fraction:rate{w}", "fraction", "15s"),
+            ("rl:reward_mean:rate{w}", "mean", "15s"),
+            ("rl:mismatch_kl_mean:rate{w}", "mean", "15s"),
+            ("rl:entropy_mean:rate{w}", "mean", "15s"),
+            ("rl:reward_stddev:rate{w}", "stddev", "15s"),
+            ("rl:response_length_mean:rate{w}", "mean", "15s"),
+            ("rl:stale_drop_fraction:rate{w}", "fraction", "15s"),
+        )
+        for w in rule_generator().PRESETS[rule_generator().PRESETS.index(floor) :]
+    },
 }
 
 

@@ -15,7 +15,15 @@ import pytest
 import yaml
 from otel_rl_contract import Distribution, foreign
 
-from tests.dashboards.conftest import DASHBOARDS, ROOT, RULE_FILES, RULE_TESTS, dashboard_targets, rules
+from tests.dashboards.conftest import (
+    DASHBOARDS,
+    ROOT,
+    RULE_FILES,
+    RULE_TESTS,
+    dashboard_targets,
+    rule_generator,
+    rules,
+)
 
 PROVISIONING = ROOT / "grafana" / "provisioning"
 
@@ -30,6 +38,49 @@ def test_committed_dashboards_are_what_the_code_generates(tmp_path: Path) -> Non
         assert path.read_text(encoding="utf-8") == (tmp_path / path.name).read_text(encoding="utf-8"), (
             f"{path.name} is stale: run .venv/bin/python grafana/generate.py"
         )
+
+
+def test_committed_rules_are_what_the_code_generates(tmp_path: Path) -> None:
+    """prometheus/rules/otel_rl_windows.yml equals what ``python prometheus/generate.py
+    <folder>`` writes (edit the generator, not the YAML), and docs/runbooks.md holds its tables of windows."""
+    subprocess.run([sys.executable, ROOT / "prometheus" / "generate.py", tmp_path], check=True, capture_output=True)
+    generate = rule_generator()
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(generate.FILES)
+    for name in generate.FILES:
+        committed = (ROOT / "prometheus" / "rules" / name).read_text(encoding="utf-8")
+        assert committed == (tmp_path / name).read_text(encoding="utf-8"), (
+            f"{name} is stale: run .venv/bin/python prometheus/generate.py"
+        )
+    runbooks = (ROOT / "docs" / "runbooks.md").read_text(encoding="utf-8")
+    assert generate.window_table() in runbooks and generate.limits_table() in runbooks, (
+        "docs/runbooks.md's tables of windows differ from prometheus/generate.py --tables"
+    )
+
+
+def test_each_alert_judges_one_window_or_two_at_any_pace() -> None:
+    """At every pace from 0.1 s to 30 minutes a step (those its largest window holds N steps of), each alert of
+    prometheus/generate.py judges one or two of its windows, and one of them stays judged while the pace drifts by 9%
+    either way (22% except around the 2m-5m step of the ladder): a run whose pace jitters does not flap between
+    windows (each flap would restart ``for:``)."""
+    generate = rule_generator()
+
+    def judged(rule: Any, pace: float) -> set[str]:
+        return {
+            w
+            for w in rule.windows()
+            if rule.steps <= generate.seconds(w) / pace
+            and (w == rule.floor or generate.seconds(w) / pace < generate.BAND * rule.steps)
+        }
+
+    for rule in (*generate.HEALTH_ALERTS, *generate.AUDIT_ALERTS):
+        slowest = generate.seconds(rule.windows()[-1]) / rule.steps
+        for k in range(2000):  # 0.1 s to 30 minutes, 0.5% apart
+            pace = 0.1 * 1.005**k
+            drift = 1.22 if pace * rule.steps * 3 < 120 or pace * rule.steps > 300 else 1.09
+            if pace * drift > slowest:
+                break
+            assert 1 <= len(judged(rule, pace)) <= 2, (rule.name, pace, judged(rule, pace))
+            assert judged(rule, pace / drift) & judged(rule, pace) & judged(rule, pace * drift), (rule.name, pace)
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)

@@ -1,11 +1,11 @@
-"""The audit on a run that games its reward, beside an honest run of the same length, through the real stack.
+"""The audit on a run that games its reward, beside an honest run, through the real stack and the shipped rules.
 
-Two demo jobs run at once into one stack: ``reward_hack`` (from 30% of the steps on, the format reward pays every
-response token, ``demo.task``) and an honest one. The audit's windows are scaled down twenty-fold with the documented
-overlay (``tests/alerts/overlay.py``: 10 minutes become 30 s, 30 minutes 90 s, and each audit alert's ``for:`` 30 s),
-so that a run of minutes is audited as a run of hours would be. The test records every audit alert's first pending
-and firing time on each run, maps them to the training step then, and reports both timelines with how many steps
-before or after the step where correctness peaked each alert fired.
+Two demo jobs run at once, as ``python -m demo --reward-hack`` and ``python -m demo`` run them (4 ranks, 0.25 s
+steps; 400 steps with the hack, 200 without: the defaults): ``reward_hack`` (from 30% of the steps on, the format
+reward pays every response token, ``demo.task``) and an honest one. The rules are the shipped ones, no overlay: their
+windows hold steps, so at the demo's pace the audit judges 15-second windows (about 60 steps). While the jobs run,
+the test reads ``ALERTS`` and ``otel-rl status`` of the gamed run every few seconds; right after, the demo's summary
+of each run. It reports both timelines with each audit alert's step relative to the step where correctness peaked.
 """
 
 from __future__ import annotations
@@ -13,29 +13,29 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from otel_rl_contract import foreign
+from otel_rl_ops.alerts.client import Alertmanager
 from otel_rl_ops.query import Prometheus
+from otel_rl_ops.report.summary import Sources, summarize
+from otel_rl_ops.status import status
 
-from demo.__main__ import _free_port, run_job
-from demo.job import JobSettings
-from tests.alerts.overlay import write_overlay
+from demo.__main__ import _HACK_STEPS, _STEPS, _free_port, run_job
+from demo.job import SERVICE_NAME, JobSettings
 from tests.dashboards.conftest import rules
-from tests.pipeline.harness import private_stack
 
 pytestmark = pytest.mark.stack
 
-STEPS, RANKS = 400, 2
-SCALE = {"10m": "30s", "30m": "90s", "5m": "15s"}
-"""The audit's windows and look-backs, twenty times shorter."""
-AUDIT = tuple(rule["alert"] for rule in rules() if rule["_group"] == "otel_rl_audit" and "alert" in rule)
-"""Every alert of prometheus/rules/otel_rl_audit.yml."""
-SETTLE_S = 60
-"""How long the test keeps watching the alerts after the jobs end (their windows still hold the runs' last minute)."""
+STEPS = {"hacked": _HACK_STEPS, "honest": _STEPS}
+"""Each run's steps: the demo's defaults with and without ``--reward-hack``."""
+RANKS = 4
+AUDIT = tuple(sorted({rule["alert"] for rule in rules() if "alert" in rule and "audit" in rule["labels"]}))
+"""Every alert of the audit (label ``audit``, severity notify)."""
+POLL_S = 3
+"""How often the test reads ALERTS and the gamed run's status while the jobs run."""
 SMOOTHING = 20
 """Steps over which correctness is averaged to find its peak."""
 
@@ -67,47 +67,61 @@ def _step_at(records: list[dict[str, Any]], when: float) -> int:
 
 
 @pytest.fixture(scope="module")
-def audited(stack_binaries: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """Both runs through a stack evaluating the scaled audit; yields, per run, its records and the first time of
-    each audit alert's states."""
-    rules = write_overlay(tmp_path_factory.mktemp("audit-rules"), shorten=dict.fromkeys(AUDIT, "30s"), windows=SCALE)
-    with private_stack(stack_binaries, tmp_path_factory.mktemp("audit-stack"), rule_files=rules) as stack:
-        prometheus = Prometheus(stack.prometheus_url)
-        jobs = {}
-        for name, hacked in (("hacked", True), ("honest", False)):
-            folder = tmp_path_factory.mktemp(f"records-{name}")
-            jobs[name] = JobSettings(
-                run_id=f"audit-{name}-{time.time_ns() % 10**8}",
-                steps=STEPS,
-                ranks=RANKS,
-                exporter="otlp",
-                endpoint=stack.otlp_grpc_endpoint,
-                record_dir=str(folder),
-                master_port=_free_port(),
-                step_seconds=0.25,
-                export_interval_s=1.0,
-                reward_hack=hacked,
-            )
-        threads = [threading.Thread(target=run_job, args=(settings,)) for settings in jobs.values()]
-        for thread in threads:
-            thread.start()
-        seen: dict[tuple[str, str, str], float] = {}
-        runs = tuple(settings.run_id for settings in jobs.values())
-        while any(thread.is_alive() for thread in threads):
-            _watch(prometheus, runs, seen)
-            time.sleep(3)
-        ended = time.time()
-        while time.time() < ended + SETTLE_S:
-            _watch(prometheus, runs, seen)
-            time.sleep(3)
-        yield {
-            name: {
-                "run_id": settings.run_id,
-                "records": _records(Path(settings.record_dir)),
-                "alerts": {(alert, state): at for (run, alert, state), at in seen.items() if run == settings.run_id},
-            }
-            for name, settings in jobs.items()
+def audited(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Both runs through the stack with its shipped rules; yields, per run, its records, the first time of each audit
+    alert's states, the alerts of every status read of the gamed run, and the demo's summary read right after."""
+    prometheus = Prometheus(shared_stack.prometheus_url)
+    alertmanager = Alertmanager(shared_stack.alertmanager_url)
+    jobs = {}
+    for name, hacked in (("hacked", True), ("honest", False)):
+        jobs[name] = JobSettings(
+            run_id=f"audit-{name}-{time.time_ns() % 10**8}",
+            steps=STEPS[name],
+            ranks=RANKS,
+            exporter="otlp",
+            endpoint=shared_stack.otlp_grpc_endpoint,
+            record_dir=str(tmp_path_factory.mktemp(f"records-{name}")),
+            master_port=_free_port(),
+            step_seconds=0.25,
+            export_interval_s=1.0,
+            reward_hack=hacked,
+        )
+    sources = {
+        name: Sources(shared_stack.prometheus_url, shared_stack.victorialogs_url, settings.run_id)
+        for name, settings in jobs.items()
+    }
+    threads = [threading.Thread(target=run_job, args=(settings,)) for settings in jobs.values()]
+    for thread in threads:
+        thread.start()
+    seen: dict[tuple[str, str, str], float] = {}
+    statuses: list[dict[str, Any]] = []
+    runs = tuple(settings.run_id for settings in jobs.values())
+    while any(thread.is_alive() for thread in threads):
+        _watch(prometheus, runs, seen)
+        statuses.append(status(sources["hacked"], alertmanager))
+        time.sleep(POLL_S)
+    for thread in threads:
+        thread.join()
+    summaries = {
+        name: summarize(
+            source,
+            expected_count=STEPS[name] * RANKS * jobs[name].prompts_per_rank * jobs[name].group_size,
+            expected_spans=None,
+            service=SERVICE_NAME,
+        )
+        for name, source in sources.items()
+    }
+    _watch(prometheus, runs, seen)
+    return {
+        name: {
+            "run_id": settings.run_id,
+            "records": _records(Path(settings.record_dir)),
+            "alerts": {(alert, state): at for (run, alert, state), at in seen.items() if run == settings.run_id},
+            "summary": summaries[name],
+            "statuses": statuses if name == "hacked" else [],
         }
+        for name, settings in jobs.items()
+    }
 
 
 def _timeline(run: dict[str, Any]) -> dict[str, Any]:
@@ -124,21 +138,51 @@ def _timeline(run: dict[str, Any]) -> dict[str, Any]:
     for (alert, state), at in sorted(run["alerts"].items(), key=lambda item: item[1]):
         step = _step_at(records, at)
         alerts[f"{alert} {state}"] = {"step": step, "after_peak": step - peak if step >= 0 else None}
-    return {"correctness_peak_step": peak, "correctness_peak": round(smoothed[peak], 3), "alerts": alerts}
+    ended = max(record["ended_ns"] for record in records) / 1e9
+    started = min(record["stepped_ns"][0] for record in records) / 1e9
+    return {
+        "correctness_peak_step": peak,
+        "correctness_peak": round(smoothed[peak], 3),
+        "seconds_per_step": round((ended - started) / len(steps), 3),
+        "alerts": alerts,
+        "summary_alerts": [
+            {k: alert[k] for k in ("name", "labels", "state", "since_step", "fired_step", "value")}
+            for alert in run["summary"]["alerts"]
+        ],
+    }
 
 
 def test_the_audit_names_the_gamed_reward_and_stays_silent_on_the_honest_run(audited: dict[str, Any]) -> None:
-    """On the gamed run correctness falls while the total rises, and the reward-gaming alerts (RLRewardGaming,
-    RLLengthRewardCorrelationRising) go pending or fire; on the honest run neither does. Both timelines are printed
-    (pytest -s) with each alert's step relative to the correctness peak."""
+    """With the shipped rules: on the gamed run correctness falls while the total rises, RLRewardGaming goes pending
+    or fires, ``otel-rl status`` names it with its measured value and the function that rose (format), and the demo's
+    summary read right after lists it; on the honest run RLRewardGaming never goes even pending and no audit alert
+    fires (its policy turns nearly deterministic in its last steps, which some of the audit's trends see pending:
+    docs/runbooks.md, "The audit"). Both timelines are printed (pytest -s) with each alert's step relative to the
+    correctness peak."""
     hacked, honest = audited["hacked"], audited["honest"]
     report = {name: _timeline(run) for name, run in audited.items()}
     print(json.dumps(report, indent=2))
     late = _correctness_by_step(hacked["records"])
     last = [late[step] for step in sorted(late)[-SMOOTHING:]]
     assert sum(last) / len(last) < report["hacked"]["correctness_peak"], "the hack did not make correctness fall"
-    gaming = {"RLRewardGaming", "RLLengthRewardCorrelationRising"}
-    # Pending: the condition held. Whether it then holds for the whole scaled for: (30 s) depends on how fast the
-    # ranks step, which the suite's load changes (measured: quiet, both fired; loaded, RLRewardGaming stayed pending).
-    assert gaming <= {alert for alert, _ in hacked["alerts"]}, report
-    assert not {alert for alert, _ in honest["alerts"]} & gaming, report
+    assert "RLRewardGaming" in {alert for alert, _ in hacked["alerts"]}, report
+    named = [
+        alert
+        for found in hacked["statuses"]
+        for alert in found["alerts"]
+        if alert["name"] == "RLRewardGaming" and "format rose most" in (alert["summary"] or "")
+    ]
+    assert named, [found["alerts"] for found in hacked["statuses"]]
+    assert "RLRewardGaming" in {alert["name"] for alert in hacked["summary"]["alerts"]}, report
+    assert "RLRewardGaming" not in {alert for alert, _ in honest["alerts"]}, report
+    assert not {alert for alert, state in honest["alerts"] if state == "firing"}, report
+    summarized = {alert["name"]: alert["state"] for alert in honest["summary"]["alerts"]}
+    assert "RLRewardGaming" not in summarized and "firing" not in summarized.values(), report
+
+
+def test_status_prints_the_summary_of_every_alert_it_lists(audited: dict[str, Any]) -> None:
+    """Every alert ``otel-rl status`` listed for the gamed run while it ran, pending ones included, had its summary
+    (the rule evaluator's rendering while pending, Alertmanager's once firing)."""
+    listed = [alert for found in audited["hacked"]["statuses"] for alert in found["alerts"]]
+    assert any(alert["state"] == "pending" for alert in listed), listed
+    assert all(alert["summary"] for alert in listed), [alert for alert in listed if not alert["summary"]]

@@ -59,10 +59,10 @@ def _plant(path: Path, old: str, new: str) -> None:
     ("file", "old", "new", "where", "name"),
     [
         (
-            "prometheus/rules/otel_rl.yml",
+            "prometheus/rules/otel_rl_windows.yml",
             'max_over_time(rl_staleness_max{rl_rank=""}[1m])',
             'max_over_time(rl_staleness_maximum{rl_rank=""}[1m])',
-            "prometheus/rules/otel_rl.yml: rl:staleness_max:max1m",
+            "prometheus/rules/otel_rl_windows.yml: rl:staleness_max:max1m",
             "rl_staleness_maximum",
         ),
         (
@@ -108,7 +108,7 @@ def _plant(path: Path, old: str, new: str) -> None:
             "rl.phases.calls, rl.phases.duration",
         ),
         (
-            "prometheus/rules/otel_rl_audit.yml",
+            "prometheus/rules/otel_rl_windows.yml",
             "- record: rl:joint_n:increase10m",
             "- record: rl:joint_count:increase10m",
             "recorded but not declared in otel_rl_contract/rules.py",

@@ -1,6 +1,6 @@
-"""The alerts of runs as one list: pending ones from the rule evaluator's ``ALERTS`` series (Prometheus, or Thanos
-Ruler through the querier), firing ones with their state in Alertmanager (active, silenced, inhibited) and their
-annotations; and silences of a run.
+"""The alerts of runs as one list: pending ones from the rule evaluator (Prometheus, or Thanos Ruler through the
+querier) with the annotations it renders, firing ones with their state in Alertmanager (active, silenced, inhibited)
+and their annotations; and silences of a run.
 
 Prometheus is read with :class:`otel_rl_ops.query.Prometheus` and queries from :mod:`otel_rl_ops.promql` (the run
 id quoted); Alertmanager over its v2 API (``/api/v2/alerts``, ``/api/v2/silences``), filtered on this side by exact
@@ -63,9 +63,10 @@ class RunAlert:
     since: float | None
     """Unix seconds since when its condition holds (pending) or it fires; ``None`` when unknown."""
     summary: str
-    """Its ``summary`` annotation (with the measured value), or ``""`` while pending (Alertmanager has not got it)."""
+    """Its ``summary`` annotation, with the measured value (pending: as the evaluator rendered it at its last
+    evaluation); ``""`` only where no annotations could be read (an evaluator without the alerts API)."""
     annotations: Mapping[str, str]
-    """All of its annotations (``description``, ``runbook_url``, ``dashboard_url``); empty while pending."""
+    """All of its annotations (``description``, ``runbook_url``, ``dashboard_url``)."""
     held_by: tuple[str, ...] = ()
     """What holds its notifications back: the ids of the silences, or the names of the inhibiting alerts."""
 
@@ -135,38 +136,67 @@ def run_alerts(prometheus: Prometheus, alertmanager: Alertmanager, run_id: str |
     """The pending and firing alerts of run ``run_id`` (every run's when ``None``), firing before pending, then by
     run, name and labels.
 
-    A firing alert takes its state, start and annotations from Alertmanager; one that the rule evaluator has but
-    Alertmanager not yet (or not at all: it is down) counts as firing, and its start comes from ``ALERTS_FOR_STATE``.
-    Alertmanager's alerts carry the evaluator's external labels too, so the two are matched on the labels of the
-    ``ALERTS`` series.
+    The rule evaluator's alerts come from its alerts API (``/api/v1/alerts``): one snapshot of each alert's state,
+    start and annotations, rendered with its value (Alertmanager never sees a pending alert, and the ``ALERTS``
+    series carry no annotations); from the ``ALERTS`` and ``ALERTS_FOR_STATE`` series, without annotations, where
+    that API cannot be read. A firing alert takes its state, start and annotations from Alertmanager; one that the
+    evaluator has but Alertmanager not yet (or not at all: it is down) counts as firing. Alertmanager's alerts carry
+    the evaluator's external labels too, so the two are matched on the evaluator's labels.
 
     Raises:
         QueryError: when Prometheus or Alertmanager cannot be asked.
     """
-    labels = {} if run_id is None else {RUN_LABEL: run_id}
-    series = prometheus.query(promql.selector(foreign.ALERTS, **labels))
-    active_since = {
-        _key(item["metric"]): float(item["value"][1])
-        for item in prometheus.query(promql.selector(foreign.ALERTS_FOR_STATE, **labels))
-    }
+    evaluated = _evaluated(prometheus, run_id)
     held = [
         alert for alert in alertmanager.alerts() if run_id is None or alert.get("labels", {}).get(RUN_LABEL) == run_id
     ]
     names = {alert["fingerprint"]: alert["labels"].get("alertname", "") for alert in held}
     found: list[RunAlert] = []
     matched: set[str] = set()
-    for item in series:
-        metric = {k: v for k, v in item["metric"].items() if k != "__name__"}
-        state = metric.pop("alertstate", "firing")
+    for metric, state, since, rendered in evaluated:
         managed = next((a for a in held if _subset(metric, a["labels"]) and a["fingerprint"] not in matched), None)
         if state == "pending" or managed is None:
-            found.append(_from_rule(metric, "pending" if state == "pending" else "firing", active_since))
+            found.append(_from_rule(metric, state, since, rendered))
             continue
         matched.add(managed["fingerprint"])
         found.append(_from_alertmanager(managed, names))
     found += [_from_alertmanager(alert, names) for alert in held if alert["fingerprint"] not in matched]
     order = {"firing": 0, "inhibited": 1, "silenced": 2, "pending": 3}
     return sorted(found, key=lambda a: (order[a.state], a.run_id, a.name, sorted(a.labels.items())))
+
+
+_Evaluated = tuple[dict[str, str], AlertState, float | None, dict[str, str]]
+"""One alert of the rule evaluator: its labels (``alertname`` included), state, start (unix seconds) and annotations."""
+
+
+def _evaluated(prometheus: Prometheus, run_id: str | None) -> list[_Evaluated]:
+    """The evaluator's pending and firing alerts of the run: from its alerts API, else from the ``ALERTS`` series."""
+    try:
+        active = prometheus.alerts()
+    except QueryError:
+        active = None
+    if active is not None:
+        return [
+            (
+                dict(alert["labels"]),
+                "pending" if alert.get("state") == "pending" else "firing",
+                _unix(alert.get("activeAt")),
+                dict(alert.get("annotations") or {}),
+            )
+            for alert in active
+            if run_id is None or alert["labels"].get(RUN_LABEL) == run_id
+        ]
+    labels = {} if run_id is None else {RUN_LABEL: run_id}
+    since = {
+        _key(item["metric"]): float(item["value"][1])
+        for item in prometheus.query(promql.selector(foreign.ALERTS_FOR_STATE, **labels))
+    }
+    found: list[_Evaluated] = []
+    for item in prometheus.query(promql.selector(foreign.ALERTS, **labels)):
+        metric = {k: v for k, v in item["metric"].items() if k != "__name__"}
+        state: AlertState = "pending" if metric.pop("alertstate", "firing") == "pending" else "firing"
+        found.append((metric, state, since.get(_key(metric)), {}))
+    return found
 
 
 def _key(metric: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -178,15 +208,17 @@ def _subset(labels: Mapping[str, str], other: Mapping[str, str]) -> bool:
     return all(other.get(name) == value for name, value in labels.items())
 
 
-def _from_rule(metric: Mapping[str, str], state: AlertState, active_since: Mapping[Any, float]) -> RunAlert:
+def _from_rule(
+    metric: Mapping[str, str], state: AlertState, since: float | None, annotations: Mapping[str, str]
+) -> RunAlert:
     labels = {k: v for k, v in metric.items() if k != "alertname"}
     return RunAlert(
         name=metric.get("alertname", ""),
         state=state,
         labels=labels,
-        since=active_since.get(_key(metric)),
-        summary="",
-        annotations={},
+        since=since,
+        summary=annotations.get("summary", ""),
+        annotations=dict(annotations),
     )
 
 

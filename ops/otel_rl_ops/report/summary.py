@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import otel_rl_contract as contract
-from otel_rl_contract import Distribution
+from otel_rl_contract import Distribution, foreign
 
 from otel_rl_ops import promql
-from otel_rl_ops.alerts.history import alert_history
-from otel_rl_ops.query import Jaeger, Prometheus, VictoriaLogs
+from otel_rl_ops.query import Jaeger, Prometheus, QueryError, VictoriaLogs
 
 _TIMEOUT_S = 10
 _REWARD = contract.series(contract.REWARDS.histogram)
@@ -377,7 +376,7 @@ def summary_between(sources: Sources, begin: float, end: float, *, service: str,
     """The run's summary between ``begin`` (its first point) and ``end`` (its last): reward over the whole run,
     early (the first quarter) and late (the last quarter), and per reward function; staleness p50, p99, min and max;
     rollout health; where the time went (phase sums read at ``counted``: :func:`performance`); the top and bottom
-    samples."""
+    samples; the alerts raised for it up to now (:func:`alerts`)."""
     quarter = max((end - begin) / 4, 1.0)
     since = begin - 60  # the extremes gauges of the run's first points, with a margin
     sel = sources.selector()
@@ -404,22 +403,84 @@ def summary_between(sources: Sources, begin: float, end: float, *, service: str,
         "performance": performance(sources, begin, end, service=service, counted=counted),
         "cost": cost(sources, end),
         "samples": {"top": samples(sources, "top", 3), "bottom": samples(sources, "bottom", 3)},
-        "alerts": alerts_raised(sources, end),
+        "alerts": alerts(sources, begin, time.time()),
     }
 
 
-ALERT_TAIL_S = 900
-"""How long after a run's last point its alerts are read: the rules go on for minutes after it (RLTelemetryAbsent
-waits 5 minutes of silence and its ``for``; ``otel-rl replay`` evaluates 10 minutes past a run's end)."""
+_EVALUATION_S = 15
+"""The rules' evaluation interval in the stack (prometheus/prometheus.yml): the margin before ``begin``."""
 
 
-def alerts_raised(sources: Sources, end: float) -> list[dict[str, Any]]:
-    """Every alert the run raised (``ALERTS``, :mod:`otel_rl_ops.alerts.history`), live or replayed, up to
-    :data:`ALERT_TAIL_S` after ``end``: its title and when it was pending and firing."""
-    return [
-        {"title": alert.title, "when": alert.when}
-        for alert in alert_history(sources.prometheus, sources.run_id, at=end + ALERT_TAIL_S)
-    ]
+def alerts(sources: Sources, begin: float, until: float) -> list[dict[str, Any]]:
+    """Every alert the rules raised for the run from ``begin`` to ``until`` (a run's windows still hold its last
+    steps for a while after it ends), from the samples of the ``ALERTS`` series (one per evaluation): its name, its
+    labels (window, signal, the reward function ...), the farthest it got (``firing``, else ``pending``), the run's
+    step when it went pending and when it fired, and the value its rule measured at the last evaluation it was
+    active (its summary annotation too where it still is). Firing ones first, then by when they began; ``value`` None
+    where Prometheus no longer has the rule."""
+    prometheus = sources.prometheus
+    span = f"{math.ceil(until - begin) + _EVALUATION_S}s"
+    history = prometheus.query(
+        f"{promql.selector(foreign.ALERTS, **{contract.label(contract.RUN_ID): sources.run_id})}[{span}]", until
+    )
+    found: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+    for item in history:
+        times = [float(t) for t, _ in item["values"]]
+        if not times:
+            continue
+        labels = {k: v for k, v in item["metric"].items() if k not in ("__name__", "alertstate", "alertname")}
+        entry = found.setdefault(
+            _identity(item["metric"]),
+            {"name": item["metric"].get("alertname", ""), "labels": labels, "state": "pending", "fired_s": None},
+        )
+        entry["since_s"] = min(entry.get("since_s", math.inf), *times)
+        entry["last_s"] = max(entry.get("last_s", -math.inf), *times)
+        if item["metric"].get("alertstate") == "firing":
+            entry["state"], entry["fired_s"] = "firing", min(times)
+    active = {_identity(alert["labels"]): alert for alert in _active(prometheus)}
+    rules = _alert_rules(prometheus)
+    run = sources.selector(**{contract.label(contract.RANK): ""})
+    for key, entry in found.items():
+        for moment in ("since", "fired"):
+            at = entry[f"{moment}_s"]
+            entry[f"{moment}_step"] = (
+                None if at is None else prometheus.value(f"max({contract.series(contract.STEP).name}{{{run}}})", at)
+            )
+        now = active.get(key)
+        entry["summary"] = (now or {}).get("annotations", {}).get("summary")
+        entry["value"] = float(now["value"]) if now else _value_then(prometheus, rules, entry)
+    return sorted(found.values(), key=lambda entry: (entry["state"] != "firing", entry["since_s"]))
+
+
+def _identity(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """An alert's identity: its labels, without the series name and the state of ``ALERTS``."""
+    return tuple(sorted((k, v) for k, v in labels.items() if k not in ("__name__", "alertstate")))
+
+
+def _active(prometheus: Prometheus) -> list[dict[str, Any]]:
+    try:
+        return prometheus.alerts()
+    except QueryError:
+        return []
+
+
+def _alert_rules(prometheus: Prometheus) -> list[dict[str, Any]]:
+    try:
+        return prometheus.alert_rules()
+    except QueryError:
+        return []
+
+
+def _value_then(prometheus: Prometheus, rules: list[dict[str, Any]], entry: dict[str, Any]) -> float | None:
+    """What the alert's rule measured at the last evaluation the alert was active: the query of its rule (the one of
+    that name whose labels it carries: one rule per window) at that time, the series with the alert's labels."""
+    for rule in rules:
+        if rule["name"] != entry["name"] or any(entry["labels"].get(k) != v for k, v in rule["labels"].items()):
+            continue
+        for item in prometheus.query(rule["query"], entry["last_s"]):
+            if all(entry["labels"].get(k) == v for k, v in item["metric"].items()):
+                return float(item["value"][1])
+    return None
 
 
 def cost(sources: Sources, at: float) -> dict[str, float | None]:
@@ -478,7 +539,7 @@ def _sample(sample: dict[str, Any], limit: int = 60) -> str:
 def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """The summary as (what, value) rows for a table a person reads first: reward early and late, staleness, phase
     shares (nested phases indented, as shares of their parent), tokens per second, MFU, the slowest step's trace,
-    the top and bottom samples.
+    the cost, the alerts raised, the top and bottom samples.
 
     >>> rows = summary_rows({"reward": {}, "staleness": {"p99": 3.0, "max": 4.0}, "performance": {"split": {
     ...     "train": {"parent": None, "share": 0.5, "mean": 0.1, "p99": 0.2},
@@ -536,9 +597,17 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
                 f"per solved group {number(spent['per_solved_group'])}",
             )
         )
+    for alert in summary.get("alerts") or []:
+        where = ", ".join(f"{k} {v}" for k, v in alert["labels"].items() if k in ("window", "signal", "rl_reward_fn"))
+        rows.append(
+            (
+                f"alert {alert['name']}" + (f" ({where})" if where else ""),
+                f"{alert['state']} from step {number(alert['since_step'])}, value {number(alert['value'])}"
+                + (f": {alert['summary']}" if alert["summary"] else ""),
+            )
+        )
     samples_ = summary.get("samples") or {}
     for selection, label in (("top", "best sample"), ("bottom", "worst sample")):
         found = samples_.get(selection) or []
         rows.append((label, _sample(found[0]) if found else "-"))
-    rows += [(f"alert {alert['title']}", alert["when"]) for alert in summary.get("alerts") or ()]
     return rows
