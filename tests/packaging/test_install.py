@@ -233,12 +233,12 @@ def test_missing_package_data_stops_the_stack_before_it_starts(installed: Instal
     otel = str(installed.tooling / "otel-rl")
     found = _run([otel, "stack", "data"], installed)
     assert found.returncode == 0, found.stderr
-    rules = Path(found.stdout.strip()) / "prometheus" / "rules" / "otel_rl_audit.yml"
+    rules = Path(found.stdout.strip()) / "prometheus" / "rules" / "otel_rl_windows.yml"
     saved = tmp_path / rules.name
     shutil.move(rules, saved)
     try:
         up = _run([otel, "stack", "up", "--state-dir", str(tmp_path / "state")], installed)
-        assert up.returncode == 1 and "prometheus/rules/otel_rl_audit.yml" in up.stderr, up.stderr
+        assert up.returncode == 1 and "prometheus/rules/otel_rl_windows.yml" in up.stderr, up.stderr
         assert not (tmp_path / "state").exists()
     finally:
         shutil.move(saved, rules)
