@@ -937,7 +937,7 @@ def _record(rule: Record, w: str) -> str:
 
 
 def _alert(rule: Alert, w: str) -> str:
-    labels = {"severity": "notify" if rule.audit else "warning", "window": w}
+    labels = {"severity": "notify" if rule.audit else "warning", rules.WINDOW_LABEL: w}
     if rule.signal:
         labels["signal"] = rule.signal
     if rule.audit:

@@ -24,6 +24,11 @@ WINDOWS: tuple[str, ...] = ("15s", "30s", "1m", "2m", "5m", "10m", "20m", "40m",
 (three collector flushes of 5 s); 640 minutes holds 20 steps of 32 minutes. Each is about double the one before,
 so at any step pace one or two windows hold N to 3N steps (docs/runbooks.md, "Windows by pace")."""
 
+WINDOW_LABEL = "window"
+"""The label by which an alert judged over each window of the ladder tells its rules apart (``window="5m"``): one
+alert, whichever window holds enough steps at the run's pace; as a run's pace changes (or it ends and its narrow
+windows empty) the same alert moves from one window's rule to the next."""
+
 
 def _rule(name: str, description: str) -> Series:
     """A recorded series (a gauge: one value per evaluation)."""

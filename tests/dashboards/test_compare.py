@@ -142,6 +142,15 @@ def _step_seen(prometheus: Prometheus, run_id: str) -> float | None:
     return prometheus.value(f"max({promql.selector(contract.series(contract.STEP), rl_run_id=run_id, rl_rank='')})")
 
 
+def _shared_prompts_kept(logs: VictoriaLogs, run_id: str) -> int:
+    """How many samples of the shared prompts VictoriaLogs holds for ``run_id`` (resent records counted once)."""
+    found = logs.query(
+        f'{promql.logsql_stream(contract.RUN_ID, run_id)} prompt:"shared prompt" '
+        f"| stats count_uniq({promql.quote(contract.SAMPLE_ID)}) as samples"
+    )
+    return int(found[0]["samples"]) if found else 0
+
+
 def _run(stack: Any, plan: RunPlan) -> None:
     """Start the run's ranks, drive its steps (each declared and seen, then recorded and seen), stop them."""
     prometheus = Prometheus(stack.prometheus_url)
@@ -185,9 +194,10 @@ def compared(shared_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> tup
     rendering."""
     for plan in PLANS:
         _run(shared_stack, plan)
+    logs = VictoriaLogs(shared_stack.victorialogs_url)
     eventually(
-        lambda: len(VictoriaLogs(shared_stack.victorialogs_url).query(f"rl.run.id:in({PLANS[-1].run_id})")) > 0,
-        what="the last run's samples",
+        lambda: all(_shared_prompts_kept(logs, plan.run_id) == STEPS for plan in PLANS),
+        what="every run's samples of the shared prompts",
     )
     comparison = build_comparison(
         prometheus_url=shared_stack.prometheus_url,

@@ -45,7 +45,7 @@ def test_missing_data_files_are_named(tmp_path: Path) -> None:
     """A listed file that is gone, or a required one absent even without a manifest, is named in the error."""
     package = _package_copy(tmp_path)
     (package / "data" / "prometheus" / "rules" / "otel_rl_windows.yml").unlink()
-    with pytest.raises(package_data.DataError, match=r"missing .*prometheus/rules/otel_rl_audit\.yml"):
+    with pytest.raises(package_data.DataError, match=r"missing .*prometheus/rules/otel_rl_windows\.yml"):
         package_data.data_root(package)
     (package / package_data.MANIFEST).unlink()
     (package / "data" / "collector_config" / "builder.yaml").unlink()

@@ -96,15 +96,40 @@ def _run(command: list[str], installed: Installs, **environment: str) -> subproc
     )
 
 
+# Which of the modules named on the command line an environment could import (a missing parent package counts as
+# absent: the tooling's ``opentelemetry`` namespace holds only ``opentelemetry.proto``, which the replay reads).
+_PROBE = """
+import importlib.util, sys
+def found(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+print([name for name in sys.argv[1:] if found(name)])
+"""
+
+
 def test_each_install_holds_only_its_half(installed: Installs) -> None:
     """The tooling's environment cannot import torch, numba or the OpenTelemetry SDK, nor the trainer library; the
     trainer's has none of the tooling's packages and ``otel_rl.setup()`` works there."""
     tooling = _run([str(installed.tooling / "python"), "-c", "import torch"], installed)
     assert tooling.returncode != 0 and "No module named 'torch'" in tooling.stderr
-    probe = "import importlib.util as u, sys; print([m for m in sys.argv[1:] if u.find_spec(m)])"
-    tooling_has = _run([str(installed.tooling / "python"), "-c", probe, "numba", "opentelemetry", "otel_rl"], installed)
+    tooling_has = _run(
+        [
+            str(installed.tooling / "python"),
+            "-c",
+            _PROBE,
+            "numba",
+            "opentelemetry.sdk",
+            "opentelemetry.exporter",
+            "otel_rl",
+        ],
+        installed,
+    )
     assert tooling_has.stdout.strip() == "[]", tooling_has.stdout + tooling_has.stderr
-    trainer_has = _run([str(installed.trainer / "python"), "-c", probe, "otel_rl_ops", "yaml", "matplotlib"], installed)
+    trainer_has = _run(
+        [str(installed.trainer / "python"), "-c", _PROBE, "otel_rl_ops", "yaml", "matplotlib"], installed
+    )
     assert trainer_has.stdout.strip() == "[]", trainer_has.stdout + trainer_has.stderr
     setup = (
         "import otel_rl; t = otel_rl.setup(otel_rl.TelemetryConfig(exporter='none', run_id='installed'));"

@@ -174,14 +174,22 @@ def proxy(shared_stack: Any) -> Iterator[DuplicatingProxy]:
 
 @pytest.fixture(scope="module")
 def runs(shared_stack: Any, proxy: DuplicatingProxy) -> dict[str, Run]:
-    """The runs, recorded side by side, once every record of each is in VictoriaLogs twice."""
+    """The runs, recorded side by side, once every sample of each is in VictoriaLogs and its records at least twice
+    (more when a rank's exporter timed out on the proxy under load and sent the request again)."""
     with ThreadPoolExecutor(len(RUN_IDS)) as pool:
         recorded = list(pool.map(_record, range(len(RUN_IDS)), RUN_IDS, [proxy.url] * len(RUN_IDS)))
     logs = VictoriaLogs(shared_stack.victorialogs_url)
 
     def doubled(run: Run) -> bool:
-        found = logs.query(f"{promql.logsql_stream(contract.RUN_ID, run.run_id)} | stats count() as records")
-        return bool(found) and int(found[0]["records"]) == 2 * len(run.expected)
+        found = logs.query(
+            f"{promql.logsql_stream(contract.RUN_ID, run.run_id)} "
+            f"| stats count() as records, count_uniq({promql.quote(contract.SAMPLE_ID)}) as samples"
+        )
+        return (
+            bool(found)
+            and int(found[0]["samples"]) == len(run.expected)
+            and int(found[0]["records"]) >= 2 * len(run.expected)
+        )
 
     eventually(lambda: all(doubled(run) for run in recorded), what="every sample record twice in VictoriaLogs")
     return {run.run_id: run for run in recorded}

@@ -3,7 +3,8 @@
 Prometheus (or Thanos Ruler) writes ``ALERTS{alertname, alertstate, ...}`` at every evaluation while an alert is pending
 or firing; for a replayed run, ``otel-rl replay`` wrote the same series with Prometheus's own rule engine run over the
 run's past (``backfill/rules.go``). Either way this reads them back, nothing re-evaluated: one entry per alert (its
-labels but the state), with when it was first pending, first firing and last firing.
+labels but the state and the window it was judged over), with when it was first pending, first firing and last
+firing.
 """
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ from dataclasses import dataclass
 from typing import Final
 
 import otel_rl_contract as contract
-from otel_rl_contract import foreign
+from otel_rl_contract import foreign, rules
 
 from otel_rl_ops import promql
 from otel_rl_ops.query import Prometheus
+
+_NOT_ITS_OWN: Final = frozenset(("__name__", "alertstate", rules.WINDOW_LABEL))
+"""Labels that do not tell alerts apart: the series name, the state, and the window the alert was judged over (one
+alert moves between its windows' rules as the run's pace changes, and when the run ends)."""
 
 LOOKBACK: Final = "30d"
 """How far back the series are read: longer than the stack's Prometheus keeps anything (15 days)."""
@@ -28,7 +33,7 @@ class AlertSpan:
 
     name: str
     labels: dict[str, str]
-    """Its labels but ``alertname`` and ``alertstate`` (``severity``, ``signal``, ``rl_phase_name``, ...)."""
+    """Its labels but ``alertname``, ``alertstate`` and ``window`` (``severity``, ``signal``, ...)."""
     pending_at: float
     """Unix time of its first ``ALERTS`` sample (pending or firing)."""
     fired_at: float | None
@@ -58,28 +63,26 @@ def _utc(unix: float) -> str:
 
 def alert_history(prometheus: Prometheus, run_id: str, *, at: float | None = None) -> list[AlertSpan]:
     """Every alert of run ``run_id`` in the ``ALERTS`` series up to ``at`` (default: now), in the order they began."""
-    spans: dict[tuple[tuple[str, str], ...], dict[str, float | None]] = {}
+    active: dict[tuple[tuple[str, str], ...], list[float]] = {}
+    firing: dict[tuple[tuple[str, str], ...], list[float]] = {}
     for series in prometheus.query(
         f"{promql.selector(foreign.ALERTS, **{contract.label(contract.RUN_ID): run_id})}[{LOOKBACK}]", at
     ):
-        labels = {key: value for key, value in series["metric"].items() if key not in ("__name__", "alertstate")}
+        labels = {key: value for key, value in series["metric"].items() if key not in _NOT_ITS_OWN}
         times = [float(point[0]) for point in series.get("values") or () if float(point[1]) == 1]
-        if not times:
-            continue
         key = tuple(sorted(labels.items()))
-        span = spans.setdefault(key, {"pending_at": min(times), "fired_at": None, "last_firing_at": None})
-        span["pending_at"] = min(float(span["pending_at"] or min(times)), min(times))
-        if series["metric"].get("alertstate") == "firing":
-            span["fired_at"] = min(times)
-            span["last_firing_at"] = max(times)
+        if times:
+            active.setdefault(key, []).extend(times)
+            if series["metric"].get("alertstate") == "firing":
+                firing.setdefault(key, []).extend(times)
     found = [
         AlertSpan(
             name=dict(key)["alertname"],
             labels={k: v for k, v in key if k != "alertname"},
-            pending_at=float(span["pending_at"] or 0),
-            fired_at=span["fired_at"],
-            last_firing_at=span["last_firing_at"],
+            pending_at=min(times),
+            fired_at=min(firing[key]) if key in firing else None,
+            last_firing_at=max(firing[key]) if key in firing else None,
         )
-        for key, span in spans.items()
+        for key, times in active.items()
     ]
     return sorted(found, key=lambda alert: (alert.pending_at, alert.name))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import otel_rl_contract as contract
-from otel_rl_contract import Distribution, foreign
+from otel_rl_contract import Distribution, foreign, rules
 
 from otel_rl_ops import promql
 from otel_rl_ops.query import Jaeger, Prometheus, QueryError, VictoriaLogs
@@ -414,9 +414,10 @@ _EVALUATION_S = 15
 def alerts(sources: Sources, begin: float, until: float) -> list[dict[str, Any]]:
     """Every alert the rules raised for the run from ``begin`` to ``until`` (a run's windows still hold its last
     steps for a while after it ends), from the samples of the ``ALERTS`` series (one per evaluation): its name, its
-    labels (window, signal, the reward function ...), the farthest it got (``firing``, else ``pending``), the run's
-    step when it went pending and when it fired, and the value its rule measured at the last evaluation it was
-    active (its summary annotation too where it still is). Firing ones first, then by when they began; ``value`` None
+    labels (signal, the reward function ...; ``window``: the window of its last evaluation, one alert whichever
+    window judged it), the farthest it got (``firing``, else ``pending``), the run's step when it went pending and
+    when it fired, and the value its rule measured at the last evaluation it was active (its summary annotation too
+    where it still is). Firing ones first, then by when they began; ``value`` None
     where Prometheus no longer has the rule."""
     prometheus = sources.prometheus
     span = f"{math.ceil(until - begin) + _EVALUATION_S}s"
@@ -431,14 +432,16 @@ def alerts(sources: Sources, begin: float, until: float) -> list[dict[str, Any]]
         labels = {k: v for k, v in item["metric"].items() if k not in ("__name__", "alertstate", "alertname")}
         entry = found.setdefault(
             _identity(item["metric"]),
-            {"name": item["metric"].get("alertname", ""), "labels": labels, "state": "pending", "fired_s": None},
+            {"name": item["metric"].get("alertname", ""), "state": "pending", "fired_s": None, "last_s": -math.inf},
         )
         entry["since_s"] = min(entry.get("since_s", math.inf), *times)
-        entry["last_s"] = max(entry.get("last_s", -math.inf), *times)
+        if max(times) > entry["last_s"]:
+            entry["labels"], entry["last_s"] = labels, max(times)
         if item["metric"].get("alertstate") == "firing":
-            entry["state"], entry["fired_s"] = "firing", min(times)
+            entry["state"] = "firing"
+            entry["fired_s"] = min(times) if entry["fired_s"] is None else min(entry["fired_s"], *times)
     active = {_identity(alert["labels"]): alert for alert in _active(prometheus)}
-    rules = _alert_rules(prometheus)
+    alert_rules = _alert_rules(prometheus)
     run = sources.selector(**{contract.label(contract.RANK): ""})
     for key, entry in found.items():
         for moment in ("since", "fired"):
@@ -448,13 +451,14 @@ def alerts(sources: Sources, begin: float, until: float) -> list[dict[str, Any]]
             )
         now = active.get(key)
         entry["summary"] = (now or {}).get("annotations", {}).get("summary")
-        entry["value"] = float(now["value"]) if now else _value_then(prometheus, rules, entry)
+        entry["value"] = float(now["value"]) if now else _value_then(prometheus, alert_rules, entry)
     return sorted(found.values(), key=lambda entry: (entry["state"] != "firing", entry["since_s"]))
 
 
 def _identity(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    """An alert's identity: its labels, without the series name and the state of ``ALERTS``."""
-    return tuple(sorted((k, v) for k, v in labels.items() if k not in ("__name__", "alertstate")))
+    """An alert's identity: its labels, without the series name and the state of ``ALERTS`` and the window it was
+    judged over (one alert moves between its windows' rules as the run's pace changes, and when the run ends)."""
+    return tuple(sorted((k, v) for k, v in labels.items() if k not in ("__name__", "alertstate", rules.WINDOW_LABEL)))
 
 
 def _active(prometheus: Prometheus) -> list[dict[str, Any]]:
@@ -598,7 +602,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     for alert in summary.get("alerts") or []:
-        where = ", ".join(f"{k} {v}" for k, v in alert["labels"].items() if k in ("window", "signal", "rl_reward_fn"))
+        where = ", ".join(f"{k} {v}" for k, v in alert["labels"].items() if k in ("signal", "rl_reward_fn"))
         rows.append(
             (
                 f"alert {alert['name']}" + (f" ({where})" if where else ""),
