@@ -386,17 +386,20 @@ def _output(out: str, form: Format) -> Iterator[IO[bytes]]:
 def _samples(args: argparse.Namespace) -> int:
     from otel_rl_ops.report.cli import stores
 
-    found, note = stores(
-        prometheus_url=None,
-        victorialogs_url=args.victorialogs_url,
-        jaeger_url=None,
-        state_dir=args.state_dir,
-        prometheus_needed=False,
-    )
-    if note:
-        print(note, file=sys.stderr)
+    url = args.victorialogs_url
+    if not url:
+        found, note = stores(
+            prometheus_url=None,
+            victorialogs_url=None,
+            jaeger_url=None,
+            state_dir=args.state_dir,
+            prometheus_needed=False,
+        )
+        if note:
+            print(note, file=sys.stderr)
+        url = found.victorialogs_url
     steps = parse_steps(args.step) if args.step is not None else Steps()
-    logs = VictoriaLogs(found.victorialogs_url.rstrip("/"))
+    logs = VictoriaLogs(url.rstrip("/"))
     try:
         with _output(args.out, args.format) as sink:
             rows = export(logs, args.run_id, sink, form=args.format, steps=steps, selection=args.selection)

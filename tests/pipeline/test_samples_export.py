@@ -28,17 +28,19 @@ from otel_rl_ops.samples import Steps, export
 from tests.pipeline.harness import RankProcess, eventually
 from tests.reliability.test_sample_dedup import DuplicatingProxy
 
-VICTIM = "samples-victim"
+SESSION = uuid.uuid4().hex[:8]
+VICTIM = f"samples-victim-{SESSION}"
 RUN_IDS = (
     VICTIM,
-    'q"uote\\back\\slash\\',
-    "new\nline\ttab",
-    "ünï©ødé 实验 🚀",
+    f'{SESSION} q"uote\\back\\slash\\',
+    f"{SESSION} new\nline\ttab",
+    f"{SESSION} ünï©ødé 实验 🚀",
     f'{VICTIM}" OR rl.run.id:="{VICTIM}',
     f'{VICTIM}"}} OR {{rl.run.id="{VICTIM}',
 )
 """A victim and ids that break naive queries (tests/queries/test_hostile_run_ids.py): the last two, pasted into an
-exact filter or a stream filter by hand, select the victim's records."""
+exact filter or a stream filter by hand, select the victim's records. Each starts or ends as that module's do, and
+each holds this session's own part: the two modules may share a worker's stack, and its runs must not count here."""
 STEPS = 3
 PER_STEP = 4
 BUDGET = 16_384
