@@ -240,18 +240,7 @@ def render_html(comparison: Comparison, path: Path, *, png: bytes | None = None)
         f"<li><b>{html.escape(p.panel.title)}</b><pre>{html.escape(p.query)}</pre></li>" for p in comparison.panels
     )
     names = ", ".join(html.escape(run.run_id) for run in comparison.runs)
-    document = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>RL runs compared: {names}</title>
-<style>
-body {{ font-family: sans-serif; margin: 1.5em; }}
-table {{ border-collapse: collapse; font-size: 14px; }}
-th, td {{ border: 1px solid #ccc; padding: 4px 8px; vertical-align: top; text-align: left; }}
-td {{ white-space: pre-wrap; font-family: monospace; max-width: 40em; }}
-th {{ background: #eee; }}
-img {{ max-width: 100%; }}
-pre {{ white-space: pre-wrap; font-size: 12px; }}
-</style></head><body>
-<h1>RL runs compared by step</h1>
+    body = f"""<h1>RL runs compared by step</h1>
 <p>{html.escape(_explanation(comparison))}</p>
 <p>Rendered from the Grafana dashboard <code>{html.escape(comparison.dashboard.name)}</code>: its queries, evaluated
 over each run's step windows.</p>
@@ -265,9 +254,8 @@ over each run's step windows.</p>
 {samples}
 </tbody></table>
 <h2>Queries</h2><ul>{queries}</ul>
-</body></html>
 """
-    path.write_text(document, encoding="utf-8")
+    path.write_text(page.html(f"RL runs compared: {names}", body), encoding="utf-8")
 
 
 def write_comparison(comparison: Comparison, out: Path) -> None:

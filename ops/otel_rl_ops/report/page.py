@@ -101,3 +101,21 @@ def output(out: Path) -> Literal["png", "html"]:
         raise ValueError(f'"out" must end in .png, .html or .htm, got {str(out)!r}')
     out.parent.mkdir(parents=True, exist_ok=True)
     return "png" if suffix == ".png" else "html"
+
+
+_STYLE = """body { font-family: sans-serif; margin: 1.5em; }
+table { border-collapse: collapse; font-size: 14px; }
+th, td { border: 1px solid #ccc; padding: 4px 8px; vertical-align: top; text-align: left; }
+td { white-space: pre-wrap; font-family: monospace; max-width: 40em; }
+th { background: #eee; }
+img { max-width: 100%; }
+pre { white-space: pre-wrap; font-size: 12px; }
+"""
+
+
+def html(title: str, body: str) -> str:
+    """A report's HTML page: ``title`` (HTML, escaped by the caller) and ``body`` (HTML) in the reports' style."""
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>\n'
+        f"<style>\n{_STYLE}</style></head><body>\n{body}</body></html>\n"
+    )

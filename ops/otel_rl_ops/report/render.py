@@ -261,18 +261,7 @@ def render_html(report: Report, path: Path, *, png: bytes | None = None) -> None
         for data in report.steps
         for step in data.steps
     )
-    document = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>RL run {html.escape(report.run_id)}</title>
-<style>
-body {{ font-family: sans-serif; margin: 1.5em; }}
-table {{ border-collapse: collapse; font-size: 14px; }}
-th, td {{ border: 1px solid #ccc; padding: 4px 8px; vertical-align: top; text-align: left; }}
-td {{ white-space: pre-wrap; font-family: monospace; max-width: 40em; }}
-th {{ background: #eee; }}
-img {{ max-width: 100%; }}
-pre {{ white-space: pre-wrap; font-size: 12px; }}
-</style></head><body>
-<h1>RL run {html.escape(report.run_id)}</h1>
+    body = f"""<h1>RL run {html.escape(report.run_id)}</h1>
 <p>Rendered from the Grafana dashboard <code>{html.escape(str(report.dashboard.name))}</code> with the same queries;
 range {as_datetime(report.window.start):%Y-%m-%d %H:%M:%S} to {as_datetime(report.window.end):%H:%M:%S} UTC,
 step {report.window.step_s:g} s, rate interval {report.window.rate_interval_s:g} s.</p>
@@ -291,9 +280,8 @@ step {report.window.step_s:g} s, rate interval {report.window.rate_interval_s:g}
 {body}
 </tbody></table>
 <h2>Queries</h2><ul>{queries}</ul>
-</body></html>
 """
-    path.write_text(document, encoding="utf-8")
+    path.write_text(page.html(f"RL run {html.escape(report.run_id)}", body), encoding="utf-8")
 
 
 def write_report(report: Report, out: Path) -> None:
